@@ -1,0 +1,28 @@
+"""Reads for any signed-in user; writes for members of the operators group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.request import Request
+
+
+def is_operator(user: object) -> bool:
+    if not getattr(user, "is_authenticated", False):
+        return False
+    if getattr(user, "is_superuser", False):
+        return True
+    return user.groups.filter(name=settings.OPERATORS_GROUP).exists()  # type: ignore[attr-defined]
+
+
+class ReadAnyWriteOperators(BasePermission):
+    message = "Writing requires membership of the operators group."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if not (request.user and request.user.is_authenticated):
+            return False
+        if request.method in SAFE_METHODS:
+            return True
+        return is_operator(request.user)

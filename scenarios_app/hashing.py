@@ -1,0 +1,107 @@
+"""Canonical hashing (SPEC §2): RFC 8785 (JCS) for JSON, UTF-8 bytes for text. Pure: no Django.
+
+One function per kind; every write path (API, admin, fixtures, world creation) calls these.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import rfc8785
+
+from chukwa_site.errors import ChukwaError
+
+
+def canonical_json_bytes(value: Any) -> bytes:
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError as exc:
+        # e.g. integers beyond ±2^53, which JSON numbers cannot carry exactly
+        raise ChukwaError(
+            "not_canonicalizable", f"content: cannot be canonicalized (RFC 8785): {exc}"
+        ) from None
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def json_hash(value: Any) -> str:
+    return _sha256(canonical_json_bytes(value))
+
+
+def text_hash(value: str) -> str:
+    return _sha256(value.encode("utf-8"))
+
+
+def json_schema_hash(content: Mapping[str, Any]) -> str:
+    return json_hash(content)
+
+
+def response_source_hash(content: Mapping[str, Any]) -> str:
+    return json_hash(content)
+
+
+def cognition_workflow_hash(content: Mapping[str, Any]) -> str:
+    """The content must already have every reference resolved to ``{"hash": …}``."""
+    return json_hash(content)
+
+
+def cognition_profile_content(workflow_hash: str) -> dict[str, str]:
+    return {"workflow_hash": workflow_hash}
+
+
+def cognition_profile_hash(workflow_hash: str) -> str:
+    return json_hash(cognition_profile_content(workflow_hash))
+
+
+def environment_hash(content: str) -> str:
+    return text_hash(content)
+
+
+def entity_hash(content: Mapping[str, Any]) -> str:
+    """The content's id must already be normalized."""
+    return json_hash(content)
+
+
+def scenario_manifest(
+    *,
+    scenario_slug: str,
+    description: str,
+    chronon_seconds: int,
+    cognition_profiles: Mapping[str, str],
+    environments: Mapping[str, str],
+    entities: Sequence[str],
+) -> dict[str, Any]:
+    """The hashed form of a scenario: scalars, label → hash maps sorted by label, entity hashes."""
+    return {
+        "scenario_slug": scenario_slug,
+        "description": description,
+        "chronon_seconds": chronon_seconds,
+        "cognition_profiles": dict(sorted(cognition_profiles.items())),
+        "environments": dict(sorted(environments.items())),
+        "entities": list(entities),
+    }
+
+
+def scenario_hash(
+    *,
+    scenario_slug: str,
+    description: str,
+    chronon_seconds: int,
+    cognition_profiles: Mapping[str, str],
+    environments: Mapping[str, str],
+    entities: Sequence[str],
+) -> str:
+    return json_hash(
+        scenario_manifest(
+            scenario_slug=scenario_slug,
+            description=description,
+            chronon_seconds=chronon_seconds,
+            cognition_profiles=cognition_profiles,
+            environments=environments,
+            entities=entities,
+        )
+    )

@@ -1,0 +1,311 @@
+"""The content-addressed scenario store (SPEC §2, §3).
+
+Component and scenario rows are immutable and keyed by their hash; no update service exists for
+them. Names are the only mutable pointers, and every change to one is kept in the history.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from scenarios_app.identifiers import ENTITY_ID_PATTERN, HASH_PATTERN, LABEL_PATTERN
+
+
+def _hash_check(field: str, name: str) -> models.CheckConstraint:
+    # Rule: a hash is lowercase hex sha256, 64 characters (SPEC §1).
+    return models.CheckConstraint(condition=Q(**{f"{field}__regex": HASH_PATTERN}), name=name)
+
+
+def _label_check(field: str, name: str) -> models.CheckConstraint:
+    # Rule: labels follow the label grammar (SPEC §1).
+    return models.CheckConstraint(condition=Q(**{f"{field}__regex": LABEL_PATTERN}), name=name)
+
+
+class HashField(models.CharField):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("max_length", 64)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+
+class ComponentKind(models.TextChoices):
+    JSON_SCHEMA = "json_schema", "JSON schema"
+    RESPONSE_SOURCE = "response_source", "Response source"
+    COGNITION_WORKFLOW = "cognition_workflow", "Cognition workflow"
+    COGNITION_PROFILE = "cognition_profile", "Cognition profile"
+    ENVIRONMENT = "environment", "Environment"
+    ENTITY = "entity", "Entity"
+
+
+class JsonSchema(models.Model):
+    hash = HashField(primary_key=True)
+    content = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        verbose_name = "JSON schema"
+        ordering = ["-created_at", "hash"]
+        constraints = [_hash_check("hash", "json_schema_hash_grammar")]
+
+    def __str__(self) -> str:
+        title = self.content.get("title") if isinstance(self.content, dict) else None
+        return f"{title or 'schema'} {self.hash[:12]}"
+
+
+class ResponseSource(models.Model):
+    hash = HashField(primary_key=True)
+    content = models.JSONField()
+    # Denormalized from content for filtering and workflow validation.
+    label = models.CharField(max_length=64)
+    interface = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "hash"]
+        constraints = [
+            _hash_check("hash", "response_source_hash_grammar"),
+            _label_check("label", "response_source_label_grammar"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.interface}) {self.hash[:12]}"
+
+
+class CognitionWorkflow(models.Model):
+    hash = HashField(primary_key=True)
+    # Stored with every reference resolved to {"hash": …}.
+    content = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "hash"]
+        constraints = [_hash_check("hash", "cognition_workflow_hash_grammar")]
+
+    def __str__(self) -> str:
+        nodes = self.content.get("nodes", []) if isinstance(self.content, dict) else []
+        ids = "→".join(n.get("id", "?") for n in nodes if isinstance(n, dict))
+        return f"workflow {ids} {self.hash[:12]}"
+
+
+class WorkflowComponentRef(models.Model):
+    """One edge per reference inside a stored workflow, so "uses" needs no JSON scans."""
+
+    workflow = models.ForeignKey(CognitionWorkflow, on_delete=models.CASCADE, related_name="refs")
+    kind = models.CharField(max_length=32, choices=ComponentKind.choices)
+    component_hash = HashField(db_index=True)
+    path = models.CharField(max_length=300)
+
+    class Meta:
+        constraints = [
+            # Rule: one row per reference position in a workflow.
+            models.UniqueConstraint(fields=["workflow", "path"], name="workflow_ref_unique_path"),
+            _hash_check("component_hash", "workflow_ref_hash_grammar"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_id[:12]} {self.path} → {self.kind} {self.component_hash[:12]}"
+
+
+class CognitionProfile(models.Model):
+    hash = HashField(primary_key=True)
+    workflow = models.ForeignKey(
+        CognitionWorkflow, on_delete=models.PROTECT, related_name="profiles"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "hash"]
+        constraints = [_hash_check("hash", "cognition_profile_hash_grammar")]
+
+    def __str__(self) -> str:
+        return f"profile {self.hash[:12]}"
+
+    @property
+    def content(self) -> dict[str, str]:
+        return {"workflow_hash": self.workflow_id}
+
+
+class Environment(models.Model):
+    hash = HashField(primary_key=True)
+    content = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "hash"]
+        constraints = [
+            _hash_check("hash", "environment_hash_grammar"),
+            # Rule: environment text is non-empty (SPEC §2).
+            models.CheckConstraint(condition=~Q(content=""), name="environment_non_empty"),
+        ]
+
+    def __str__(self) -> str:
+        first = self.content.strip().splitlines()[0] if self.content.strip() else ""
+        return f"{first[:60]} {self.hash[:12]}"
+
+
+class Entity(models.Model):
+    hash = HashField(primary_key=True)
+    content = models.JSONField()
+    # Denormalized from content for lookups and listing.
+    entity_id = models.CharField(max_length=200, db_index=True)
+    is_agent = models.BooleanField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        verbose_name_plural = "entities"
+        ordering = ["-created_at", "hash"]
+        constraints = [
+            _hash_check("hash", "entity_hash_grammar"),
+            # Rule: entity ids follow the entity id grammar (SPEC §1).
+            models.CheckConstraint(
+                condition=Q(entity_id__regex=ENTITY_ID_PATTERN), name="entity_id_grammar"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.entity_id} {self.hash[:12]}"
+
+
+class Scenario(models.Model):
+    hash = HashField(primary_key=True)
+    scenario_slug = models.CharField(max_length=64, db_index=True)
+    description = models.TextField()
+    chronon_seconds = models.IntegerField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "hash"]
+        constraints = [
+            _hash_check("hash", "scenario_hash_grammar"),
+            _label_check("scenario_slug", "scenario_slug_grammar"),
+            # Rule: 1 … 31,536,000 simulated seconds per turn (SPEC §3).
+            models.CheckConstraint(
+                condition=Q(chronon_seconds__gte=1, chronon_seconds__lte=31_536_000),
+                name="scenario_chronon_range",
+            ),
+            models.CheckConstraint(condition=~Q(description=""), name="scenario_description"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scenario_slug} {self.hash[:12]}"
+
+
+class ScenarioCognitionProfile(models.Model):
+    scenario = models.ForeignKey(Scenario, on_delete=models.CASCADE, related_name="profile_bindings")
+    label = models.CharField(max_length=64)
+    profile = models.ForeignKey(CognitionProfile, on_delete=models.PROTECT, related_name="bindings")
+
+    class Meta:
+        ordering = ["scenario", "label"]
+        constraints = [
+            # Rule: a label is bound once per scenario.
+            models.UniqueConstraint(fields=["scenario", "label"], name="scenario_profile_label_unique"),
+            _label_check("label", "scenario_profile_label_grammar"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.label} → {self.profile_id[:12]}"
+
+
+class ScenarioEnvironment(models.Model):
+    scenario = models.ForeignKey(
+        Scenario, on_delete=models.CASCADE, related_name="environment_bindings"
+    )
+    label = models.CharField(max_length=64)
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="bindings")
+
+    class Meta:
+        ordering = ["scenario", "label"]
+        constraints = [
+            # Rule: a label is bound once per scenario.
+            models.UniqueConstraint(fields=["scenario", "label"], name="scenario_environment_label_unique"),
+            _label_check("label", "scenario_environment_label_grammar"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.label} → {self.environment_id[:12]}"
+
+
+class ScenarioEntity(models.Model):
+    scenario = models.ForeignKey(Scenario, on_delete=models.CASCADE, related_name="entity_bindings")
+    position = models.IntegerField()
+    entity = models.ForeignKey(Entity, on_delete=models.PROTECT, related_name="bindings")
+
+    class Meta:
+        ordering = ["scenario", "position"]
+        constraints = [
+            # Rule: the entity list is ordered; one entity per position.
+            models.UniqueConstraint(fields=["scenario", "position"], name="scenario_entity_position_unique"),
+            models.CheckConstraint(condition=Q(position__gte=0), name="scenario_entity_position_gte_0"),
+        ]
+
+    def __str__(self) -> str:
+        return f"[{self.position}] {self.entity_id[:12]}"
+
+
+class ScenarioName(models.Model):
+    name = models.CharField(max_length=64, primary_key=True)
+    scenario = models.ForeignKey(Scenario, on_delete=models.PROTECT, related_name="names")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [_label_check("name", "scenario_name_grammar")]
+
+    def __str__(self) -> str:
+        return f"{self.name} → {self.scenario_id[:12]}"
+
+
+class ScenarioNameHistory(models.Model):
+    name = models.CharField(max_length=64, db_index=True)
+    old_hash = HashField(null=True, blank=True)
+    # NULL new_scenario is a tombstone: the name was unset.
+    new_scenario = models.ForeignKey(
+        Scenario, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    note = models.TextField(blank=True)
+    operator = models.CharField(max_length=200, blank=True)
+    changed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "scenario name history"
+        ordering = ["name", "-changed_at", "-id"]
+        constraints = [_label_check("name", "scenario_name_history_grammar")]
+
+    def __str__(self) -> str:
+        target = self.new_scenario_id[:12] if self.new_scenario_id else "(unset)"
+        return f"{self.name}: {(self.old_hash or '-')[:12]} → {target}"
+
+
+class ScenarioDerivation(models.Model):
+    child = models.ForeignKey(Scenario, on_delete=models.PROTECT, related_name="derivations")
+    operator = models.CharField(max_length=200, blank=True)
+    note = models.TextField(blank=True)
+    metadata = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"derivation {self.pk} → {self.child_id[:12]}"
+
+
+class ScenarioDerivationParent(models.Model):
+    derivation = models.ForeignKey(
+        ScenarioDerivation, on_delete=models.CASCADE, related_name="parents"
+    )
+    parent = models.ForeignKey(Scenario, on_delete=models.PROTECT, related_name="child_edges")
+    position = models.IntegerField()
+    role = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["derivation", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["derivation", "position"], name="derivation_parent_position_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.parent_id[:12]} ({self.role or 'parent'}) → derivation {self.derivation_id}"

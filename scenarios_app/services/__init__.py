@@ -1,0 +1,41 @@
+"""Writes to the scenario store. Every entry point owns one transaction."""
+
+from scenarios_app.services.components import (
+    PUT_BY_KIND,
+    PutResult,
+    cognition_profile_put,
+    cognition_workflow_put,
+    component_put,
+    entity_put,
+    environment_put,
+    json_schema_put,
+    response_source_put,
+)
+from scenarios_app.services.scenarios import (
+    UNSET,
+    AssembleResult,
+    NameResult,
+    scenario_assemble,
+    scenario_fork,
+    scenario_name_set,
+    scenario_name_unset,
+)
+
+__all__ = [
+    "PUT_BY_KIND",
+    "UNSET",
+    "AssembleResult",
+    "NameResult",
+    "PutResult",
+    "cognition_profile_put",
+    "cognition_workflow_put",
+    "component_put",
+    "entity_put",
+    "environment_put",
+    "json_schema_put",
+    "response_source_put",
+    "scenario_assemble",
+    "scenario_fork",
+    "scenario_name_set",
+    "scenario_name_unset",
+]

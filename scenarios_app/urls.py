@@ -1,0 +1,35 @@
+from django.urls import path
+
+from scenarios_app import api
+
+urlpatterns = []
+for segment, kind in api.COLLECTIONS.items():
+    urlpatterns += [
+        path(
+            f"{segment}/",
+            api.ComponentCollectionApi.as_view(kind=kind),
+            name=f"api-{kind.value}-list",
+        ),
+        path(
+            f"{segment}/<str:hash>/",
+            api.ComponentDetailApi.as_view(kind=kind),
+            name=f"api-{kind.value}-detail",
+        ),
+        path(
+            f"{segment}/<str:hash>/uses/",
+            api.ComponentUsesApi.as_view(kind=kind),
+            name=f"api-{kind.value}-uses",
+        ),
+    ]
+
+urlpatterns += [
+    path("scenarios/", api.ScenarioListApi.as_view(), name="api-scenario-list"),
+    path("scenarios/assemble/", api.ScenarioAssembleApi.as_view(), name="api-scenario-assemble"),
+    path("scenarios/fork/", api.ScenarioForkApi.as_view(), name="api-scenario-fork"),
+    path("scenarios/<str:ref>/", api.ScenarioDetailApi.as_view(), name="api-scenario-detail"),
+    path(
+        "scenarios/<str:ref>/lineage/", api.ScenarioLineageApi.as_view(), name="api-scenario-lineage"
+    ),
+    path("scenario-names/<str:name>/", api.ScenarioNameApi.as_view(), name="api-scenario-name"),
+    path("world-patch-schema/", api.WorldPatchSchemaApi.as_view(), name="api-world-patch-schema"),
+]

@@ -1,0 +1,365 @@
+"""Validators for component contents and scenarios (SPEC §2, §3, §5). Pure: no Django.
+
+Each failure raises :class:`ChukwaError` with a stable code, a message that starts with the
+field it names, and ``details.field`` holding that field's path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from chukwa_site.errors import ChukwaError, invalid
+from scenarios_app.identifiers import (
+    IdentifierError,
+    is_env_var_name,
+    label_problem,
+    normalize_entity_id,
+)
+
+ENVIRONMENT_MAX_BYTES = 64 * 1024
+SCENARIO_MAX_BYTES = 256 * 1024
+CHRONON_MAX_SECONDS = 31_536_000
+LLM_INTERFACE = "llm_chat_completions"
+HTTP_JSON_INTERFACE = "http_json"
+RESERVED_INTERFACES = frozenset({"mcp_tool"})
+EXECUTABLE_INTERFACES = frozenset({LLM_INTERFACE, HTTP_JSON_INTERFACE})
+SCHEMA_DELIVERIES = frozenset({"response_format", "prompt_only"})
+TIMEOUT_MS_MAX = 600_000
+
+
+def type_name(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_keys(
+    obj: Mapping[str, Any],
+    field: str,
+    *,
+    required: Sequence[str],
+    optional: Sequence[str] = (),
+    code: str,
+) -> None:
+    """Reject missing required keys and unknown keys, naming each."""
+    for key in required:
+        if key not in obj:
+            raise invalid(code, f"{field}.{key}" if field else key, "is required")
+    allowed = set(required) | set(optional)
+    unknown = sorted(k for k in obj if k not in allowed)
+    if unknown:
+        where = f"{field}.{unknown[0]}" if field else unknown[0]
+        raise invalid(
+            code,
+            where,
+            f"unknown field; allowed fields are {', '.join(sorted(allowed))}",
+            unknown=unknown,
+        )
+
+
+def require_object(value: object, field: str, code: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise invalid(code, field, f"must be an object, got {type_name(value)}")
+    return value
+
+
+def require_string(value: object, field: str, code: str, *, non_empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise invalid(code, field, f"must be a string, got {type_name(value)}")
+    if non_empty and not value.strip():
+        raise invalid(code, field, "must be a non-empty string")
+    return value
+
+
+def require_label(value: object, field: str, code: str = "invalid_label") -> str:
+    problem = label_problem(value)
+    if problem is not None:
+        raise invalid(code, field, f"label {value!r} {problem}")
+    return value  # type: ignore[return-value]
+
+
+# --- json_schema ---------------------------------------------------------------------------
+
+
+def validate_json_schema_content(content: object, field: str = "content") -> dict[str, Any]:
+    if not isinstance(content, dict):
+        raise invalid(
+            "invalid_json_schema", field, f"must be a JSON Schema object, got {type_name(content)}"
+        )
+    try:
+        Draft202012Validator.check_schema(content)
+    except SchemaError as exc:
+        pointer = "/" + "/".join(str(p) for p in exc.absolute_path) if exc.absolute_path else ""
+        raise invalid(
+            "invalid_json_schema",
+            f"{field}{pointer}",
+            f"is not a valid Draft 2020-12 schema: {exc.message}",
+            schema_path=list(map(str, exc.absolute_schema_path)),
+        ) from None
+    return content
+
+
+# --- response_source -----------------------------------------------------------------------
+
+
+def _check_env_name(value: object, field: str) -> None:
+    if not is_env_var_name(value):
+        raise invalid(
+            "invalid_env_var_name",
+            field,
+            f"{value!r} is not an allowed variable name: names must match ^CHUKWA_[A-Z0-9_]+$",
+        )
+
+
+def _check_timeout(value: object, field: str) -> None:
+    if not is_int(value) or not 1 <= value <= TIMEOUT_MS_MAX:  # type: ignore[operator]
+        raise invalid(
+            "invalid_response_source", field, f"must be an integer 1…{TIMEOUT_MS_MAX}, got {value!r}"
+        )
+
+
+def validate_response_source_content(content: object, field: str = "content") -> dict[str, Any]:
+    code = "invalid_response_source"
+    source = require_object(content, field, code)
+    check_keys(source, field, required=("version", "label", "interface"), code=code)
+    if source["version"] != 1 or not is_int(source["version"]):
+        raise invalid("unsupported_version", f"{field}.version", "must be 1")
+    require_label(source["label"], f"{field}.label")
+    iface_field = f"{field}.interface"
+    interface = require_object(source["interface"], iface_field, code)
+    name = interface.get("name")
+    if name is None:
+        raise invalid(code, f"{iface_field}.name", "is required")
+    if name in RESERVED_INTERFACES:
+        raise invalid(
+            "source_not_executable",
+            f"{iface_field}.name",
+            f"interface {name!r} is reserved and not executable in this version",
+        )
+    if name not in EXECUTABLE_INTERFACES:
+        raise invalid(
+            "unknown_interface",
+            f"{iface_field}.name",
+            f"unknown interface {name!r}; known interfaces: {', '.join(sorted(EXECUTABLE_INTERFACES))}",
+        )
+    if name == LLM_INTERFACE:
+        check_keys(
+            interface,
+            iface_field,
+            required=("name", "model", "base_url_env", "schema_delivery", "timeout_ms"),
+            optional=("api_key_env", "params"),
+            code=code,
+        )
+        require_string(interface["model"], f"{iface_field}.model", code)
+        _check_env_name(interface["base_url_env"], f"{iface_field}.base_url_env")
+        if "api_key_env" in interface:
+            _check_env_name(interface["api_key_env"], f"{iface_field}.api_key_env")
+        if interface["schema_delivery"] not in SCHEMA_DELIVERIES:
+            raise invalid(
+                code,
+                f"{iface_field}.schema_delivery",
+                f"must be one of {', '.join(sorted(SCHEMA_DELIVERIES))}, "
+                f"got {interface['schema_delivery']!r}",
+            )
+        _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
+        params = require_object(interface.get("params", {}), f"{iface_field}.params", code)
+        for key, value in params.items():
+            if key in {"messages", "stream", "response_format", "model", "tools"}:
+                raise invalid(
+                    code, f"{iface_field}.params.{key}", "is set by Chukwa and cannot be authored"
+                )
+            if isinstance(value, dict | list):
+                raise invalid(code, f"{iface_field}.params.{key}", "must be a scalar value")
+    else:
+        check_keys(
+            interface,
+            iface_field,
+            required=("name", "method", "url_env", "timeout_ms"),
+            optional=("path",),
+            code=code,
+        )
+        if interface["method"] != "POST":
+            raise invalid(code, f"{iface_field}.method", f"must be \"POST\", got {interface['method']!r}")
+        _check_env_name(interface["url_env"], f"{iface_field}.url_env")
+        if "path" in interface:
+            path = require_string(interface["path"], f"{iface_field}.path", code)
+            if not path.startswith("/") or "//" in path or "://" in path or "@" in path:
+                raise invalid(
+                    code, f"{iface_field}.path", f"must be an absolute path like \"/buy\", got {path!r}"
+                )
+        _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
+    return source
+
+
+# --- environment ---------------------------------------------------------------------------
+
+
+def validate_environment_content(content: object, field: str = "content") -> str:
+    if not isinstance(content, str):
+        raise invalid("invalid_environment", field, f"must be a string, got {type_name(content)}")
+    if not content.strip():
+        raise invalid("empty_environment", field, "environment text must be non-empty")
+    size = len(content.encode("utf-8"))
+    if size > ENVIRONMENT_MAX_BYTES:
+        raise invalid(
+            "environment_too_large",
+            field,
+            f"environment text is {size} bytes; at most {ENVIRONMENT_MAX_BYTES} are allowed",
+        )
+    return content
+
+
+# --- entity --------------------------------------------------------------------------------
+
+
+def normalize_entity_content(content: object, field: str = "content") -> dict[str, Any]:
+    """Validate an entity and return it with its id normalized (the form that is hashed)."""
+    code = "invalid_entity"
+    entity = require_object(content, field, code)
+    check_keys(entity, field, required=("id", "name", "state", "environment", "kind"), code=code)
+    raw_id = entity["id"]
+    if not isinstance(raw_id, str):
+        raise invalid("invalid_entity_id", f"{field}.id", f"must be a string, got {type_name(raw_id)}")
+    try:
+        entity_id = normalize_entity_id(raw_id)
+    except IdentifierError as exc:
+        raise invalid("invalid_entity_id", f"{field}.id", str(exc)) from None
+    name = require_string(entity["name"], f"{field}.name", code)
+    state = require_string(entity["state"], f"{field}.state", code, non_empty=False)
+    environment = require_label(entity["environment"], f"{field}.environment")
+    kind = entity["kind"]
+    normalized_kind: Any
+    if kind == "prop":
+        normalized_kind = "prop"
+    elif isinstance(kind, dict) and set(kind) == {"agent"}:
+        agent_field = f"{field}.kind.agent"
+        agent = require_object(kind["agent"], agent_field, code)
+        check_keys(agent, agent_field, required=("goal", "memory", "cognition_profile"), code=code)
+        goal = require_string(agent["goal"], f"{agent_field}.goal", code)
+        memory = require_string(agent["memory"], f"{agent_field}.memory", code, non_empty=False)
+        profile = require_label(agent["cognition_profile"], f"{agent_field}.cognition_profile")
+        normalized_kind = {"agent": {"goal": goal, "memory": memory, "cognition_profile": profile}}
+    elif isinstance(kind, dict) and set(kind) == {"prop"}:
+        raise invalid(
+            "prop_has_profile" if _mentions_profile(kind["prop"]) else code,
+            f"{field}.kind",
+            'a prop is written as "prop" and has no cognition profile',
+        )
+    else:
+        raise invalid(
+            code,
+            f"{field}.kind",
+            f'must be "prop" or {{"agent": {{"goal", "memory", "cognition_profile"}}}}, got {kind!r}',
+        )
+    return {
+        "id": entity_id,
+        "name": name,
+        "state": state,
+        "environment": environment,
+        "kind": normalized_kind,
+    }
+
+
+def _mentions_profile(value: object) -> bool:
+    return isinstance(value, dict) and "cognition_profile" in value
+
+
+def is_agent(entity: Mapping[str, Any]) -> bool:
+    return isinstance(entity.get("kind"), dict)
+
+
+# --- scenario ------------------------------------------------------------------------------
+
+
+def validate_scenario_scalars(
+    *, scenario_slug: object, description: object, chronon_seconds: object
+) -> None:
+    problem = label_problem(scenario_slug)
+    if problem is not None:
+        raise invalid("invalid_slug", "scenario_slug", f"{scenario_slug!r} {problem}")
+    if not isinstance(description, str) or not description.strip():
+        raise invalid("invalid_description", "description", "must be a non-empty string")
+    if not is_int(chronon_seconds) or not 1 <= chronon_seconds <= CHRONON_MAX_SECONDS:  # type: ignore[operator]
+        raise invalid(
+            "invalid_chronon",
+            "chronon_seconds",
+            f"must be an integer 1…{CHRONON_MAX_SECONDS}, got {chronon_seconds!r}",
+        )
+
+
+def validate_scenario_bindings(
+    *,
+    cognition_profiles: Mapping[str, str],
+    environments: Mapping[str, str],
+    entities: Sequence[Mapping[str, Any]],
+    entities_field: str = "entities",
+) -> None:
+    """Label resolution and roster rules over resolved entity contents (SPEC §3)."""
+    if not cognition_profiles:
+        raise invalid("no_cognition_profiles", "cognition_profiles", "at least one profile is required")
+    if not environments:
+        raise invalid("no_environments", "environments", "at least one environment is required")
+    for label in cognition_profiles:
+        require_label(label, f"cognition_profiles.{label}")
+    for label in environments:
+        require_label(label, f"environments.{label}")
+    if not entities:
+        raise invalid("no_entities", entities_field, "at least one entity is required")
+    seen: dict[str, int] = {}
+    for index, entity in enumerate(entities):
+        where = f"{entities_field}[{index}]"
+        if entity["environment"] not in environments:
+            raise invalid(
+                "unknown_environment_label",
+                f"{where}.environment",
+                f"entity {entity['id']!r} is in environment {entity['environment']!r}, which the "
+                f"scenario does not bind. Bound environments: {', '.join(sorted(environments))}",
+            )
+        if is_agent(entity):
+            profile = entity["kind"]["agent"]["cognition_profile"]
+            if profile not in cognition_profiles:
+                raise invalid(
+                    "unknown_cognition_profile_label",
+                    f"{where}.kind.agent.cognition_profile",
+                    f"agent {entity['id']!r} uses cognition profile {profile!r}, which the "
+                    f"scenario does not bind. Bound profiles: {', '.join(sorted(cognition_profiles))}",
+                )
+        if entity["id"] in seen:
+            raise invalid(
+                "duplicate_entity_id",
+                f"{where}.id",
+                f"entity id {entity['id']!r} is already used by {entities_field}[{seen[entity['id']]}]",
+            )
+        seen[entity["id"]] = index
+    if not any(is_agent(e) for e in entities):
+        raise invalid("no_agent", entities_field, "at least one entity must be an agent")
+
+
+def check_scenario_size(canonical_size: int) -> None:
+    if canonical_size > SCENARIO_MAX_BYTES:
+        raise ChukwaError(
+            "scenario_too_large",
+            f"scenario: canonical size is {canonical_size} bytes; at most {SCENARIO_MAX_BYTES} "
+            "are allowed",
+            {"field": "scenario", "size": canonical_size, "limit": SCENARIO_MAX_BYTES},
+        )
