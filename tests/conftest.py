@@ -1,0 +1,112 @@
+"""Shared fixtures. Tests run on the real (embedded) PostgreSQL; never SQLite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Group, User
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from worlds_app.patch_schema import world_patch_schema_hash
+
+
+@pytest.fixture
+def operator_user(db: Any) -> User:
+    user = User.objects.create_user("ops", password="ops-password-123")
+    user.groups.add(Group.objects.get(name="operators"))
+    return user
+
+
+@pytest.fixture
+def reader_user(db: Any) -> User:
+    return User.objects.create_user("reader", password="reader-password-123")
+
+
+@pytest.fixture
+def operator_client(operator_user: User) -> APIClient:
+    client = APIClient()
+    token = Token.objects.create(user=operator_user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture
+def reader_client(reader_user: User) -> APIClient:
+    client = APIClient()
+    token = Token.objects.create(user=reader_user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+@pytest.fixture
+def anon_client(db: Any) -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def world_patch_hash() -> str:
+    return world_patch_schema_hash()
+
+
+LLM_SOURCE: dict[str, Any] = {
+    "version": 1,
+    "label": "chat",
+    "interface": {
+        "name": "llm_chat_completions",
+        "model": "gpt-4o-mini",
+        "base_url_env": "CHUKWA_LLM_BASE_URL",
+        "api_key_env": "CHUKWA_LLM_API_KEY",
+        "schema_delivery": "response_format",
+        "timeout_ms": 60000,
+        "params": {"temperature": 0.7, "max_tokens": 800},
+    },
+}
+
+HTTP_SOURCE: dict[str, Any] = {
+    "version": 1,
+    "label": "toy_vending_machine",
+    "interface": {
+        "name": "http_json",
+        "method": "POST",
+        "url_env": "CHUKWA_TOY_VENDING_URL",
+        "path": "/buy_candy",
+        "timeout_ms": 5000,
+    },
+}
+
+
+def tool_loop_workflow(world_patch_hash: str, *, prompt: str = "You control the acting subject.") -> dict[str, Any]:
+    """A minimal valid workflow with everything inline except the WorldPatch schema."""
+    return {
+        "version": 1,
+        "execution": "per_subject_ordered",
+        "ambient_sources": [],
+        "nodes": [
+            {
+                "id": "act",
+                "type": "llm_tool_loop",
+                "llm_source_ref": {"inline": LLM_SOURCE},
+                "prompt_template": {
+                    "messages": [
+                        {"role": "system", "content": prompt},
+                        {"role": "user", "content": "World:\n{{world.projection}}\n\n{{subject.rendered}}"},
+                    ]
+                },
+                "available_tools": [],
+                "max_generation_attempts": 3,
+                "max_tool_calls": 0,
+                "final_schema_ref": {"hash": world_patch_hash},
+            }
+        ],
+        "apply": {"from": "act.final"},
+    }
+
+
+@pytest.fixture
+def make_workflow(world_patch_hash: str) -> Any:
+    def factory(prompt: str = "You control the acting subject.") -> dict[str, Any]:
+        return tool_loop_workflow(world_patch_hash, prompt=prompt)
+
+    return factory
