@@ -91,6 +91,9 @@ else:
             "CONN_MAX_AGE": 60,
         }
     }
+if os.environ.get("CHUKWA_TEST_DB_NAME"):
+    # Lets several test runs share one server without sharing a test database.
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["CHUKWA_TEST_DB_NAME"]}
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise RuntimeError("Chukwa runs on PostgreSQL only; DATABASE_URL must be postgres://…")
 
