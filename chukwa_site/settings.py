@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "django_htmx",
+    "chukwa_site",
     "scenarios_app",
     "worlds_app",
     "cognition_app",

@@ -1,0 +1,173 @@
+"""The local stack: embedded services, web server and a Celery worker in one command.
+
+    python -m chukwa_site.stack up        # services + migrate + web + worker; Ctrl-C stops web/worker
+    python -m chukwa_site.stack services  # only start (or find) the embedded PostgreSQL and Redis
+    python -m chukwa_site.stack status    # what is running where, as JSON
+    python -m chukwa_site.stack stop      # stop the embedded PostgreSQL and Redis
+
+With DATABASE_URL / REDIS_URL set, those servers are used and nothing embedded is started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from chukwa_site import embedded
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "chukwa_site.settings")
+    return env
+
+
+def services() -> dict[str, str]:
+    info: dict[str, str] = {}
+    if os.environ.get("DATABASE_URL"):
+        info["database"] = "DATABASE_URL (external)"
+    else:
+        pg = embedded.postgres_ensure()
+        info["database"] = f"embedded PostgreSQL, socket {pg.socket_dir} port {pg.port}, db {pg.database}"
+    if os.environ.get("REDIS_URL"):
+        info["redis"] = "REDIS_URL (external)"
+    else:
+        info["redis"] = f"embedded Redis, {embedded.redis_ensure()}"
+    return info
+
+
+def _manage(*args: str) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], check=True, cwd=embedded.PROJECT_DIR, env=_env())
+
+
+def _wait_http(url: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 - our own loopback URL
+                return True
+        except urllib.error.HTTPError:
+            return True  # the server answered (a 503 health is still an answer)
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.3)
+    return False
+
+
+def up(host: str, port: int, concurrency: int) -> int:
+    for line in services().values():
+        print(f"[chukwa] {line}", flush=True)
+    _manage("migrate", "--noinput", "-v", "0")
+    bin_dir = os.path.dirname(sys.executable)
+    web = subprocess.Popen(
+        [
+            os.path.join(bin_dir, "gunicorn"),
+            "chukwa_site.wsgi:application",
+            "--bind",
+            f"{host}:{port}",
+            "--workers",
+            "2",
+            "--access-logfile",
+            "-",
+        ],
+        cwd=embedded.PROJECT_DIR,
+        env=_env(),
+    )
+    worker = subprocess.Popen(
+        [
+            os.path.join(bin_dir, "celery"),
+            "-A",
+            "chukwa_site",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--concurrency",
+            str(concurrency),
+            "--hostname",
+            f"chukwa-worker-{os.getpid()}@%h",
+        ],
+        cwd=embedded.PROJECT_DIR,
+        env=_env(),
+    )
+    children = [web, worker]
+
+    def stop(*_args: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    base = f"http://{host}:{port}"
+    if _wait_http(f"{base}/healthz", 30):
+        print(
+            f"\n[chukwa] web:     {base}/\n"
+            f"[chukwa] admin:   {base}/admin/\n"
+            f"[chukwa] API:     {base}/api/  (OpenAPI schema at {base}/api/schema/)\n"
+            f"[chukwa] health:  {base}/healthz\n"
+            "[chukwa] Ctrl-C stops the web server and the worker; "
+            "`python -m chukwa_site.stack stop` stops PostgreSQL and Redis.\n",
+            flush=True,
+        )
+    code = 0
+    while all(child.poll() is None for child in children):
+        time.sleep(0.5)
+    for child in children:
+        if child.poll() not in (None, 0, -signal.SIGTERM):
+            code = 1
+    stop()
+    for child in children:
+        try:
+            child.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    return code
+
+
+def status() -> dict[str, object]:
+    pg = embedded._postmaster_running(embedded._pgdata())  # noqa: SLF001
+    return {
+        "data_dir": str(embedded.data_dir()),
+        "postgres": {"running": pg is not None, "socket_dir": pg[0] if pg else None},
+        "redis": {
+            "running": embedded._redis_ping(embedded._redis_socket()),  # noqa: SLF001
+            "url": embedded.redis_url(),
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chukwa_site.stack", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p_up = sub.add_parser("up", help="start services, web server and worker")
+    p_up.add_argument("--host", default=os.environ.get("CHUKWA_HOST", "127.0.0.1"))
+    p_up.add_argument("--port", type=int, default=int(os.environ.get("CHUKWA_PORT", "8000")))
+    p_up.add_argument("--concurrency", type=int, default=2)
+    sub.add_parser("services", help="start (or find) the embedded PostgreSQL and Redis")
+    sub.add_parser("status", help="print what is running")
+    sub.add_parser("stop", help="stop the embedded PostgreSQL and Redis")
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        return up(args.host, args.port, args.concurrency)
+    if args.command == "services":
+        for line in services().values():
+            print(f"[chukwa] {line}")
+        return 0
+    if args.command == "status":
+        print(json.dumps(status(), indent=2))
+        return 0
+    stopped_redis = embedded.redis_stop()
+    stopped_pg = embedded.postgres_stop()
+    if not (stopped_redis or stopped_pg):
+        print("[chukwa] nothing was running")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
