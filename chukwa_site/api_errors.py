@@ -44,7 +44,9 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         return error_response(exc)
     if isinstance(exc, RequestDataTooBig):
         return error_response(
-            ChukwaError("request_too_large", "Request body is larger than allowed.", status_code=413)
+            ChukwaError(
+                "request_too_large", "Request body is larger than allowed.", status_code=413
+            )
         )
     if isinstance(exc, Http404):
         return error_response(NotFoundError("not_found", str(exc) or "Not found."))
@@ -76,7 +78,5 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         )
     if isinstance(exc, drf_exceptions.APIException):
         code = exc.get_codes() if isinstance(exc.get_codes(), str) else "error"
-        return error_response(
-            ChukwaError(str(code), str(exc.detail), status_code=exc.status_code)
-        )
+        return error_response(ChukwaError(str(code), str(exc.detail), status_code=exc.status_code))
     return None

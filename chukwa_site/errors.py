@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 
-
 class ChukwaError(Exception):
     """A failure the caller can act on: a stable code, a message naming the field, details."""
 
@@ -42,8 +41,6 @@ class NotFoundError(ChukwaError):
 
 class ConflictError(ChukwaError):
     status_code = 409
-
-
 
 
 def invalid(code: str, field: str, message: str, **details: Any) -> ChukwaError:

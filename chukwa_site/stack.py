@@ -35,7 +35,9 @@ def services() -> dict[str, str]:
         info["database"] = "DATABASE_URL (external)"
     else:
         pg = embedded.postgres_ensure()
-        info["database"] = f"embedded PostgreSQL, socket {pg.socket_dir} port {pg.port}, db {pg.database}"
+        info["database"] = (
+            f"embedded PostgreSQL, socket {pg.socket_dir} port {pg.port}, db {pg.database}"
+        )
     if os.environ.get("REDIS_URL"):
         info["redis"] = "REDIS_URL (external)"
     else:
@@ -44,7 +46,9 @@ def services() -> dict[str, str]:
 
 
 def _manage(*args: str) -> None:
-    subprocess.run([sys.executable, "manage.py", *args], check=True, cwd=embedded.PROJECT_DIR, env=_env())
+    subprocess.run(
+        [sys.executable, "manage.py", *args], check=True, cwd=embedded.PROJECT_DIR, env=_env()
+    )
 
 
 def _wait_http(url: str, timeout: float) -> bool:
@@ -131,12 +135,12 @@ def up(host: str, port: int, concurrency: int) -> int:
 
 
 def status() -> dict[str, object]:
-    pg = embedded._postmaster_running(embedded._pgdata())  # noqa: SLF001
+    pg = embedded._postmaster_running(embedded._pgdata())
     return {
         "data_dir": str(embedded.data_dir()),
         "postgres": {"running": pg is not None, "socket_dir": pg[0] if pg else None},
         "redis": {
-            "running": embedded._redis_ping(embedded._redis_socket()),  # noqa: SLF001
+            "running": embedded._redis_ping(embedded._redis_socket()),
             "url": embedded.redis_url(),
         },
     }

@@ -104,7 +104,9 @@ def _check_ref(value: Any, field: str, expected: str, lookup: RefLookup) -> Stor
         )
     ref_hash = value["hash"]
     if not is_hash(ref_hash):
-        raise invalid("invalid_hash", f"{field}.hash", f"{ref_hash!r} is not a lowercase sha256 hex")
+        raise invalid(
+            "invalid_hash", f"{field}.hash", f"{ref_hash!r} is not a lowercase sha256 hex"
+        )
     stored = lookup.get(ref_hash)
     if stored is None:
         raise invalid(
@@ -152,7 +154,9 @@ def _check_scope(value: Any, field: str, run: str) -> None:
     if isinstance(value, dict) and set(value) == {"entity_id"}:
         if not is_entity_id(value["entity_id"]):
             raise invalid(
-                "invalid_scope", f"{field}.entity_id", f"{value['entity_id']!r} is not a valid entity id"
+                "invalid_scope",
+                f"{field}.entity_id",
+                f"{value['entity_id']!r} is not a valid entity id",
             )
         return
     raise invalid(
@@ -173,7 +177,9 @@ def _check_request_template(value: Any, field: str, run: str, ambient_ids: set[s
             pointer = value["$from"]
             if not isinstance(pointer, str) or not pointer.startswith("/"):
                 raise invalid(
-                    "invalid_request_template", f"{field}.$from", f"{pointer!r} is not a JSON pointer"
+                    "invalid_request_template",
+                    f"{field}.$from",
+                    f"{pointer!r} is not a JSON pointer",
                 )
             allowed = list(WORLD_POINTERS)
             if run == "before_subject_workflow":
@@ -195,9 +201,7 @@ def _check_request_template(value: Any, field: str, run: str, ambient_ids: set[s
             _check_request_template(item, f"{field}[{index}]", run, ambient_ids)
 
 
-def _validate_ambient(
-    source: Any, field: str, lookup: RefLookup, ambient_ids: set[str]
-) -> None:
+def _validate_ambient(source: Any, field: str, lookup: RefLookup, ambient_ids: set[str]) -> None:
     code = "invalid_ambient_source"
     amb = require_object(source, field, code)
     check_keys(
@@ -217,7 +221,9 @@ def _validate_ambient(
     )
     require_label(amb["id"], f"{field}.id")
     if amb["id"] in ambient_ids:
-        raise invalid("duplicate_ambient_id", f"{field}.id", f"ambient id {amb['id']!r} is used twice")
+        raise invalid(
+            "duplicate_ambient_id", f"{field}.id", f"ambient id {amb['id']!r} is used twice"
+        )
     ambient_ids.add(amb["id"])
     stored = _check_ref(amb["source_ref"], f"{field}.source_ref", RESPONSE_SOURCE, lookup)
     _check_interface(stored, f"{field}.source_ref", HTTP_JSON_INTERFACE)
@@ -305,9 +311,7 @@ def _validate_prompt(
         _check_placeholders(content, f"{mfield}.content", earlier_text_nodes, all_node_ids)
 
 
-def _validate_tool(
-    tool: Any, field: str, lookup: RefLookup, names: set[str]
-) -> None:
+def _validate_tool(tool: Any, field: str, lookup: RefLookup, names: set[str]) -> None:
     code = "invalid_tool"
     spec = require_object(tool, field, code)
     check_keys(
@@ -319,7 +323,9 @@ def _validate_tool(
     )
     require_label(spec["name"], f"{field}.name", code)
     if spec["name"] in names:
-        raise invalid("duplicate_tool_name", f"{field}.name", f"tool name {spec['name']!r} is used twice")
+        raise invalid(
+            "duplicate_tool_name", f"{field}.name", f"tool name {spec['name']!r} is used twice"
+        )
     names.add(spec["name"])
     require_string(spec["description"], f"{field}.description", code)
     stored = _check_ref(spec["source_ref"], f"{field}.source_ref", RESPONSE_SOURCE, lookup)
@@ -372,7 +378,9 @@ def _validate_llm_node(
         )
     stored = _check_ref(node["llm_source_ref"], f"{field}.llm_source_ref", RESPONSE_SOURCE, lookup)
     _check_interface(stored, f"{field}.llm_source_ref", LLM_INTERFACE)
-    _validate_prompt(node["prompt_template"], f"{field}.prompt_template", earlier_text_nodes, all_node_ids)
+    _validate_prompt(
+        node["prompt_template"], f"{field}.prompt_template", earlier_text_nodes, all_node_ids
+    )
     _check_int_range(
         node["max_generation_attempts"],
         f"{field}.max_generation_attempts",
@@ -381,7 +389,10 @@ def _validate_llm_node(
     )
     if node["type"] == "llm_tool_loop":
         _check_int_range(
-            node["max_tool_calls"], f"{field}.max_tool_calls", MAX_TOOL_CALLS, "invalid_max_tool_calls"
+            node["max_tool_calls"],
+            f"{field}.max_tool_calls",
+            MAX_TOOL_CALLS,
+            "invalid_max_tool_calls",
         )
         validate_tools(node["available_tools"], f"{field}.available_tools", lookup)
         _check_ref(node["final_schema_ref"], f"{field}.final_schema_ref", JSON_SCHEMA, lookup)
@@ -444,7 +455,9 @@ def validate_workflow(content: Any, *, lookup: RefLookup, world_patch_hash: str)
                 raise invalid("invalid_node", f"{field}.{key}", "is required")
         require_label(node["id"], f"{field}.id")
         if node["id"] in seen:
-            raise invalid("duplicate_node_id", f"{field}.id", f"node id {node['id']!r} is used twice")
+            raise invalid(
+                "duplicate_node_id", f"{field}.id", f"node id {node['id']!r} is used twice"
+            )
         seen.add(node["id"])
         node_type = node["type"]
         if node_type in ("llm_text", "llm_tool_loop"):
@@ -467,11 +480,13 @@ def validate_workflow(content: Any, *, lookup: RefLookup, world_patch_hash: str)
     check_keys(apply_obj, "apply", required=("from",), code="invalid_apply")
     source = apply_obj["from"]
     producers = sorted(n for n, t in node_types.items() if t in PATCH_NODE_TYPES)
-    target = source[: -len(".final")] if isinstance(source, str) and source.endswith(".final") else None
+    target = (
+        source[: -len(".final")] if isinstance(source, str) and source.endswith(".final") else None
+    )
     if target is None or node_types.get(target) not in PATCH_NODE_TYPES:
         raise invalid(
             "invalid_apply",
             "apply.from",
-            f"{source!r} must be \"<node id>.final\" naming a node that produces a WorldPatch; "
+            f'{source!r} must be "<node id>.final" naming a node that produces a WorldPatch; '
             f"candidates: {', '.join(p + '.final' for p in producers) or 'none'}",
         )

@@ -34,7 +34,13 @@ ERROR_SCHEMA = inline_serializer(
         )
     },
 )
-ERRORS = {400: ERROR_SCHEMA, 401: ERROR_SCHEMA, 403: ERROR_SCHEMA, 404: ERROR_SCHEMA, 409: ERROR_SCHEMA}
+ERRORS = {
+    400: ERROR_SCHEMA,
+    401: ERROR_SCHEMA,
+    403: ERROR_SCHEMA,
+    404: ERROR_SCHEMA,
+    409: ERROR_SCHEMA,
+}
 
 COLLECTIONS: dict[str, ComponentKind] = {
     "json-schemas": ComponentKind.JSON_SCHEMA,
@@ -61,7 +67,9 @@ def _with_operator(request: Request, data: dict[str, Any]) -> dict[str, Any]:
 
 
 class ComponentPutInputSerializer(serializers.Serializer):
-    content = serializers.JSONField(help_text="The component content; sub-references may be inline.")
+    content = serializers.JSONField(
+        help_text="The component content; sub-references may be inline."
+    )
 
 
 class ComponentPutOutputSerializer(serializers.Serializer):
@@ -107,7 +115,7 @@ class ComponentCollectionApi(APIView):
         data = body_object(request)
         unknown = sorted(k for k in data if k != "content")
         if unknown:
-            raise invalid("invalid_input", unknown[0], "unknown field; the body is {\"content\": …}")
+            raise invalid("invalid_input", unknown[0], 'unknown field; the body is {"content": …}')
         if "content" not in data:
             raise invalid("invalid_input", "content", "is required")
         result = services.component_put(kind=self.kind, content=data["content"])
@@ -261,7 +269,9 @@ class ScenarioNameApi(APIView):
         allowed = {"hash", "expected_current_hash", "note", "operator"}
         unknown = sorted(k for k in data if k not in allowed)
         if unknown:
-            raise invalid("invalid_input", unknown[0], f"unknown field; allowed: {', '.join(sorted(allowed))}")
+            raise invalid(
+                "invalid_input", unknown[0], f"unknown field; allowed: {', '.join(sorted(allowed))}"
+            )
         if "hash" not in data:
             raise invalid("invalid_input", "hash", "is required")
         services.scenario_name_set(
@@ -280,7 +290,9 @@ class ScenarioNameApi(APIView):
         allowed = {"expected_current_hash", "note", "operator"}
         unknown = sorted(k for k in data if k not in allowed)
         if unknown:
-            raise invalid("invalid_input", unknown[0], f"unknown field; allowed: {', '.join(sorted(allowed))}")
+            raise invalid(
+                "invalid_input", unknown[0], f"unknown field; allowed: {', '.join(sorted(allowed))}"
+            )
         services.scenario_name_unset(
             name=name,
             expected_current_hash=data.get("expected_current_hash", services.UNSET),
@@ -294,7 +306,8 @@ class WorldPatchSchemaApi(APIView):
     @extend_schema(
         responses={
             200: inline_serializer(
-                "WorldPatchSchema", {"hash": serializers.CharField(), "schema": serializers.DictField()}
+                "WorldPatchSchema",
+                {"hash": serializers.CharField(), "schema": serializers.DictField()},
             )
         }
     )

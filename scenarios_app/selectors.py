@@ -93,7 +93,9 @@ def component_get(*, kind: str, hash: str) -> dict[str, Any]:
     row = MODEL_BY_KIND[ComponentKind(kind)].objects.filter(pk=hash).first()
     if row is None:
         raise NotFoundError(
-            "component_not_found", f"hash: no stored {kind} has hash {hash}", {"field": "hash", "hash": hash}
+            "component_not_found",
+            f"hash: no stored {kind} has hash {hash}",
+            {"field": "hash", "hash": hash},
         )
     return component_as_dict(kind, row)
 
@@ -139,9 +141,9 @@ def component_uses(*, kind: str, hash: str) -> dict[str, Any]:
         bindings = ScenarioEntity.objects.filter(entity_id=hash)
     ref_paths: dict[str, list[str]] = defaultdict(list)
     if kind in (ComponentKind.JSON_SCHEMA, ComponentKind.RESPONSE_SOURCE):
-        for workflow_id, path in WorkflowComponentRef.objects.filter(component_hash=hash).values_list(
-            "workflow_id", "path"
-        ):
+        for workflow_id, path in WorkflowComponentRef.objects.filter(
+            component_hash=hash
+        ).values_list("workflow_id", "path"):
             ref_paths[workflow_id].append(path)
     return {
         "kind": kind.value,
@@ -187,9 +189,7 @@ def _annotated(qs: QuerySet[Scenario]) -> QuerySet[Scenario]:
         has_parents_flag=Exists(
             ScenarioDerivationParent.objects.filter(derivation__child=OuterRef("pk"))
         ),
-        child_count_value=Coalesce(
-            Subquery(children, output_field=IntegerField()), Value(0)
-        ),
+        child_count_value=Coalesce(Subquery(children, output_field=IntegerField()), Value(0)),
     ).prefetch_related("names")
 
 
@@ -222,7 +222,9 @@ def scenario_hash_for_ref(*, ref: str) -> str:
         return ref
     problem = label_problem(ref)
     if problem is not None:
-        raise invalid("invalid_reference", "scenario", f"{ref!r} is neither a hash nor a name ({problem})")
+        raise invalid(
+            "invalid_reference", "scenario", f"{ref!r} is neither a hash nor a name ({problem})"
+        )
     current = ScenarioName.objects.filter(pk=ref).values_list("scenario_id", flat=True).first()
     if current is None:
         raise NotFoundError("name_not_found", f"name: no scenario is named {ref!r}", {"name": ref})
@@ -301,7 +303,9 @@ def scenario_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(k for k in params if k not in (*LIST_FILTERS, "limit", "offset", "format"))
     if unknown:
         raise invalid(
-            "invalid_query", unknown[0], f"unknown filter; known: {', '.join(LIST_FILTERS)}, limit, offset"
+            "invalid_query",
+            unknown[0],
+            f"unknown filter; known: {', '.join(LIST_FILTERS)}, limit, offset",
         )
     qs = Scenario.objects.all()
     if params.get("created_after"):
@@ -323,9 +327,13 @@ def scenario_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
         if kind == ComponentKind.ENTITY:
             uses = Q(pk__in=ScenarioEntity.objects.filter(entity_id=h).values("scenario_id"))
         elif kind == ComponentKind.ENVIRONMENT:
-            uses = Q(pk__in=ScenarioEnvironment.objects.filter(environment_id=h).values("scenario_id"))
+            uses = Q(
+                pk__in=ScenarioEnvironment.objects.filter(environment_id=h).values("scenario_id")
+            )
         elif kind == ComponentKind.COGNITION_PROFILE:
-            uses = Q(pk__in=ScenarioCognitionProfile.objects.filter(profile_id=h).values("scenario_id"))
+            uses = Q(
+                pk__in=ScenarioCognitionProfile.objects.filter(profile_id=h).values("scenario_id")
+            )
         elif kind == ComponentKind.COGNITION_WORKFLOW:
             uses = Q(
                 pk__in=ScenarioCognitionProfile.objects.filter(profile__workflow_id=h).values(
@@ -364,7 +372,11 @@ def scenario_lineage(*, ref: str, max_depth: int = 1000) -> dict[str, Any]:
             else:
                 qs = ScenarioDerivationParent.objects.filter(parent_id__in=frontier)
             rows = qs.values_list(
-                "derivation_id", "parent_id", "derivation__child_id", "role", "derivation__created_at"
+                "derivation_id",
+                "parent_id",
+                "derivation__child_id",
+                "role",
+                "derivation__created_at",
             )
             nxt: set[str] = set()
             for derivation_id, parent, child, role, created in rows:
@@ -416,7 +428,9 @@ def scenario_name_get(*, name: str) -> dict[str, Any]:
     current = ScenarioName.objects.filter(pk=name).first()
     history = list(ScenarioNameHistory.objects.filter(name=name).order_by("-changed_at", "-id"))
     if current is None and not history:
-        raise NotFoundError("name_not_found", f"name: no scenario is named {name!r}", {"name": name})
+        raise NotFoundError(
+            "name_not_found", f"name: no scenario is named {name!r}", {"name": name}
+        )
     scenario = None
     if current is not None:
         (scenario,) = scenario_summaries(Scenario.objects.filter(pk=current.scenario_id))

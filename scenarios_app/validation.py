@@ -134,7 +134,9 @@ def _check_env_name(value: object, field: str) -> None:
 def _check_timeout(value: object, field: str) -> None:
     if not is_int(value) or not 1 <= value <= TIMEOUT_MS_MAX:  # type: ignore[operator]
         raise invalid(
-            "invalid_response_source", field, f"must be an integer 1…{TIMEOUT_MS_MAX}, got {value!r}"
+            "invalid_response_source",
+            field,
+            f"must be an integer 1…{TIMEOUT_MS_MAX}, got {value!r}",
         )
 
 
@@ -199,13 +201,17 @@ def validate_response_source_content(content: object, field: str = "content") ->
             code=code,
         )
         if interface["method"] != "POST":
-            raise invalid(code, f"{iface_field}.method", f"must be \"POST\", got {interface['method']!r}")
+            raise invalid(
+                code, f"{iface_field}.method", f'must be "POST", got {interface["method"]!r}'
+            )
         _check_env_name(interface["url_env"], f"{iface_field}.url_env")
         if "path" in interface:
             path = require_string(interface["path"], f"{iface_field}.path", code)
             if not path.startswith("/") or "//" in path or "://" in path or "@" in path:
                 raise invalid(
-                    code, f"{iface_field}.path", f"must be an absolute path like \"/buy\", got {path!r}"
+                    code,
+                    f"{iface_field}.path",
+                    f'must be an absolute path like "/buy", got {path!r}',
                 )
         _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
     return source
@@ -239,7 +245,9 @@ def normalize_entity_content(content: object, field: str = "content") -> dict[st
     check_keys(entity, field, required=("id", "name", "state", "environment", "kind"), code=code)
     raw_id = entity["id"]
     if not isinstance(raw_id, str):
-        raise invalid("invalid_entity_id", f"{field}.id", f"must be a string, got {type_name(raw_id)}")
+        raise invalid(
+            "invalid_entity_id", f"{field}.id", f"must be a string, got {type_name(raw_id)}"
+        )
     try:
         entity_id = normalize_entity_id(raw_id)
     except IdentifierError as exc:
@@ -316,7 +324,9 @@ def validate_scenario_bindings(
 ) -> None:
     """Label resolution and roster rules over resolved entity contents (SPEC §3)."""
     if not cognition_profiles:
-        raise invalid("no_cognition_profiles", "cognition_profiles", "at least one profile is required")
+        raise invalid(
+            "no_cognition_profiles", "cognition_profiles", "at least one profile is required"
+        )
     if not environments:
         raise invalid("no_environments", "environments", "at least one environment is required")
     for label in cognition_profiles:

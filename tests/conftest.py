@@ -77,7 +77,9 @@ HTTP_SOURCE: dict[str, Any] = {
 }
 
 
-def tool_loop_workflow(world_patch_hash: str, *, prompt: str = "You control the acting subject.") -> dict[str, Any]:
+def tool_loop_workflow(
+    world_patch_hash: str, *, prompt: str = "You control the acting subject."
+) -> dict[str, Any]:
     """A minimal valid workflow with everything inline except the WorldPatch schema."""
     return {
         "version": 1,
@@ -91,7 +93,10 @@ def tool_loop_workflow(world_patch_hash: str, *, prompt: str = "You control the 
                 "prompt_template": {
                     "messages": [
                         {"role": "system", "content": prompt},
-                        {"role": "user", "content": "World:\n{{world.projection}}\n\n{{subject.rendered}}"},
+                        {
+                            "role": "user",
+                            "content": "World:\n{{world.projection}}\n\n{{subject.rendered}}",
+                        },
                     ]
                 },
                 "available_tools": [],

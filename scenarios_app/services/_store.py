@@ -88,13 +88,17 @@ def reject_nul(value: Any, fieldname: str) -> None:
 
 def parse_ref(value: Any, fieldname: str) -> tuple[str, Any]:
     """``{"hash": H}`` → ("hash", H); ``{"inline": content}`` → ("inline", content)."""
-    if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in ("hash", "inline"):
+    if (
+        not isinstance(value, dict)
+        or len(value) != 1
+        or next(iter(value)) not in ("hash", "inline")
+    ):
         raise invalid(
             "invalid_reference",
             fieldname,
             f'must be {{"hash": "<sha256>"}} or {{"inline": <content>}}, got {_short(value)}',
         )
-    (mode, payload), = value.items()
+    ((mode, payload),) = value.items()
     if mode == "hash" and not is_hash(payload):
         raise invalid(
             "invalid_hash", f"{fieldname}.hash", f"{_short(payload)} is not a lowercase sha256 hex"
@@ -136,7 +140,8 @@ def insert_missing(model: type[models.Model], rows: list[dict[str, Any]]) -> set
                 for f in fields:
                     item = row[f.name]
                     params.append(Jsonb(item) if isinstance(f, models.JSONField) else item)
-            sql = (
+            # Identifiers come from model metadata; every value is a bind parameter.
+            sql = (  # noqa: S608
                 f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(columns)}) VALUES "
                 f"{', '.join([row_sql] * len(batch))} "
                 f"ON CONFLICT ({qn(model._meta.pk.column)}) DO NOTHING "

@@ -186,7 +186,9 @@ def _resolve_entities(
             by_hash[f"{where}.hash"] = h
         hashes.append(h)
     if by_hash:
-        stored = dict(Entity.objects.filter(pk__in=set(by_hash.values())).values_list("pk", "content"))
+        stored = dict(
+            Entity.objects.filter(pk__in=set(by_hash.values())).values_list("pk", "content")
+        )
         for where, h in by_hash.items():
             if h not in stored:
                 raise invalid(
@@ -378,10 +380,12 @@ def _scenario_ref_hash(ref: Any, fieldname: str) -> str:
         raise invalid(
             "invalid_reference", fieldname, f'must be {{"name": N}} or {{"hash": H}}, got {ref!r}'
         )
-    (mode, value), = ref.items()
+    ((mode, value),) = ref.items()
     if mode == "hash":
         if not is_hash(value):
-            raise invalid("invalid_hash", f"{fieldname}.hash", f"{value!r} is not a lowercase sha256 hex")
+            raise invalid(
+                "invalid_hash", f"{fieldname}.hash", f"{value!r} is not a lowercase sha256 hex"
+            )
         if not Scenario.objects.filter(pk=value).exists():
             raise NotFoundError(
                 "scenario_not_found",
@@ -404,7 +408,9 @@ def _scenario_ref_hash(ref: Any, fieldname: str) -> str:
 
 def _label_list(value: Any, fieldname: str) -> list[str]:
     if not isinstance(value, list):
-        raise invalid("invalid_input", fieldname, f"must be an array of labels, got {type_name(value)}")
+        raise invalid(
+            "invalid_input", fieldname, f"must be an array of labels, got {type_name(value)}"
+        )
     for index, label in enumerate(value):
         require_label(label, f"{fieldname}[{index}]")
     return list(value)
@@ -428,12 +434,20 @@ def _apply_label_changes(
                 f"the parent binds no {kind} labelled {label!r}; bound: "
                 f"{', '.join(sorted(current)) or 'none'}",
             )
-        touched.append({"kind": kind, "label": label, "op": "remove", "old_hash": result.pop(label)})
+        touched.append(
+            {"kind": kind, "label": label, "op": "remove", "old_hash": result.pop(label)}
+        )
     for label, new_hash in upserts.items():
         old = result.get(label)
         if old != new_hash:
             touched.append(
-                {"kind": kind, "label": label, "op": "upsert", "old_hash": old, "new_hash": new_hash}
+                {
+                    "kind": kind,
+                    "label": label,
+                    "op": "upsert",
+                    "old_hash": old,
+                    "new_hash": new_hash,
+                }
             )
         result[label] = new_hash
     return result
@@ -453,13 +467,17 @@ def scenario_fork(*, data: Any) -> AssembleResult:
     meta = _parse_meta(body)
     if "touched_components" in meta.metadata:
         raise invalid(
-            "invalid_input", "metadata.touched_components", "is recorded by the fork and cannot be set"
+            "invalid_input",
+            "metadata.touched_components",
+            "is recorded by the fork and cannot be set",
         )
     changes = require_object(body["changes"], "changes", "invalid_input")
     check_keys(changes, "changes", required=(), optional=CHANGE_FIELDS, code="invalid_input")
     reject_nul(changes.get("description", ""), "changes.description")
     profile_upserts_raw = require_object(
-        changes.get("cognition_profile_upserts", {}), "changes.cognition_profile_upserts", "invalid_input"
+        changes.get("cognition_profile_upserts", {}),
+        "changes.cognition_profile_upserts",
+        "invalid_input",
     )
     env_upserts_raw = require_object(
         changes.get("environment_upserts", {}), "changes.environment_upserts", "invalid_input"
@@ -467,7 +485,9 @@ def scenario_fork(*, data: Any) -> AssembleResult:
     profile_removals = _label_list(
         changes.get("cognition_profile_removals", []), "changes.cognition_profile_removals"
     )
-    env_removals = _label_list(changes.get("environment_removals", []), "changes.environment_removals")
+    env_removals = _label_list(
+        changes.get("environment_removals", []), "changes.environment_removals"
+    )
     for kind, upserts, removals in (
         ("cognition_profile", profile_upserts_raw, profile_removals),
         ("environment", env_upserts_raw, env_removals),
@@ -481,7 +501,9 @@ def scenario_fork(*, data: Any) -> AssembleResult:
             )
     additional = body.get("additional_parents", [])
     if not isinstance(additional, list):
-        raise invalid("invalid_input", "additional_parents", f"must be an array, got {type_name(additional)}")
+        raise invalid(
+            "invalid_input", "additional_parents", f"must be an array, got {type_name(additional)}"
+        )
 
     resolver = Resolver()
     with transaction.atomic(durable=True):
@@ -493,7 +515,9 @@ def scenario_fork(*, data: Any) -> AssembleResult:
             check_keys(edge, where, required=("hash", "role"), code="invalid_input")
             role = edge["role"]
             if not isinstance(role, str) or not role.strip() or len(role) > 64:
-                raise invalid("invalid_input", f"{where}.role", "must be a non-empty string ≤ 64 chars")
+                raise invalid(
+                    "invalid_input", f"{where}.role", "must be a non-empty string ≤ 64 chars"
+                )
             parents.append((_scenario_ref_hash({"hash": edge["hash"]}, where), role))
 
         parent = Scenario.objects.get(pk=parent_hash)
@@ -521,7 +545,12 @@ def scenario_fork(*, data: Any) -> AssembleResult:
         for key in ("scenario_slug", "description", "chronon_seconds"):
             if key in changes and changes[key] != scalars[key]:
                 touched.append(
-                    {"kind": "scenario_field", "field": key, "old": scalars[key], "new": changes[key]}
+                    {
+                        "kind": "scenario_field",
+                        "field": key,
+                        "old": scalars[key],
+                        "new": changes[key],
+                    }
                 )
                 scalars[key] = changes[key]
         validate_scenario_scalars(**scalars)
@@ -613,7 +642,12 @@ def _check_cas(name: str, current: str | None, expected: Any) -> None:
             "cas_failed",
             f"expected_current_hash: name {name!r} points to {current or 'nothing'}, "
             f"not {expected or 'nothing'}",
-            {"field": "expected_current_hash", "name": name, "expected": expected, "current": current},
+            {
+                "field": "expected_current_hash",
+                "name": name,
+                "expected": expected,
+                "current": current,
+            },
         )
 
 
@@ -678,12 +712,16 @@ def scenario_name_unset(
         current = ScenarioName.objects.filter(pk=name).values_list("scenario_id", flat=True).first()
         if current is None and expected_current_hash is UNSET:
             raise NotFoundError(
-                "name_not_found", f"name: no scenario is named {name!r}", {"field": "name", "name": name}
+                "name_not_found",
+                f"name: no scenario is named {name!r}",
+                {"field": "name", "name": name},
             )
         _check_cas(name, current, expected_current_hash)
         if current is None:
             raise NotFoundError(
-                "name_not_found", f"name: no scenario is named {name!r}", {"field": "name", "name": name}
+                "name_not_found",
+                f"name: no scenario is named {name!r}",
+                {"field": "name", "name": name},
             )
         ScenarioName.objects.filter(pk=name).delete()
         ScenarioNameHistory.objects.create(
