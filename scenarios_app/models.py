@@ -191,7 +191,9 @@ class Scenario(models.Model):
 
 
 class ScenarioCognitionProfile(models.Model):
-    scenario = models.ForeignKey(Scenario, on_delete=models.CASCADE, related_name="profile_bindings")
+    scenario = models.ForeignKey(
+        Scenario, on_delete=models.CASCADE, related_name="profile_bindings"
+    )
     label = models.CharField(max_length=64)
     profile = models.ForeignKey(CognitionProfile, on_delete=models.PROTECT, related_name="bindings")
 
@@ -199,7 +201,9 @@ class ScenarioCognitionProfile(models.Model):
         ordering = ["scenario", "label"]
         constraints = [
             # Rule: a label is bound once per scenario.
-            models.UniqueConstraint(fields=["scenario", "label"], name="scenario_profile_label_unique"),
+            models.UniqueConstraint(
+                fields=["scenario", "label"], name="scenario_profile_label_unique"
+            ),
             _label_check("label", "scenario_profile_label_grammar"),
         ]
 
@@ -218,7 +222,9 @@ class ScenarioEnvironment(models.Model):
         ordering = ["scenario", "label"]
         constraints = [
             # Rule: a label is bound once per scenario.
-            models.UniqueConstraint(fields=["scenario", "label"], name="scenario_environment_label_unique"),
+            models.UniqueConstraint(
+                fields=["scenario", "label"], name="scenario_environment_label_unique"
+            ),
             _label_check("label", "scenario_environment_label_grammar"),
         ]
 
@@ -235,8 +241,12 @@ class ScenarioEntity(models.Model):
         ordering = ["scenario", "position"]
         constraints = [
             # Rule: the entity list is ordered; one entity per position.
-            models.UniqueConstraint(fields=["scenario", "position"], name="scenario_entity_position_unique"),
-            models.CheckConstraint(condition=Q(position__gte=0), name="scenario_entity_position_gte_0"),
+            models.UniqueConstraint(
+                fields=["scenario", "position"], name="scenario_entity_position_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(position__gte=0), name="scenario_entity_position_gte_0"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -28,7 +28,9 @@ urlpatterns += [
     path("scenarios/fork/", api.ScenarioForkApi.as_view(), name="api-scenario-fork"),
     path("scenarios/<str:ref>/", api.ScenarioDetailApi.as_view(), name="api-scenario-detail"),
     path(
-        "scenarios/<str:ref>/lineage/", api.ScenarioLineageApi.as_view(), name="api-scenario-lineage"
+        "scenarios/<str:ref>/lineage/",
+        api.ScenarioLineageApi.as_view(),
+        name="api-scenario-lineage",
     ),
     path("scenario-names/<str:name>/", api.ScenarioNameApi.as_view(), name="api-scenario-name"),
     path("world-patch-schema/", api.WorldPatchSchemaApi.as_view(), name="api-world-patch-schema"),

@@ -141,8 +141,9 @@ def insert_missing(model: type[models.Model], rows: list[dict[str, Any]]) -> set
                     item = row[f.name]
                     params.append(Jsonb(item) if isinstance(f, models.JSONField) else item)
             # Identifiers come from model metadata; every value is a bind parameter.
-            sql = (  # noqa: S608
-                f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(columns)}) VALUES "
+            table = qn(model._meta.db_table)
+            sql = (
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES "  # noqa: S608
                 f"{', '.join([row_sql] * len(batch))} "
                 f"ON CONFLICT ({qn(model._meta.pk.column)}) DO NOTHING "
                 f"RETURNING {qn(model._meta.pk.column)}"
