@@ -85,7 +85,8 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.postgresql",
-            "NAME": _pg.database,
+            # CHUKWA_DB_NAME points a process (e.g. a test's Celery worker) at another database.
+            "NAME": os.environ.get("CHUKWA_DB_NAME", _pg.database),
             "USER": _pg.user,
             "HOST": _pg.socket_dir,
             "PORT": str(_pg.port),
@@ -157,6 +158,14 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CHUKWA_CELERY_QUEUE", "chukwa")
+CELERY_BEAT_SCHEDULE = {
+    # Safety net for dead workers: interrupt attempts whose lease expired.
+    "reap-expired-attempts": {"task": "worlds.reap_expired_attempts", "schedule": 30.0},
+}
+# A running attempt renews its lease while it works; one that stops renewing for this long is
+# considered dead and is marked interrupted by the reaper.
+CHUKWA_ATTEMPT_LEASE_SECONDS = int(os.environ.get("CHUKWA_ATTEMPT_LEASE_SECONDS", "60"))
 
 OPERATORS_GROUP = "operators"
 

@@ -95,6 +95,10 @@ def up(host: str, port: int, concurrency: int) -> int:
             str(concurrency),
             "--hostname",
             f"chukwa-worker-{os.getpid()}@%h",
+            # the periodic reaper (interrupts attempts of dead workers) runs in this worker
+            "--beat",
+            "--schedule",
+            str(embedded.data_dir() / "celerybeat-schedule"),
         ],
         cwd=embedded.PROJECT_DIR,
         env=_env(),

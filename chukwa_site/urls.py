@@ -13,4 +13,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/", include("scenarios_app.urls")),
+    path("api/", include("worlds_app.urls")),
 ]

@@ -490,3 +490,9 @@ def validate_workflow(content: Any, *, lookup: RefLookup, world_patch_hash: str)
             f'{source!r} must be "<node id>.final" naming a node that produces a WorldPatch; '
             f"candidates: {', '.join(p + '.final' for p in producers) or 'none'}",
         )
+
+
+# The rule policy registers here (imported last: it needs nothing from this module at runtime).
+from cognition_app.rule_policy import validate_rule_policy_node  # noqa: E402
+
+EXTRA_NODE_VALIDATORS["rule_policy"] = validate_rule_policy_node

@@ -9,6 +9,7 @@ from typing import Any, TypedDict
 from django.db import connection, transaction
 
 from chukwa_site.errors import ChukwaError, ConflictError, NotFoundError, invalid
+from cognition_app.rule_policy import rule_policy_references
 from scenarios_app import hashing
 from scenarios_app.identifiers import is_hash, label_problem
 from scenarios_app.models import (
@@ -203,6 +204,24 @@ def _resolve_entities(
     return hashes, contents
 
 
+def _check_rule_policy_references(manifest: _Manifest, workflows: Mapping[str, Any]) -> None:
+    """Ids a rule policy names must exist in the scenario that binds it."""
+    entity_ids = {c["id"] for c in manifest.entity_contents.values()}
+    for label, profile_hash in sorted(manifest.cognition_profiles.items()):
+        workflow = workflows.get(profile_hash)
+        if not isinstance(workflow, dict):
+            continue
+        for path, kind, ref in rule_policy_references(workflow):
+            known = entity_ids if kind == "entity" else set(manifest.environments)
+            if ref not in known:
+                raise invalid(
+                    f"unknown_{kind}_reference",
+                    f"cognition_profiles.{label}.workflow.{path}",
+                    f"the rule policy names {kind} {ref!r}, which this scenario does not have; "
+                    f"known: {', '.join(sorted(known))}",
+                )
+
+
 def _check_size(manifest: _Manifest) -> None:
     """Canonical size of the full reconstruction (contents, not hashes) ≤ 256 KiB."""
     profiles = dict(
@@ -226,6 +245,7 @@ def _check_size(manifest: _Manifest) -> None:
         "entities": [manifest.entity_contents[h] for h in manifest.entities],
     }
     check_scenario_size(len(hashing.canonical_json_bytes(reconstruction)))
+    _check_rule_policy_references(manifest, profiles)
 
 
 def _validate(manifest: _Manifest, *, entities_field: str = "entities") -> None:
@@ -334,6 +354,12 @@ def _result(
 def scenario_assemble(*, data: Any) -> AssembleResult:
     """Compose a scenario from hash-or-inline references at every level; records a derivation
     with no parents; optionally sets a name in the same transaction."""
+    with transaction.atomic(durable=True):
+        return scenario_assemble_within(data=data)
+
+
+def scenario_assemble_within(*, data: Any) -> AssembleResult:
+    """The same assembly inside the caller's transaction (world creation from ``{"data"}``)."""
     body = require_object(data, "body", "invalid_input")
     check_keys(body, "", required=ASSEMBLE_FIELDS, optional=META_FIELDS, code="invalid_input")
     meta = _parse_meta(body)
@@ -344,7 +370,7 @@ def scenario_assemble(*, data: Any) -> AssembleResult:
         chronon_seconds=body["chronon_seconds"],
     )
     resolver = Resolver()
-    with transaction.atomic(durable=True):
+    with transaction.atomic():
         profiles = _resolve_profiles(resolver, body["cognition_profiles"], "cognition_profiles")
         environments = _resolve_environments(resolver, body["environments"], "environments")
         entities, contents = _resolve_entities(resolver, body["entities"], "entities")
@@ -736,6 +762,7 @@ __all__ = [
     "ChukwaError",
     "NameResult",
     "scenario_assemble",
+    "scenario_assemble_within",
     "scenario_fork",
     "scenario_name_set",
     "scenario_name_unset",

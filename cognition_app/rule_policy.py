@@ -1,0 +1,377 @@
+"""The ``rule_policy`` node: deterministic, LLM-free cognition (SPEC §8). Pure: no Django.
+
+perception → intent (the first authored rule whose conditions hold, optionally with a seeded
+probability) → plan (the rule's steps, as WorldPatch effects) → memory (one experience line) →
+an observable inner monologue. Identical world state, ambient context, workflow and seed give an
+identical patch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from chukwa_site.errors import invalid
+from scenarios_app.hashing import json_hash
+from scenarios_app.identifiers import is_entity_id, is_label
+from scenarios_app.validation import check_keys, require_label, require_object, type_name
+from worlds_app.kernel.state import WorldState, memory_of
+from worlds_app.patch_schema import PATCH_OPS
+
+if TYPE_CHECKING:
+    from cognition_app.workflow_validation import RefLookup
+
+TEXT_CONDITIONS = {
+    "subject_state_contains": ("text",),
+    "subject_state_not_contains": ("text",),
+    "subject_memory_contains": ("text",),
+    "subject_memory_not_contains": ("text",),
+    "entity_perceived": ("entity_id",),
+    "entity_not_perceived": ("entity_id",),
+    "entity_state_contains": ("entity_id", "text"),
+    "entity_state_not_contains": ("entity_id", "text"),
+    "ambient_present": ("pointer",),
+    "ambient_equals": ("pointer", "value"),
+    "ambient_contains": ("pointer", "text"),
+}
+TEMPLATE_NAMES = frozenset(
+    {
+        "subject.id",
+        "subject.name",
+        "subject.environment",
+        "world.turn",
+        "world.attempted_turn",
+        "world.simulation_time",
+        "rule.id",
+    }
+)
+_PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}")
+SUBJECT_ID = "{{subject.id}}"
+SUBJECT_ENVIRONMENT = "{{subject.environment}}"
+RULE_FIELDS = ("id", "when", "intent", "plan", "memory", "narration")
+
+
+# --- validation (joins the store's workflow validator) -------------------------------------
+
+
+def _check_template(value: Any, fieldname: str, *, extra: frozenset[str] = frozenset()) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise invalid("invalid_template", fieldname, "must be a non-empty string template")
+    for match in _PLACEHOLDER.finditer(value):
+        if match.group(1) not in TEMPLATE_NAMES | extra:
+            raise invalid(
+                "invalid_template",
+                fieldname,
+                f"unknown placeholder {{{{{match.group(1)}}}}}; known: "
+                + ", ".join("{{" + n + "}}" for n in sorted(TEMPLATE_NAMES | extra)),
+            )
+    if "{{" in _PLACEHOLDER.sub("", value) or "}}" in _PLACEHOLDER.sub("", value):
+        raise invalid("invalid_template", fieldname, "has an unbalanced {{ or }}")
+    return value
+
+
+def _check_pointer(value: Any, fieldname: str) -> None:
+    if not isinstance(value, str) or not value.startswith("/ambient/"):
+        raise invalid(
+            "invalid_condition", fieldname, f"must be a JSON pointer under /ambient/, got {value!r}"
+        )
+
+
+def _validate_condition(condition: Any, fieldname: str) -> None:
+    cond = require_object(condition, fieldname, "invalid_condition")
+    kind = cond.get("kind")
+    if kind not in TEXT_CONDITIONS:
+        raise invalid(
+            "unknown_condition_kind",
+            f"{fieldname}.kind",
+            f"{kind!r} is not a condition kind; known: {', '.join(sorted(TEXT_CONDITIONS))}",
+        )
+    check_keys(cond, fieldname, required=("kind", *TEXT_CONDITIONS[kind]), code="invalid_condition")
+    if "text" in cond and (not isinstance(cond["text"], str) or not cond["text"].strip()):
+        raise invalid("invalid_condition", f"{fieldname}.text", "must be a non-empty string")
+    if "entity_id" in cond and not is_entity_id(cond["entity_id"]):
+        raise invalid(
+            "invalid_condition",
+            f"{fieldname}.entity_id",
+            f"{cond['entity_id']!r} is not an entity id",
+        )
+    if "pointer" in cond:
+        _check_pointer(cond["pointer"], f"{fieldname}.pointer")
+
+
+def _validate_step(step: Any, fieldname: str) -> None:
+    effect = require_object(step, fieldname, "invalid_plan_step")
+    op = effect.get("op")
+    if op not in PATCH_OPS:
+        raise invalid(
+            "invalid_plan_step",
+            f"{fieldname}.op",
+            f"{op!r} is not a WorldPatch op; valid ops: {', '.join(PATCH_OPS)}",
+        )
+    if op == "set_environment_content":
+        check_keys(
+            effect,
+            fieldname,
+            required=("op", "environment_label", "content"),
+            code="invalid_plan_step",
+        )
+        label = effect["environment_label"]
+        if label != SUBJECT_ENVIRONMENT and not is_label(label):
+            raise invalid(
+                "invalid_plan_step",
+                f"{fieldname}.environment_label",
+                f"{label!r} must be an environment label or {SUBJECT_ENVIRONMENT}",
+            )
+        _check_template(effect["content"], f"{fieldname}.content")
+        return
+    text_key = "state" if op == "set_entity_state" else "content"
+    check_keys(effect, fieldname, required=("op", "entity_id", text_key), code="invalid_plan_step")
+    entity_id = effect["entity_id"]
+    if entity_id != SUBJECT_ID and not is_entity_id(entity_id):
+        raise invalid(
+            "invalid_plan_step",
+            f"{fieldname}.entity_id",
+            f"{entity_id!r} must be an entity id or {SUBJECT_ID}",
+        )
+    _check_template(effect[text_key], f"{fieldname}.{text_key}")
+
+
+def validate_rule_policy_node(node: Mapping[str, Any], fieldname: str, lookup: RefLookup) -> None:
+    check_keys(node, fieldname, required=("id", "type", "rules"), code="invalid_node")
+    rules = node["rules"]
+    if not isinstance(rules, list) or not rules:
+        raise invalid("invalid_rule", f"{fieldname}.rules", "must be a non-empty array of rules")
+    seen: set[str] = set()
+    for index, raw in enumerate(rules):
+        where = f"{fieldname}.rules[{index}]"
+        rule = require_object(raw, where, "invalid_rule")
+        check_keys(
+            rule, where, required=RULE_FIELDS, optional=("probability",), code="invalid_rule"
+        )
+        require_label(rule["id"], f"{where}.id", "invalid_rule")
+        if rule["id"] in seen:
+            raise invalid(
+                "duplicate_rule_id", f"{where}.id", f"rule id {rule['id']!r} is used twice"
+            )
+        seen.add(rule["id"])
+        if not isinstance(rule["when"], list):
+            raise invalid(
+                "invalid_rule", f"{where}.when", f"must be an array, got {type_name(rule['when'])}"
+            )
+        for c_index, condition in enumerate(rule["when"]):
+            _validate_condition(condition, f"{where}.when[{c_index}]")
+        if "probability" in rule:
+            p = rule["probability"]
+            if isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p <= 1:
+                raise invalid(
+                    "invalid_probability",
+                    f"{where}.probability",
+                    f"must be a number in (0, 1], got {p!r}",
+                )
+        _check_template(rule["intent"], f"{where}.intent")
+        _check_template(rule["memory"], f"{where}.memory")
+        _check_template(rule["narration"], f"{where}.narration")
+        if not isinstance(rule["plan"], list):
+            raise invalid(
+                "invalid_rule", f"{where}.plan", f"must be an array, got {type_name(rule['plan'])}"
+            )
+        for s_index, step in enumerate(rule["plan"]):
+            _validate_step(step, f"{where}.plan[{s_index}]")
+    last = rules[-1]
+    if last["when"] or "probability" in last:
+        raise invalid(
+            "rule_policy_no_fallback",
+            f"{fieldname}.rules[{len(rules) - 1}]",
+            "the last rule must have no conditions and no probability, so that some rule "
+            "always decides (there is no implicit default)",
+        )
+
+
+def rule_policy_references(workflow: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(field path, "entity" | "environment", id) for every concrete id a rule policy names;
+    the scenario validator checks each against the scenario."""
+    refs: list[tuple[str, str, str]] = []
+    for n_index, node in enumerate(workflow.get("nodes", [])):
+        if not isinstance(node, dict) or node.get("type") != "rule_policy":
+            continue
+        for r_index, rule in enumerate(node.get("rules", [])):
+            base = f"nodes[{n_index}].rules[{r_index}]"
+            for c_index, cond in enumerate(rule.get("when", [])):
+                if "entity_id" in cond:
+                    refs.append((f"{base}.when[{c_index}].entity_id", "entity", cond["entity_id"]))
+            for s_index, step in enumerate(rule.get("plan", [])):
+                if step.get("entity_id") not in (None, SUBJECT_ID):
+                    refs.append((f"{base}.plan[{s_index}].entity_id", "entity", step["entity_id"]))
+                if step.get("environment_label") not in (None, SUBJECT_ENVIRONMENT):
+                    refs.append(
+                        (
+                            f"{base}.plan[{s_index}].environment_label",
+                            "environment",
+                            step["environment_label"],
+                        )
+                    )
+    return refs
+
+
+# --- evaluation ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    world_slug: str
+    turn: int
+    attempted_turn: int
+    simulation_time: str
+    ambient: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    patch: dict[str, Any]
+    monologue: dict[str, Any]
+    content_hash: str
+    rule_id: str
+
+
+def seed_for(ctx: RuleContext, subject_id: str, node_id: str) -> int:
+    material = "\x1f".join([ctx.world_slug, str(ctx.attempted_turn), subject_id, node_id])
+    return int.from_bytes(hashlib.sha256(material.encode("utf-8")).digest()[:8], "big")
+
+
+def _pointer_get(tree: Mapping[str, Any], pointer: str) -> tuple[bool, Any]:
+    """Resolve a JSON pointer ("/ambient/…") against {"ambient": tree}."""
+    current: Any = {"ambient": tree}
+    for raw in pointer.split("/")[1:]:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(current, dict) and part in current:
+            current = current[part]
+        elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
+            current = current[int(part)]
+        else:
+            return False, None
+    return True, current
+
+
+def _holds(
+    cond: Mapping[str, Any],
+    subject: dict[str, Any],
+    perceived: dict[str, dict[str, Any]],
+    ambient: Mapping[str, Any],
+) -> bool:
+    kind = cond["kind"]
+    text = cond.get("text", "").lower()
+    if kind.startswith("subject_state"):
+        found = text in subject["state"].lower()
+        return not found if kind.endswith("not_contains") else found
+    if kind.startswith("subject_memory"):
+        found = text in memory_of(subject).lower()
+        return not found if kind.endswith("not_contains") else found
+    if kind == "entity_perceived":
+        return cond["entity_id"] in perceived
+    if kind == "entity_not_perceived":
+        return cond["entity_id"] not in perceived
+    if kind in ("entity_state_contains", "entity_state_not_contains"):
+        entity = perceived.get(cond["entity_id"])
+        if entity is None:
+            return False  # entity conditions only see what the subject perceives
+        found = text in entity["state"].lower()
+        return not found if kind == "entity_state_not_contains" else found
+    present, value = _pointer_get(ambient, cond["pointer"])
+    if kind == "ambient_present":
+        return present
+    if kind == "ambient_equals":
+        return present and value == cond["value"]
+    return present and isinstance(value, str) and text in value.lower()
+
+
+def _render(template: str, values: Mapping[str, str]) -> str:
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def evaluate_rule_policy(
+    node: Mapping[str, Any], world: WorldState, subject_id: str, ctx: RuleContext
+) -> RuleOutcome:
+    subject = world.entities[subject_id]
+    perceived_list = world.co_located(subject_id)
+    perceived = {e["id"]: e for e in perceived_list}
+    rng = random.Random(seed_for(ctx, subject_id, node["id"]))  # noqa: S311 - reproducible by design
+    considered: list[dict[str, Any]] = []
+    chosen: Mapping[str, Any] | None = None
+    for rule in node["rules"]:
+        entry: dict[str, Any] = {"rule": rule["id"]}
+        failed = next(
+            (
+                i
+                for i, c in enumerate(rule["when"])
+                if not _holds(c, subject, perceived, ctx.ambient)
+            ),
+            None,
+        )
+        entry["conditions_held"] = failed is None
+        if failed is not None:
+            entry["failed_condition"] = failed
+            considered.append(entry)
+            continue
+        if "probability" in rule:
+            draw = rng.random()
+            entry.update(
+                {
+                    "probability": rule["probability"],
+                    "draw": draw,
+                    "fired": draw < rule["probability"],
+                }
+            )
+            considered.append(entry)
+            if not entry["fired"]:
+                continue
+        else:
+            considered.append(entry)
+        chosen = rule
+        break
+    if chosen is None:  # unreachable: validation requires an unconditional last rule
+        raise RuntimeError("rule policy decided nothing despite its fallback rule")
+    values = {
+        "subject.id": subject_id,
+        "subject.name": subject["name"],
+        "subject.environment": subject["environment"],
+        "world.turn": str(ctx.turn),
+        "world.attempted_turn": str(ctx.attempted_turn),
+        "world.simulation_time": ctx.simulation_time,
+        "rule.id": chosen["id"],
+    }
+    effects: list[dict[str, Any]] = []
+    for step in chosen["plan"]:
+        effect = {}
+        for key, value in step.items():
+            if key == "entity_id" and value == SUBJECT_ID:
+                effect[key] = subject_id
+            elif key == "environment_label" and value == SUBJECT_ENVIRONMENT:
+                effect[key] = subject["environment"]
+            elif key in ("state", "content"):
+                effect[key] = _render(value, values)
+            else:
+                effect[key] = value
+        effects.append(effect)
+    intent = _render(chosen["intent"], values)
+    memory_line = _render(chosen["memory"], values)
+    effects.append({"op": "append_entity_memory", "entity_id": subject_id, "content": memory_line})
+    patch = {"narration": _render(chosen["narration"], values), "effects": effects}
+    monologue = {
+        "subject_id": subject_id,
+        "node_id": node["id"],
+        "perceived": [
+            {"id": e["id"], "name": e["name"], "state": e["state"]} for e in perceived_list
+        ],
+        "ambient": dict(ctx.ambient),
+        "rules_considered": considered,
+        "matched_rule": chosen["id"],
+        "intent": intent,
+        "plan": effects,
+        "memory": memory_line,
+        "seed": format(seed_for(ctx, subject_id, node["id"]), "016x"),
+    }
+    return RuleOutcome(patch, monologue, json_hash(monologue), chosen["id"])

@@ -1,0 +1,142 @@
+"""Runs one subject's workflow nodes and returns its final WorldPatch. Pure: no Django.
+
+Node executors are looked up by node type. The rule policy runs here; the LLM node types
+(`llm_text`, `llm_tool_loop`) need the source layer and fail the attempt with a clear message
+until it is installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from cognition_app.rule_policy import RuleContext, evaluate_rule_policy
+from worlds_app.kernel.state import WorldState
+
+
+class AttemptFailure(Exception):
+    """Fails the whole attempt before commit: nothing of the turn is kept but its traces."""
+
+    def __init__(self, step: str, message: str, *, subject_id: str = "", node_id: str = "") -> None:
+        super().__init__(message)
+        self.step = step
+        self.message = message
+        self.subject_id = subject_id
+        self.node_id = node_id
+
+
+@dataclass
+class StagedEvent:
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    subject_id: str = ""
+    node_id: str = ""
+    workflow_hash: str = ""
+    patch_seq: int | None = None
+    content_hash: str = ""
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+@dataclass(frozen=True)
+class TurnContext:
+    world_slug: str
+    turn: int
+    attempted_turn: int
+    simulation_time: str
+    ambient: Mapping[str, Any]
+
+
+@dataclass
+class SubjectRun:
+    subject_id: str
+    workflow: Mapping[str, Any]
+    workflow_hash: str
+    world: WorldState
+    ctx: TurnContext
+    events: list[StagedEvent]
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+NodeExecutor = Callable[[Mapping[str, Any], SubjectRun], Any]
+
+
+def _run_rule_policy(node: Mapping[str, Any], run: SubjectRun) -> dict[str, Any]:
+    outcome = evaluate_rule_policy(
+        node,
+        run.world,
+        run.subject_id,
+        RuleContext(
+            world_slug=run.ctx.world_slug,
+            turn=run.ctx.turn,
+            attempted_turn=run.ctx.attempted_turn,
+            simulation_time=run.ctx.simulation_time,
+            ambient=run.ctx.ambient,
+        ),
+    )
+    run.events.append(
+        StagedEvent(
+            "inner_monologue",
+            outcome.monologue,
+            subject_id=run.subject_id,
+            node_id=node["id"],
+            workflow_hash=run.workflow_hash,
+            content_hash=outcome.content_hash,
+        )
+    )
+    return outcome.patch
+
+
+def _llm_unavailable(node: Mapping[str, Any], run: SubjectRun) -> Any:
+    raise AttemptFailure(
+        "node",
+        f"node {node['id']!r} ({node['type']}) cannot run: LLM nodes need the source layer, "
+        "which this version does not include",
+        subject_id=run.subject_id,
+        node_id=node["id"],
+    )
+
+
+NODE_EXECUTORS: dict[str, NodeExecutor] = {
+    "rule_policy": _run_rule_policy,
+    "llm_text": _llm_unavailable,
+    "llm_tool_loop": _llm_unavailable,
+}
+PATCH_NODE_TYPES = frozenset({"rule_policy", "llm_tool_loop"})
+
+
+def run_subject_workflow(run: SubjectRun) -> tuple[dict[str, Any], str]:
+    """Run every node in order; return (the patch named by ``apply.from``, its node id)."""
+    node_types: dict[str, str] = {}
+    for node in run.workflow["nodes"]:
+        executor = NODE_EXECUTORS.get(node["type"])
+        if executor is None:
+            raise AttemptFailure(
+                "node",
+                f"node {node['id']!r} has type {node['type']!r}, which this kernel cannot run",
+                subject_id=run.subject_id,
+                node_id=node["id"],
+            )
+        output = executor(node, run)
+        run.outputs[node["id"]] = output
+        node_types[node["id"]] = node["type"]
+        if node["type"] not in PATCH_NODE_TYPES:
+            run.events.append(
+                StagedEvent(
+                    "node_output",
+                    {"output": output},
+                    subject_id=run.subject_id,
+                    node_id=node["id"],
+                    workflow_hash=run.workflow_hash,
+                )
+            )
+    source = run.workflow["apply"]["from"]
+    node_id = source.removesuffix(".final")
+    if node_types.get(node_id) not in PATCH_NODE_TYPES:
+        raise AttemptFailure(
+            "apply",
+            f"apply.from {source!r} does not name a node that produced a WorldPatch",
+            subject_id=run.subject_id,
+        )
+    return run.outputs[node_id], node_id

@@ -1,0 +1,1 @@
+"""The world kernel: world state, WorldPatch validation and application, rendering. Pure."""

@@ -1,0 +1,43 @@
+"""Create a world from a named or hashed scenario."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from chukwa_site.errors import ChukwaError
+from worlds_app.services import world_create
+
+
+class Command(BaseCommand):
+    help = "Create a world: manage.py create_world SLUG --scenario NAME (or --scenario-hash H)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("slug")
+        group = parser.add_mutually_exclusive_group(required=True)
+        group.add_argument("--scenario", help="scenario name")
+        group.add_argument("--scenario-hash", help="scenario hash")
+        parser.add_argument("--name", help='display name (default "<label> #<slug>")')
+        parser.add_argument(
+            "--start-time", help="simulation time of turn 0 (ISO 8601; default now)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        ref = (
+            {"name": options["scenario"]}
+            if options["scenario"]
+            else {"hash": options["scenario_hash"]}
+        )
+        data: dict[str, Any] = {"slug": options["slug"], "scenario_ref": ref}
+        if options["name"]:
+            data["name"] = options["name"]
+        if options["start_time"]:
+            data["start_time"] = options["start_time"]
+        try:
+            world = world_create(data=data)
+        except ChukwaError as exc:
+            raise CommandError(f"{exc.code}: {exc.message}") from None
+        self.stdout.write(
+            f"world {world.slug!r} created from {world.label} ({world.scenario_id[:12]}), turn 0"
+        )

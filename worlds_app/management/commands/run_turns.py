@@ -1,0 +1,74 @@
+"""Queue N turns of a world, wait for the Celery worker to run them, summarize each turn."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from tqdm import tqdm
+
+from chukwa_site.errors import ChukwaError
+from worlds_app import selectors
+from worlds_app.models import AttemptStatus, TurnAttempt
+from worlds_app.services import turn_attempt_enqueue
+
+
+def _worker_names() -> list[str]:
+    from chukwa_site.celery import app
+
+    replies = app.control.ping(timeout=1.0) or []
+    return [name for reply in replies for name in reply]
+
+
+def summarize_turn(slug: str, number: int) -> str:
+    turn = selectors.turn_get(slug=slug, number=number)
+    lines = [f"turn {number} ({turn['simulation_time']:%Y-%m-%d %H:%M:%S} sim time)"]
+    for patch in turn["patches"]:
+        lines.append(f"  {patch['subject_id']}: {patch['narration']}")
+    changed = sorted({t["target_id"] for t in turn["transitions"]})
+    lines.append(f"  changed: {', '.join(changed) or 'nothing'}")
+    return "\n".join(lines)
+
+
+class Command(BaseCommand):
+    help = "Queue N turns for a world and print a summary of each as the worker commits it."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("slug")
+        parser.add_argument("count", type=int, nargs="?", default=1)
+        parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait in all")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        slug, count = options["slug"], options["count"]
+        if not _worker_names():
+            raise CommandError(
+                "no Celery worker answered: start the stack (./bin/stack) or a worker first"
+            )
+        try:
+            queued = turn_attempt_enqueue(slug=slug, count=count, requested_by="cli")
+        except ChukwaError as exc:
+            raise CommandError(f"{exc.code}: {exc.message}") from None
+        pending = list(queued["attempt_ids"])
+        deadline = time.monotonic() + options["timeout"]
+        failed = False
+        with tqdm(total=count, desc=slug, unit="turn", file=self.stderr._out, disable=None) as bar:
+            while pending:
+                if time.monotonic() > deadline:
+                    raise CommandError(f"timed out waiting for {len(pending)} attempt(s)")
+                attempt = TurnAttempt.objects.get(pk=pending[0])
+                if attempt.status in (AttemptStatus.QUEUED, AttemptStatus.RUNNING):
+                    time.sleep(0.2)
+                    continue
+                pending.pop(0)
+                bar.update(1)
+                if attempt.status == AttemptStatus.COMMITTED:
+                    bar.write(summarize_turn(slug, attempt.produced_turn or 0))
+                else:
+                    failed = True
+                    bar.write(
+                        f"attempt {attempt.pk} {attempt.status}: "
+                        f"{attempt.failure_step}: {attempt.failure_reason}"
+                    )
+        if failed:
+            raise CommandError("some attempts did not commit; see above")

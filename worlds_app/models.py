@@ -1,0 +1,233 @@
+"""Worlds, committed turns, turn attempts and their audit trail (SPEC §6).
+
+Snapshot storage: every committed turn stores the *whole* world state (environments and entities
+in scenario order) as one JSONB document plus its RFC 8785 sha256. Worlds are bounded by the
+256 KiB scenario limit, so a full copy per turn is cheap, makes any turn readable with one row,
+and makes diffs between any two turns a pure function of two rows. Committed turns are immutable:
+no service updates them, and a database trigger rejects any UPDATE of a turn row.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+from scenarios_app.identifiers import HASH_PATTERN, LABEL_PATTERN
+from scenarios_app.models import Scenario
+
+
+class World(models.Model):
+    slug = models.CharField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    scenario = models.ForeignKey(Scenario, on_delete=models.PROTECT, related_name="worlds")
+    # The scenario as it was at creation (slug, description, chronon, profiles with their
+    # resolved workflows, environments, entities); later name changes never affect the world.
+    scenario_snapshot = models.JSONField()
+    # What the caller passed: {"name": …} | {"hash": …} | {"data": "<assembled>"}.
+    scenario_ref = models.JSONField()
+    label = models.CharField(max_length=64)
+    chronon_seconds = models.IntegerField()
+    current_turn = models.IntegerField(default=0)
+    # Attempts are numbered per world in enqueue order; the counter lives on the world row so
+    # that racing enqueues (serialized by the row lock) get contiguous, unique numbers.
+    next_attempt_seq = models.IntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "slug"]
+        constraints = [
+            # Rule: world slugs are labels (SPEC §1).
+            models.CheckConstraint(
+                condition=Q(slug__regex=LABEL_PATTERN), name="world_slug_grammar"
+            ),
+            models.CheckConstraint(condition=Q(current_turn__gte=0), name="world_turn_gte_0"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.slug} (turn {self.current_turn})"
+
+
+class Turn(models.Model):
+    world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="turns")
+    number = models.IntegerField()
+    simulation_time = models.DateTimeField()
+    state = models.JSONField()
+    state_hash = models.CharField(max_length=64)
+    attempt = models.OneToOneField(
+        "TurnAttempt", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["world", "number"]
+        constraints = [
+            # Rule: exactly one committed snapshot per turn number.
+            models.UniqueConstraint(fields=["world", "number"], name="turn_world_number_unique"),
+            models.CheckConstraint(condition=Q(number__gte=0), name="turn_number_gte_0"),
+            models.CheckConstraint(
+                condition=Q(state_hash__regex=HASH_PATTERN), name="turn_state_hash_grammar"
+            ),
+            # Rule: turn 0 is the creation snapshot; every later turn comes from an attempt.
+            models.CheckConstraint(
+                condition=Q(number=0, attempt__isnull=True)
+                | Q(number__gt=0, attempt__isnull=False),
+                name="turn_attempt_iff_not_zero",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.world_id}#{self.number}"
+
+
+class AttemptStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMMITTED = "committed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_STATUSES = (AttemptStatus.QUEUED, AttemptStatus.RUNNING)
+
+
+class TurnAttempt(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="attempts")
+    seq = models.IntegerField()
+    batch_id = models.UUIDField()
+    batch_index = models.IntegerField()
+    batch_size = models.IntegerField()
+    status = models.CharField(
+        max_length=16, choices=AttemptStatus.choices, default=AttemptStatus.QUEUED
+    )
+    # Set when claimed: the turn this attempt tries to produce.
+    attempted_turn = models.IntegerField(null=True, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    queued_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.IntegerField(null=True, blank=True)
+    failure_step = models.CharField(max_length=100, blank=True)
+    failure_subject = models.CharField(max_length=200, blank=True)
+    failure_reason = models.TextField(blank=True)
+    produced_turn = models.IntegerField(null=True, blank=True)
+    requested_by = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["world", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["world", "seq"], name="attempt_world_seq_unique"),
+            # Rule: only one running attempt per world (SPEC §6).
+            models.UniqueConstraint(
+                fields=["world"],
+                condition=Q(status="running"),
+                name="attempt_one_running_per_world",
+            ),
+            models.CheckConstraint(
+                condition=Q(batch_index__gte=0) & Q(batch_index__lt=models.F("batch_size")),
+                name="attempt_batch_index_range",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "lease_expires_at"], name="attempt_lease_idx")]
+
+    def __str__(self) -> str:
+        return f"attempt {self.id} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status not in ACTIVE_STATUSES
+
+
+class EventKind(models.TextChoices):
+    ATTEMPT_STARTED = "attempt_started"
+    AMBIENT_SOURCE_INVOKED = "ambient_source_invoked"
+    GENERATION_REJECTED = "generation_rejected"
+    TOOL_INVOKED = "tool_invoked"
+    NODE_OUTPUT = "node_output"
+    INNER_MONOLOGUE = "inner_monologue"
+    WORLD_PATCH_APPLIED = "world_patch_applied"
+    TURN_COMMITTED = "turn_committed"
+    ATTEMPT_FAILED = "attempt_failed"
+    ATTEMPT_INTERRUPTED = "attempt_interrupted"
+    ATTEMPT_CANCELLED = "attempt_cancelled"
+
+
+class AttemptEvent(models.Model):
+    attempt = models.ForeignKey(TurnAttempt, on_delete=models.CASCADE, related_name="events")
+    seq = models.IntegerField()
+    kind = models.CharField(max_length=40, choices=EventKind.choices)
+    subject_id = models.CharField(max_length=200, blank=True)
+    node_id = models.CharField(max_length=64, blank=True)
+    workflow_hash = models.CharField(max_length=64, blank=True)
+    patch_seq = models.IntegerField(null=True, blank=True)
+    payload = models.JSONField(default=dict)
+    content_hash = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["attempt", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["attempt", "seq"], name="event_attempt_seq_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.seq}"
+
+
+class TransitionTarget(models.TextChoices):
+    ENTITY_STATE = "entity_state"
+    ENTITY_MEMORY = "entity_memory"
+    ENVIRONMENT = "environment"
+
+
+class PatchTransition(models.Model):
+    """One applied effect: who changed what, from what, to what, in which patch of which turn."""
+
+    attempt = models.ForeignKey(TurnAttempt, on_delete=models.CASCADE, related_name="transitions")
+    world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="transitions")
+    turn_number = models.IntegerField()
+    patch_seq = models.IntegerField()
+    effect_index = models.IntegerField()
+    subject_id = models.CharField(max_length=200)
+    node_id = models.CharField(max_length=64)
+    workflow_hash = models.CharField(max_length=64)
+    op = models.CharField(max_length=40)
+    target_kind = models.CharField(max_length=20, choices=TransitionTarget.choices)
+    target_id = models.CharField(max_length=200)
+    before = models.TextField()
+    after = models.TextField()
+
+    class Meta:
+        ordering = ["world", "turn_number", "patch_seq", "effect_index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["attempt", "patch_seq", "effect_index"], name="transition_unique_effect"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["world", "target_kind", "target_id"], name="transition_target_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.target_id}: {self.before[:20]} → {self.after[:20]}"
+
+
+class DeletedWorld(models.Model):
+    slug = models.CharField(max_length=64)
+    name = models.CharField(max_length=200)
+    label = models.CharField(max_length=64)
+    scenario_hash = models.CharField(max_length=64)
+    final_turn = models.IntegerField()
+    created_at = models.DateTimeField()
+    deleted_at = models.DateTimeField(auto_now_add=True)
+    deleted_by = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-deleted_at"]
+
+    def __str__(self) -> str:
+        return f"deleted {self.slug}"

@@ -1,0 +1,247 @@
+"""Reads for worlds, turns and attempts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.db.models import Count, Q
+
+from chukwa_site.errors import NotFoundError, invalid
+from scenarios_app.selectors import parse_paging
+from worlds_app.models import AttemptEvent, PatchTransition, Turn, TurnAttempt, World
+
+
+def _world(slug: str) -> World:
+    world = World.objects.filter(slug=slug).first()
+    if world is None:
+        raise NotFoundError("world_not_found", f"slug: no world {slug!r}", {"field": "slug"})
+    return world
+
+
+def world_summary(world: World, *, queued: int = 0, running: int = 0) -> dict[str, Any]:
+    return {
+        "slug": world.slug,
+        "name": world.name,
+        "label": world.label,
+        "scenario_hash": world.scenario_id,
+        "scenario_ref": world.scenario_ref,
+        "chronon_seconds": world.chronon_seconds,
+        "current_turn": world.current_turn,
+        "created_at": world.created_at,
+        "attempts_queued": queued,
+        "attempts_running": running,
+    }
+
+
+def world_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
+    limit, offset = parse_paging(params)
+    qs = World.objects.annotate(
+        queued=Count("attempts", filter=Q(attempts__status="queued")),
+        running=Count("attempts", filter=Q(attempts__status="running")),
+    ).order_by("-created_at", "slug")
+    return {
+        "count": World.objects.count(),
+        "limit": limit,
+        "offset": offset,
+        "results": [
+            world_summary(w, queued=w.queued, running=w.running)
+            for w in qs[offset : offset + limit]
+        ],
+    }
+
+
+def world_get(*, slug: str) -> dict[str, Any]:
+    world = _world(slug)
+    counts = TurnAttempt.objects.filter(world=world).aggregate(
+        queued=Count("pk", filter=Q(status="queued")),
+        running=Count("pk", filter=Q(status="running")),
+    )
+    turn = Turn.objects.get(world=world, number=world.current_turn)
+    recent = list(
+        TurnAttempt.objects.filter(world=world)
+        .order_by("-seq")[:20]
+        .values(
+            "id",
+            "seq",
+            "status",
+            "attempted_turn",
+            "produced_turn",
+            "queued_at",
+            "ended_at",
+            "failure_reason",
+        )
+    )
+    return {
+        **world_summary(world, queued=counts["queued"], running=counts["running"]),
+        "simulation_time": turn.simulation_time,
+        "state": turn.state,
+        "state_hash": turn.state_hash,
+        "scenario_snapshot": world.scenario_snapshot,
+        "recent_attempts": recent,
+    }
+
+
+def turn_get(*, slug: str, number: int) -> dict[str, Any]:
+    world = _world(slug)
+    turn = Turn.objects.filter(world=world, number=number).first()
+    if turn is None:
+        raise NotFoundError(
+            "turn_not_found",
+            f"number: world {slug!r} has no committed turn {number} (current: {world.current_turn})",
+            {"field": "number"},
+        )
+    transitions = list(
+        PatchTransition.objects.filter(world=world, turn_number=number).values(
+            "patch_seq",
+            "effect_index",
+            "subject_id",
+            "node_id",
+            "workflow_hash",
+            "op",
+            "target_kind",
+            "target_id",
+            "before",
+            "after",
+        )
+    )
+    narrations = (
+        list(
+            AttemptEvent.objects.filter(attempt_id=turn.attempt_id, kind="world_patch_applied")
+            .order_by("seq")
+            .values_list("subject_id", "patch_seq", "payload")
+        )
+        if turn.attempt_id
+        else []
+    )
+    return {
+        "world": slug,
+        "number": turn.number,
+        "simulation_time": turn.simulation_time,
+        "state": turn.state,
+        "state_hash": turn.state_hash,
+        "attempt_id": turn.attempt_id,
+        "created_at": turn.created_at,
+        "patches": [
+            {
+                "subject_id": s,
+                "patch_seq": seq,
+                "narration": p["patch"]["narration"],
+                "patch": p["patch"],
+            }
+            for s, seq, p in narrations
+        ],
+        "transitions": transitions,
+    }
+
+
+def attempt_get(*, attempt_id: str) -> dict[str, Any]:
+    if not _is_uuid(attempt_id):
+        raise invalid("invalid_id", "attempt_id", f"{attempt_id!r} is not a UUID")
+    attempt = TurnAttempt.objects.select_related("world").filter(pk=attempt_id).first()
+    if attempt is None:
+        raise NotFoundError(
+            "attempt_not_found", f"attempt_id: no attempt {attempt_id}", {"field": "attempt_id"}
+        )
+    events = list(
+        attempt.events.order_by("seq").values(
+            "seq",
+            "kind",
+            "subject_id",
+            "node_id",
+            "workflow_hash",
+            "patch_seq",
+            "payload",
+            "content_hash",
+            "created_at",
+        )
+    )
+    return {
+        "id": str(attempt.id),
+        "world": attempt.world.slug,
+        "seq": attempt.seq,
+        "batch_id": str(attempt.batch_id),
+        "batch_index": attempt.batch_index,
+        "batch_size": attempt.batch_size,
+        "status": attempt.status,
+        "attempted_turn": attempt.attempted_turn,
+        "produced_turn": attempt.produced_turn,
+        "lease_owner": attempt.lease_owner,
+        "lease_expires_at": attempt.lease_expires_at,
+        "queued_at": attempt.queued_at,
+        "started_at": attempt.started_at,
+        "ended_at": attempt.ended_at,
+        "duration_ms": attempt.duration_ms,
+        "failure": (
+            {
+                "step": attempt.failure_step,
+                "subject_id": attempt.failure_subject,
+                "reason": attempt.failure_reason,
+            }
+            if attempt.failure_reason
+            else None
+        ),
+        "events": events,
+    }
+
+
+def _is_uuid(value: str) -> bool:
+    import uuid
+
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def world_diff(*, slug: str, from_turn: int, to_turn: int) -> dict[str, Any]:
+    """What changed between two committed turns: entity states and memories, environments."""
+    world = _world(slug)
+    turns = {t.number: t for t in Turn.objects.filter(world=world, number__in=[from_turn, to_turn])}
+    for number, field in ((from_turn, "from"), (to_turn, "to")):
+        if number not in turns:
+            raise NotFoundError(
+                "turn_not_found",
+                f"{field}: world {slug!r} has no committed turn {number} (current: {world.current_turn})",
+                {"field": field},
+            )
+    before, after = turns[from_turn].state, turns[to_turn].state
+    old_entities = {e["id"]: e for e in before["entities"]}
+    changes: list[dict[str, Any]] = []
+    for entity in after["entities"]:
+        old = old_entities.get(entity["id"])
+        if old is None:
+            continue
+        if old["state"] != entity["state"]:
+            changes.append(
+                {
+                    "target_kind": "entity_state",
+                    "target_id": entity["id"],
+                    "before": old["state"],
+                    "after": entity["state"],
+                }
+            )
+        if isinstance(entity["kind"], dict):
+            old_memory = old["kind"]["agent"]["memory"]
+            new_memory = entity["kind"]["agent"]["memory"]
+            if old_memory != new_memory:
+                changes.append(
+                    {
+                        "target_kind": "entity_memory",
+                        "target_id": entity["id"],
+                        "before": old_memory,
+                        "after": new_memory,
+                    }
+                )
+    for label, text in after["environments"].items():
+        if before["environments"].get(label) != text:
+            changes.append(
+                {
+                    "target_kind": "environment",
+                    "target_id": label,
+                    "before": before["environments"].get(label),
+                    "after": text,
+                }
+            )
+    return {"world": slug, "from": from_turn, "to": to_turn, "changes": changes}

@@ -1,0 +1,19 @@
+"""Writes for worlds and turn attempts."""
+
+from worlds_app.services.attempts import (
+    turn_attempt_claim,
+    turn_attempt_enqueue,
+    turn_attempt_reap,
+    turn_attempt_run,
+)
+from worlds_app.services.worlds import scenario_snapshot, world_create, world_delete
+
+__all__ = [
+    "scenario_snapshot",
+    "turn_attempt_claim",
+    "turn_attempt_enqueue",
+    "turn_attempt_reap",
+    "turn_attempt_run",
+    "world_create",
+    "world_delete",
+]

@@ -1,0 +1,464 @@
+"""Turn attempts: enqueue, claim, run, commit or fail, reap (SPEC §6).
+
+Ordering: attempts of a world carry a per-world ``seq`` assigned under the world row lock, and
+only the lowest queued ``seq`` may be claimed while no attempt of the world is running (a partial
+unique index backs the "one running attempt per world" rule). Finishing an attempt kicks the next.
+Patches touch only an in-memory working copy; the database sees the turn at commit, in one
+transaction, or not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from chukwa_site.errors import NotFoundError, invalid
+from cognition_app.runner import (
+    AttemptFailure,
+    StagedEvent,
+    SubjectRun,
+    TurnContext,
+    run_subject_workflow,
+)
+from worlds_app.kernel.patch import PatchRejected, Transition, apply_patch, validate_patch
+from worlds_app.kernel.state import WorldState
+from worlds_app.models import (
+    AttemptEvent,
+    AttemptStatus,
+    PatchTransition,
+    Turn,
+    TurnAttempt,
+    World,
+)
+
+logger = logging.getLogger(__name__)
+
+MAX_BATCH = 100
+
+
+class LeaseLost(Exception):
+    """Another party (the reaper) took the attempt away; nothing may be written for it."""
+
+
+def _lease_seconds() -> int:
+    return int(getattr(settings, "CHUKWA_ATTEMPT_LEASE_SECONDS", 60))
+
+
+def _now() -> datetime:
+    return timezone.now()
+
+
+# --- enqueue -------------------------------------------------------------------------------
+
+
+def turn_attempt_enqueue(*, slug: str, count: Any = 1, requested_by: str = "") -> dict[str, Any]:
+    """Queue ``count`` (1…100) attempts that run strictly in order; returns their ids."""
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_BATCH:
+        raise invalid("invalid_count", "count", f"must be an integer 1…{MAX_BATCH}, got {count!r}")
+    batch_id = uuid.uuid4()
+    with transaction.atomic(durable=True):
+        world = World.objects.select_for_update().filter(slug=slug).first()
+        if world is None:
+            raise NotFoundError("world_not_found", f"slug: no world {slug!r}", {"field": "slug"})
+        first_seq = world.next_attempt_seq
+        attempts = [
+            TurnAttempt(
+                world=world,
+                seq=first_seq + i,
+                batch_id=batch_id,
+                batch_index=i,
+                batch_size=count,
+                requested_by=requested_by,
+            )
+            for i in range(count)
+        ]
+        TurnAttempt.objects.bulk_create(attempts)
+        world.next_attempt_seq = first_seq + count
+        world.save(update_fields=["next_attempt_seq"])
+        _kick_on_commit(world.pk)
+    return {"batch_id": str(batch_id), "attempt_ids": [str(a.id) for a in attempts]}
+
+
+def _kick_on_commit(world_id: int) -> None:
+    """After commit, hand the world's next queued attempt to a worker."""
+
+    def kick() -> None:
+        from worlds_app.tasks import run_turn_attempt
+
+        head = (
+            TurnAttempt.objects.filter(world_id=world_id, status=AttemptStatus.QUEUED)
+            .order_by("seq")
+            .values_list("id", flat=True)
+            .first()
+        )
+        if head is not None:
+            run_turn_attempt.delay(str(head))
+
+    transaction.on_commit(kick)
+
+
+# --- claim ---------------------------------------------------------------------------------
+
+
+def turn_attempt_claim(*, attempt_id: str, owner: str) -> TurnAttempt | None:
+    """queued → running with a lease, if this attempt is the world's next and nothing runs.
+    Returns None (and claims nothing) otherwise."""
+    with transaction.atomic(durable=True):
+        attempt = TurnAttempt.objects.filter(pk=attempt_id).values("world_id", "status").first()
+        if attempt is None or attempt["status"] != AttemptStatus.QUEUED:
+            return None
+        # Claims of one world are serialized by its row lock.
+        world = World.objects.select_for_update().get(pk=attempt["world_id"])
+        if TurnAttempt.objects.filter(world=world, status=AttemptStatus.RUNNING).exists():
+            return None
+        head = (
+            TurnAttempt.objects.filter(world=world, status=AttemptStatus.QUEUED)
+            .order_by("seq")
+            .values_list("id", flat=True)
+            .first()
+        )
+        if str(head) != str(attempt_id):
+            _kick_on_commit(world.pk)  # the head's message may be lost: hand it out again
+            return None
+        now = _now()
+        claimed = TurnAttempt.objects.filter(pk=attempt_id, status=AttemptStatus.QUEUED).update(
+            status=AttemptStatus.RUNNING,
+            attempted_turn=world.current_turn + 1,
+            lease_owner=owner,
+            lease_expires_at=now + timedelta(seconds=_lease_seconds()),
+            started_at=now,
+        )
+        if not claimed:
+            return None
+    return TurnAttempt.objects.select_related("world").get(pk=attempt_id)
+
+
+def _renew_lease(attempt: TurnAttempt) -> None:
+    renewed = TurnAttempt.objects.filter(
+        pk=attempt.pk, status=AttemptStatus.RUNNING, lease_owner=attempt.lease_owner
+    ).update(lease_expires_at=_now() + timedelta(seconds=_lease_seconds()))
+    if not renewed:
+        raise LeaseLost(str(attempt.pk))
+
+
+# --- run -----------------------------------------------------------------------------------
+
+
+def _event_rows(
+    attempt: TurnAttempt, events: list[StagedEvent], start_seq: int
+) -> list[AttemptEvent]:
+    return [
+        AttemptEvent(
+            attempt=attempt,
+            seq=start_seq + i,
+            kind=e.kind,
+            subject_id=e.subject_id,
+            node_id=e.node_id,
+            workflow_hash=e.workflow_hash,
+            patch_seq=e.patch_seq,
+            payload=e.payload,
+            content_hash=e.content_hash,
+            created_at=e.at,
+        )
+        for i, e in enumerate(events)
+    ]
+
+
+def _workflow_for(world: World, subject: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    label = subject["kind"]["agent"]["cognition_profile"]
+    profile = world.scenario_snapshot["cognition_profiles"].get(label)
+    if profile is None:  # the scenario validator makes this impossible; be loud if it happens
+        raise AttemptFailure(
+            "workflow",
+            f"agent {subject['id']!r} names profile {label!r}, which the world lacks",
+            subject_id=subject["id"],
+        )
+    return profile["workflow"], profile["workflow_hash"]
+
+
+def turn_attempt_execute(
+    *, attempt: TurnAttempt, previous: Turn, events: list[StagedEvent]
+) -> tuple[WorldState, list[tuple[int, str, str, str, Transition]], int]:
+    """Run every subject against the working copy. Returns the working world, the staged
+    transitions (patch_seq, subject, node, workflow hash, transition) and the patch count."""
+    world = attempt.world
+    working = WorldState.from_snapshot(previous.state)
+    simulation_time = previous.simulation_time + timedelta(seconds=world.chronon_seconds)
+    ctx = TurnContext(
+        world_slug=world.slug,
+        turn=previous.number,
+        attempted_turn=attempt.attempted_turn or previous.number + 1,
+        simulation_time=simulation_time.isoformat(),
+        ambient={},
+    )
+    staged: list[tuple[int, str, str, str, Transition]] = []
+    patch_seq = 0
+    lease_check = time.monotonic()
+    for subject in working.agents():
+        workflow, workflow_hash = _workflow_for(world, subject)
+        run = SubjectRun(
+            subject_id=subject["id"],
+            workflow=workflow,
+            workflow_hash=workflow_hash,
+            world=working,
+            ctx=ctx,
+            events=events,
+        )
+        patch, node_id = run_subject_workflow(run)
+        try:
+            validate_patch(patch, working)
+        except PatchRejected as exc:
+            raise AttemptFailure(
+                "patch_validation", exc.message, subject_id=subject["id"], node_id=node_id
+            ) from None
+        transitions = apply_patch(patch, working)
+        patch_seq += 1
+        events.append(
+            StagedEvent(
+                "world_patch_applied",
+                {"patch": patch, "transitions": [asdict(t) for t in transitions]},
+                subject_id=subject["id"],
+                node_id=node_id,
+                workflow_hash=workflow_hash,
+                patch_seq=patch_seq,
+            )
+        )
+        staged.extend((patch_seq, subject["id"], node_id, workflow_hash, t) for t in transitions)
+        # Keep the lease while working; a lost lease means the reaper gave up on us.
+        if time.monotonic() - lease_check > _lease_seconds() / 3:
+            _renew_lease(attempt)
+            lease_check = time.monotonic()
+    return working, staged, patch_seq
+
+
+def _commit(
+    attempt: TurnAttempt,
+    previous: Turn,
+    working: WorldState,
+    staged: list[tuple[int, str, str, str, Transition]],
+    events: list[StagedEvent],
+    started: float,
+) -> Turn:
+    world = attempt.world
+    number = previous.number + 1
+    with transaction.atomic(durable=True):
+        World.objects.select_for_update().filter(pk=world.pk).values_list("pk").get()
+        current = TurnAttempt.objects.filter(pk=attempt.pk).values("status", "lease_owner").get()
+        if (
+            current["status"] != AttemptStatus.RUNNING
+            or current["lease_owner"] != attempt.lease_owner
+        ):
+            raise LeaseLost(str(attempt.pk))
+        if (
+            World.objects.filter(pk=world.pk, current_turn=previous.number).update(
+                current_turn=number
+            )
+            != 1
+        ):
+            raise AttemptFailure(
+                "commit", f"world {world.slug!r} moved past turn {previous.number}"
+            )
+        turn = Turn.objects.create(
+            world_id=world.pk,
+            number=number,
+            simulation_time=previous.simulation_time + timedelta(seconds=world.chronon_seconds),
+            state=working.to_snapshot(),
+            state_hash=working.snapshot_hash(),
+            attempt_id=attempt.pk,
+        )
+        events.append(
+            StagedEvent("turn_committed", {"turn": number, "state_hash": turn.state_hash})
+        )
+        AttemptEvent.objects.bulk_create(_event_rows(attempt, events, 1))
+        PatchTransition.objects.bulk_create(
+            [
+                PatchTransition(
+                    attempt_id=attempt.pk,
+                    world_id=world.pk,
+                    turn_number=number,
+                    patch_seq=seq,
+                    effect_index=t.effect_index,
+                    subject_id=subject_id,
+                    node_id=node_id,
+                    workflow_hash=workflow_hash,
+                    op=t.op,
+                    target_kind=t.target_kind,
+                    target_id=t.target_id,
+                    before=t.before,
+                    after=t.after,
+                )
+                for seq, subject_id, node_id, workflow_hash, t in staged
+            ]
+        )
+        TurnAttempt.objects.filter(pk=attempt.pk).update(
+            status=AttemptStatus.COMMITTED,
+            produced_turn=number,
+            ended_at=_now(),
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
+        _kick_on_commit(world.pk)
+    return turn
+
+
+def _cancel_rest_of_batch(attempt: TurnAttempt, reason: str) -> int:
+    rest = list(
+        TurnAttempt.objects.filter(
+            batch_id=attempt.batch_id,
+            status=AttemptStatus.QUEUED,
+            batch_index__gt=attempt.batch_index,
+        ).values_list("id", flat=True)
+    )
+    if not rest:
+        return 0
+    now = _now()
+    TurnAttempt.objects.filter(pk__in=rest, status=AttemptStatus.QUEUED).update(
+        status=AttemptStatus.CANCELLED, ended_at=now, failure_step="batch", failure_reason=reason
+    )
+    AttemptEvent.objects.bulk_create(
+        [
+            AttemptEvent(
+                attempt_id=pk,
+                seq=1,
+                kind="attempt_cancelled",
+                payload={"reason": reason},
+                created_at=now,
+            )
+            for pk in rest
+        ]
+    )
+    return len(rest)
+
+
+def _fail(
+    attempt: TurnAttempt, failure: AttemptFailure, events: list[StagedEvent], started: float
+) -> None:
+    with transaction.atomic(durable=True):
+        World.objects.select_for_update().filter(pk=attempt.world_id).values_list("pk").get()
+        updated = TurnAttempt.objects.filter(
+            pk=attempt.pk, status=AttemptStatus.RUNNING, lease_owner=attempt.lease_owner
+        ).update(
+            status=AttemptStatus.FAILED,
+            ended_at=_now(),
+            duration_ms=int((time.monotonic() - started) * 1000),
+            failure_step=failure.step,
+            failure_subject=failure.subject_id,
+            failure_reason=failure.message,
+        )
+        if not updated:
+            return  # interrupted meanwhile; the reaper wrote the outcome
+        events.append(
+            StagedEvent(
+                "attempt_failed",
+                {"step": failure.step, "reason": failure.message},
+                subject_id=failure.subject_id,
+                node_id=failure.node_id,
+            )
+        )
+        AttemptEvent.objects.bulk_create(_event_rows(attempt, events, 1))
+        _cancel_rest_of_batch(attempt, f"cancelled: attempt {attempt.pk} of this batch failed")
+        _kick_on_commit(attempt.world_id)
+
+
+def turn_attempt_run(*, attempt_id: str, owner: str) -> str | None:
+    """Claim and run one attempt to its end. Returns its final status, or None when this call
+    claimed nothing (another worker has it, it already ended, or it is not next)."""
+    attempt = turn_attempt_claim(attempt_id=attempt_id, owner=owner)
+    if attempt is None:
+        return None
+    started = time.monotonic()
+    events: list[StagedEvent] = [
+        StagedEvent(
+            "attempt_started",
+            {
+                "attempted_turn": attempt.attempted_turn,
+                "worker": owner,
+                "batch_index": attempt.batch_index,
+            },
+        )
+    ]
+    try:
+        previous = Turn.objects.get(
+            world_id=attempt.world_id, number=(attempt.attempted_turn or 1) - 1
+        )
+        working, staged, _count = turn_attempt_execute(
+            attempt=attempt, previous=previous, events=events
+        )
+        _commit(attempt, previous, working, staged, events, started)
+        return AttemptStatus.COMMITTED
+    except LeaseLost:
+        logger.warning("attempt %s lost its lease; its outcome is the reaper's", attempt_id)
+        return AttemptStatus.INTERRUPTED
+    except AttemptFailure as failure:
+        _fail(attempt, failure, events, started)
+        return AttemptStatus.FAILED
+    except Exception as exc:
+        # Unexpected: still end the attempt (never leave it running until the reaper), then
+        # re-raise so the worker logs the traceback.
+        _fail(
+            attempt,
+            AttemptFailure("internal_error", f"{type(exc).__name__}: {exc}"),
+            events,
+            started,
+        )
+        raise
+
+
+# --- reaper --------------------------------------------------------------------------------
+
+
+def turn_attempt_reap(*, now: datetime | None = None) -> list[str]:
+    """Mark running attempts whose lease expired as interrupted (the worker died); the world
+    stays at its last committed turn and the rest of the batch is cancelled."""
+    now = now or _now()
+    expired = list(
+        TurnAttempt.objects.filter(
+            status=AttemptStatus.RUNNING, lease_expires_at__lt=now
+        ).values_list("id", flat=True)
+    )
+    reaped: list[str] = []
+    for attempt_id in expired:
+        with transaction.atomic(durable=True):
+            attempt = (
+                TurnAttempt.objects.select_for_update()
+                .filter(pk=attempt_id, status=AttemptStatus.RUNNING, lease_expires_at__lt=now)
+                .first()
+            )
+            if attempt is None:
+                continue
+            reason = (
+                f"lease held by {attempt.lease_owner or 'unknown worker'} expired at "
+                f"{attempt.lease_expires_at.isoformat() if attempt.lease_expires_at else '?'}"
+            )
+            attempt.status = AttemptStatus.INTERRUPTED
+            attempt.ended_at = now
+            attempt.failure_step = "lease"
+            attempt.failure_reason = reason
+            attempt.save(update_fields=["status", "ended_at", "failure_step", "failure_reason"])
+            next_seq = (
+                AttemptEvent.objects.filter(attempt=attempt)
+                .order_by("-seq")
+                .values_list("seq", flat=True)
+                .first()
+                or 0
+            ) + 1
+            AttemptEvent.objects.create(
+                attempt=attempt,
+                seq=next_seq,
+                kind="attempt_interrupted",
+                payload={"reason": reason},
+                created_at=now,
+            )
+            _cancel_rest_of_batch(
+                attempt, f"cancelled: attempt {attempt.pk} of this batch was interrupted"
+            )
+            _kick_on_commit(attempt.world_id)
+        reaped.append(str(attempt_id))
+    return reaped

@@ -1,0 +1,168 @@
+"""World creation and deletion (SPEC §6)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils.dateparse import parse_datetime
+
+from chukwa_site.errors import ConflictError, NotFoundError, invalid
+from scenarios_app import selectors as scenario_selectors
+from scenarios_app.identifiers import is_hash, label_problem
+from scenarios_app.models import ScenarioName
+from scenarios_app.services import scenario_assemble_within
+from scenarios_app.validation import check_keys, require_object, type_name
+from worlds_app.kernel.state import WorldState
+from worlds_app.models import AttemptStatus, DeletedWorld, Turn, TurnAttempt, World
+
+CREATE_FIELDS = ("slug", "scenario_ref")
+CREATE_OPTIONAL = ("name", "start_time")
+
+
+def _scenario_hash_from_ref(ref: Any) -> tuple[str, dict[str, Any]]:
+    """{"name"} | {"hash"} | {"data"} → (scenario hash, the ref as recorded on the world)."""
+    if (
+        not isinstance(ref, dict)
+        or len(ref) != 1
+        or next(iter(ref)) not in ("name", "hash", "data")
+    ):
+        raise invalid(
+            "invalid_scenario_ref",
+            "scenario_ref",
+            'must be {"name": N}, {"hash": H} or {"data": <full scenario input>}',
+        )
+    ((mode, value),) = ref.items()
+    if mode == "hash":
+        if not is_hash(value):
+            raise invalid(
+                "invalid_hash", "scenario_ref.hash", f"{value!r} is not a lowercase sha256 hex"
+            )
+        return scenario_selectors.scenario_hash_for_ref(ref=value), {"hash": value}
+    if mode == "name":
+        problem = label_problem(value)
+        if problem is not None:
+            raise invalid("invalid_name", "scenario_ref.name", f"{value!r} {problem}")
+        current = (
+            ScenarioName.objects.filter(pk=value).values_list("scenario_id", flat=True).first()
+        )
+        if current is None:
+            raise NotFoundError(
+                "name_not_found",
+                f"scenario_ref.name: no scenario is named {value!r}",
+                {"field": "scenario_ref.name", "name": value},
+            )
+        return current, {"name": value, "resolved_hash": current}
+    result = scenario_assemble_within(data=value)
+    return result["scenario_hash"], {"data": "assembled", "resolved_hash": result["scenario_hash"]}
+
+
+def scenario_snapshot(scenario_hash: str) -> dict[str, Any]:
+    """The frozen, self-describing copy of a scenario a world keeps."""
+    full = scenario_selectors.scenario_get(ref=scenario_hash)
+    scenario = full["scenario"]
+    return {
+        "hash": scenario_hash,
+        "scenario_slug": scenario["scenario_slug"],
+        "description": scenario["description"],
+        "chronon_seconds": scenario["chronon_seconds"],
+        "cognition_profiles": {
+            label: {"hash": full["cognition_profiles"][label], **profile}
+            for label, profile in scenario["cognition_profiles"].items()
+        },
+        "environments": scenario["environments"],
+        "environment_hashes": full["environments"],
+        "entities": scenario["entities"],
+        "entity_hashes": full["entities"],
+    }
+
+
+def _parse_start_time(value: Any) -> datetime:
+    if value is None:
+        return datetime.now(UTC)
+    parsed = parse_datetime(value) if isinstance(value, str) else None
+    if parsed is None or parsed.tzinfo is None:
+        raise invalid(
+            "invalid_start_time",
+            "start_time",
+            f"must be an ISO 8601 datetime with a timezone, got {value!r}",
+        )
+    return parsed
+
+
+def world_create(*, data: Any) -> World:
+    """Create a world and its turn 0 from ``{"slug", "scenario_ref", "name"?, "start_time"?}``."""
+    body = require_object(data, "body", "invalid_input")
+    check_keys(body, "", required=CREATE_FIELDS, optional=CREATE_OPTIONAL, code="invalid_input")
+    slug = body["slug"]
+    problem = label_problem(slug)
+    if problem is not None:
+        raise invalid("invalid_slug", "slug", f"{slug!r} {problem}")
+    name = body.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > 200):
+        raise invalid(
+            "invalid_input",
+            "name",
+            f"must be a non-empty string ≤ 200 chars, got {type_name(name)}",
+        )
+    start = _parse_start_time(body.get("start_time"))
+    with transaction.atomic(durable=True):
+        if World.objects.filter(slug=slug).exists():
+            raise ConflictError(
+                "world_exists", f"slug: a world {slug!r} already exists", {"field": "slug"}
+            )
+        scenario_hash, recorded_ref = _scenario_hash_from_ref(body["scenario_ref"])
+        snapshot = scenario_snapshot(scenario_hash)
+        state = WorldState.from_scenario(snapshot)
+        label = snapshot["scenario_slug"]
+        try:
+            with transaction.atomic():
+                world = World.objects.create(
+                    slug=slug,
+                    name=name or f"{label} #{slug}",
+                    scenario_id=scenario_hash,
+                    scenario_snapshot=snapshot,
+                    scenario_ref=recorded_ref,
+                    label=label,
+                    chronon_seconds=snapshot["chronon_seconds"],
+                )
+        except IntegrityError:
+            # Two creates racing on one slug: the unique constraint decides.
+            raise ConflictError(
+                "world_exists", f"slug: a world {slug!r} already exists", {"field": "slug"}
+            ) from None
+        Turn.objects.create(
+            world=world,
+            number=0,
+            simulation_time=start,
+            state=state.to_snapshot(),
+            state_hash=state.snapshot_hash(),
+        )
+    return world
+
+
+def world_delete(*, slug: str, deleted_by: str = "") -> DeletedWorld:
+    """Delete a world (its turns, attempts and events); keep a deleted-world record.
+    Scenarios are untouched. A world with a running attempt cannot be deleted."""
+    with transaction.atomic(durable=True):
+        world = World.objects.select_for_update().filter(slug=slug).first()
+        if world is None:
+            raise NotFoundError("world_not_found", f"slug: no world {slug!r}", {"field": "slug"})
+        if TurnAttempt.objects.filter(world=world, status=AttemptStatus.RUNNING).exists():
+            raise ConflictError(
+                "world_busy",
+                f"slug: world {slug!r} has a running attempt; delete it when the attempt ends",
+                {"field": "slug"},
+            )
+        record = DeletedWorld.objects.create(
+            slug=world.slug,
+            name=world.name,
+            label=world.label,
+            scenario_hash=world.scenario_id,
+            final_turn=world.current_turn,
+            created_at=world.created_at,
+            deleted_by=deleted_by,
+        )
+        world.delete()
+    return record

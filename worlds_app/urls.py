@@ -1,0 +1,14 @@
+from django.urls import path
+
+from worlds_app import api
+
+urlpatterns = [
+    path("worlds/", api.WorldCollectionApi.as_view(), name="api-world-list"),
+    path("worlds/<str:slug>/", api.WorldDetailApi.as_view(), name="api-world-detail"),
+    path("worlds/<str:slug>/turns/", api.TurnEnqueueApi.as_view(), name="api-turn-enqueue"),
+    path(
+        "worlds/<str:slug>/turns/<int:number>/", api.TurnDetailApi.as_view(), name="api-turn-detail"
+    ),
+    path("worlds/<str:slug>/diff/", api.WorldDiffApi.as_view(), name="api-world-diff"),
+    path("attempts/<str:attempt_id>/", api.AttemptDetailApi.as_view(), name="api-attempt-detail"),
+]
