@@ -298,7 +298,7 @@ def evaluate_rule_policy(
     subject = world.entities[subject_id]
     perceived_list = world.co_located(subject_id)
     perceived = {e["id"]: e for e in perceived_list}
-    rng = random.Random(seed_for(ctx, subject_id, node["id"]))  # noqa: S311 - reproducible by design
+    rng = random.Random(seed_for(ctx, subject_id, node["id"]))
     considered: list[dict[str, Any]] = []
     chosen: Mapping[str, Any] | None = None
     for rule in node["rules"]:

@@ -17,7 +17,7 @@ from celery.exceptions import SoftTimeLimitExceeded
     soft_time_limit=900,
     time_limit=960,
 )
-def run_turn_attempt(self, attempt_id: str) -> str | None:  # noqa: ANN001
+def run_turn_attempt(self, attempt_id: str) -> str | None:
     from worlds_app.services import turn_attempt_run
 
     try:
