@@ -100,7 +100,10 @@ def _kick_on_commit(world_id: int) -> None:
             .first()
         )
         if head is not None:
-            run_turn_attempt.delay(str(head))
+            # The queue is read at send time so tests can route to their own worker.
+            run_turn_attempt.apply_async(
+                args=[str(head)], queue=settings.CELERY_TASK_DEFAULT_QUEUE
+            )
 
     transaction.on_commit(kick)
 
