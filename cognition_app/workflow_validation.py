@@ -36,6 +36,9 @@ REF_KINDS: dict[str, str] = {
     "final_schema_ref": JSON_SCHEMA,
 }
 
+# Keys whose values are authored data sent elsewhere, never component references.
+OPAQUE_KEYS = frozenset({"request_template"})
+
 EXECUTIONS = frozenset({"per_subject_ordered"})
 RUN_MODES = frozenset({"once_per_turn", "before_subject_workflow"})
 NODE_TYPES = ("llm_text", "llm_tool_loop", "rule_policy")
@@ -87,7 +90,7 @@ def iter_refs(value: Any, path: str = "") -> Iterator[tuple[str, str, str, Any]]
             child = f"{path}.{key}" if path else key
             if isinstance(key, str) and key.endswith("_ref"):
                 yield child, key, REF_KINDS.get(key, ""), item
-            else:
+            elif key not in OPAQUE_KEYS:
                 yield from iter_refs(item, child)
     elif isinstance(value, list):
         for index, item in enumerate(value):
@@ -230,7 +233,7 @@ def _validate_ambient(source: Any, field: str, lookup: RefLookup, ambient_ids: s
     if "result_schema_ref" in amb:
         _check_ref(amb["result_schema_ref"], f"{field}.result_schema_ref", JSON_SCHEMA, lookup)
     run = amb["run"]
-    if run not in RUN_MODES:
+    if not isinstance(run, str) or run not in RUN_MODES:
         raise invalid(
             "unsupported_run_mode",
             f"{field}.run",
@@ -301,7 +304,7 @@ def _validate_prompt(
         mfield = f"{field}.messages[{index}]"
         msg = require_object(message, mfield, code)
         check_keys(msg, mfield, required=("role", "content"), code=code)
-        if msg["role"] not in ROLES:
+        if not isinstance(msg["role"], str) or msg["role"] not in ROLES:
             raise invalid(
                 code,
                 f"{mfield}.role",
@@ -353,6 +356,16 @@ def _validate_llm_node(
     all_node_ids: set[str],
 ) -> None:
     code = "invalid_node"
+    if "max_generation_attempts" not in node:
+        raise invalid(
+            "invalid_max_generation_attempts",
+            f"{field}.max_generation_attempts",
+            "is required (an integer 1…10)",
+        )
+    if node["type"] == "llm_tool_loop" and "max_tool_calls" not in node:
+        raise invalid(
+            "invalid_max_tool_calls", f"{field}.max_tool_calls", "is required (an integer 0…16)"
+        )
     if node["type"] == "llm_text":
         check_keys(
             node,
@@ -427,7 +440,7 @@ def validate_workflow(content: Any, *, lookup: RefLookup, world_patch_hash: str)
             )
     if workflow["version"] != 1 or not is_int(workflow["version"]):
         raise invalid("unsupported_version", "version", f"must be 1, got {workflow['version']!r}")
-    if workflow["execution"] not in EXECUTIONS:
+    if not isinstance(workflow["execution"], str) or workflow["execution"] not in EXECUTIONS:
         raise invalid(
             "unsupported_execution",
             "execution",
@@ -462,7 +475,7 @@ def validate_workflow(content: Any, *, lookup: RefLookup, world_patch_hash: str)
         node_type = node["type"]
         if node_type in ("llm_text", "llm_tool_loop"):
             _validate_llm_node(node, field, lookup, world_patch_hash, earlier_text_nodes, all_ids)
-        elif node_type in EXTRA_NODE_VALIDATORS:
+        elif isinstance(node_type, str) and node_type in EXTRA_NODE_VALIDATORS:
             EXTRA_NODE_VALIDATORS[node_type](node, field, lookup)
         else:
             supported = sorted({"llm_text", "llm_tool_loop", *EXTRA_NODE_VALIDATORS})

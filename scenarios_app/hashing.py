@@ -17,7 +17,7 @@ from chukwa_site.errors import ChukwaError
 def canonical_json_bytes(value: Any) -> bytes:
     try:
         return rfc8785.dumps(value)
-    except rfc8785.CanonicalizationError as exc:
+    except (rfc8785.CanonicalizationError, UnicodeError) as exc:
         # e.g. integers beyond ±2^53, which JSON numbers cannot carry exactly
         raise ChukwaError(
             "not_canonicalizable", f"content: cannot be canonicalized (RFC 8785): {exc}"

@@ -152,6 +152,8 @@ def validate_response_source_content(content: object, field: str = "content") ->
     name = interface.get("name")
     if name is None:
         raise invalid(code, f"{iface_field}.name", "is required")
+    if not isinstance(name, str):
+        raise invalid(code, f"{iface_field}.name", f"must be a string, got {type_name(name)}")
     if name in RESERVED_INTERFACES:
         raise invalid(
             "source_not_executable",
@@ -176,7 +178,8 @@ def validate_response_source_content(content: object, field: str = "content") ->
         _check_env_name(interface["base_url_env"], f"{iface_field}.base_url_env")
         if "api_key_env" in interface:
             _check_env_name(interface["api_key_env"], f"{iface_field}.api_key_env")
-        if interface["schema_delivery"] not in SCHEMA_DELIVERIES:
+        delivery = interface["schema_delivery"]
+        if not isinstance(delivery, str) or delivery not in SCHEMA_DELIVERIES:
             raise invalid(
                 code,
                 f"{iface_field}.schema_delivery",
@@ -225,7 +228,14 @@ def validate_environment_content(content: object, field: str = "content") -> str
         raise invalid("invalid_environment", field, f"must be a string, got {type_name(content)}")
     if not content.strip():
         raise invalid("empty_environment", field, "environment text must be non-empty")
-    size = len(content.encode("utf-8"))
+    try:
+        size = len(content.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise invalid(
+            "invalid_character",
+            field,
+            f"contains a lone surrogate (U+{ord(content[exc.start]):04X}) at position {exc.start}",
+        ) from None
     if size > ENVIRONMENT_MAX_BYTES:
         raise invalid(
             "environment_too_large",

@@ -14,6 +14,7 @@ from psycopg.types.json import Jsonb
 from chukwa_site.errors import ChukwaError, invalid
 from cognition_app.workflow_validation import (
     JSON_SCHEMA,
+    OPAQUE_KEYS,
     REF_KINDS,
     RESPONSE_SOURCE,
     StoredRef,
@@ -260,7 +261,7 @@ class Resolver:
                     else:
                         ref_hash, _ = self.put_response_source(item["inline"], f"{child}.inline")
                     out[key] = {"hash": ref_hash}
-                elif kind is not None:
+                elif kind is not None or key in OPAQUE_KEYS:
                     out[key] = item  # validated (shape and existence) by validate_workflow
                 else:
                     out[key] = self._resolve_inline_refs(item, child)

@@ -91,8 +91,18 @@ def validate_patch(patch: Any, world: WorldState) -> None:
     problem = _schema_problem(patch)
     if problem is not None:
         raise problem
+    if not patch["narration"].strip():
+        raise PatchRejected(
+            "narration must be a non-empty sentence (it is only whitespace)", "/narration"
+        )
     for index, effect in enumerate(patch["effects"]):
         op = effect["op"]
+        for key in ("state", "content"):
+            if key in effect and not effect[key].strip():
+                raise PatchRejected(
+                    f"effects[{index}].{key} must be non-empty text (it is only whitespace)",
+                    f"/effects/{index}/{key}",
+                )
         if op in ("set_entity_state", "append_entity_memory"):
             entity_id = effect["entity_id"]
             if entity_id not in world.entities:
