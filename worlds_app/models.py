@@ -56,7 +56,7 @@ class Turn(models.Model):
     state = models.JSONField()
     state_hash = models.CharField(max_length=64)
     attempt = models.OneToOneField(
-        "TurnAttempt", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        "TurnAttempt", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

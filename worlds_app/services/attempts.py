@@ -101,9 +101,7 @@ def _kick_on_commit(world_id: int) -> None:
         )
         if head is not None:
             # The queue is read at send time so tests can route to their own worker.
-            run_turn_attempt.apply_async(
-                args=[str(head)], queue=settings.CELERY_TASK_DEFAULT_QUEUE
-            )
+            run_turn_attempt.apply_async(args=[str(head)], queue=settings.CELERY_TASK_DEFAULT_QUEUE)
 
     transaction.on_commit(kick)
 
