@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -274,7 +275,10 @@ def test_racing_enqueue_requests_give_contiguous_turns(
         client = APIClient()
         client.force_authenticate(operator_user)
         barrier.wait()
-        results.append(client.post("/api/worlds/race/turns/", {"count": 3}, format="json"))
+        try:
+            results.append(client.post("/api/worlds/race/turns/", {"count": 3}, format="json"))
+        finally:
+            connection.close()  # a thread's connection would block dropping the test database
 
     threads = [threading.Thread(target=post) for _ in range(2)]
     for t in threads:
