@@ -22,13 +22,14 @@ def _worker_names() -> list[str]:
 
 
 def summarize_turn(slug: str, number: int) -> str:
+    """One line: the turn, each subject's narration, and what changed."""
     turn = selectors.turn_get(slug=slug, number=number)
-    lines = [f"turn {number} ({turn['simulation_time']:%Y-%m-%d %H:%M:%S} sim time)"]
-    for patch in turn["patches"]:
-        lines.append(f"  {patch['subject_id']}: {patch['narration']}")
+    narrations = " | ".join(f"{p['subject_id']}: {p['narration']}" for p in turn["patches"])
     changed = sorted({t["target_id"] for t in turn["transitions"]})
-    lines.append(f"  changed: {', '.join(changed) or 'nothing'}")
-    return "\n".join(lines)
+    return (
+        f"turn {number} [{turn['simulation_time']:%H:%M:%S}] {narrations or '(no patches)'}"
+        f" — changed: {', '.join(changed) or 'nothing'}"
+    )
 
 
 class Command(BaseCommand):
