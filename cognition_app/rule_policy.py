@@ -9,6 +9,7 @@ identical patch.
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import re
 from collections.abc import Mapping
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chukwa_site.errors import invalid
-from scenarios_app.hashing import json_hash
 from scenarios_app.identifiers import is_entity_id, is_label
 from scenarios_app.validation import check_keys, require_label, require_object, type_name
 from worlds_app.kernel.state import WorldState, memory_of
@@ -374,4 +374,12 @@ def evaluate_rule_policy(
         "memory": memory_line,
         "seed": format(seed_for(ctx, subject_id, node["id"]), "016x"),
     }
-    return RuleOutcome(patch, monologue, json_hash(monologue), chosen["id"])
+    return RuleOutcome(patch, monologue, monologue_hash(monologue), chosen["id"])
+
+
+def monologue_hash(monologue: Mapping[str, Any]) -> str:
+    """sha256 of the monologue as sorted-key compact JSON. Not RFC 8785 (that is for stored
+    components); this hash runs once per agent per turn, where the pure-Python JCS is the
+    turn's largest cost, and the monologue holds only strings, integers and RNG draws."""
+    data = json.dumps(monologue, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()

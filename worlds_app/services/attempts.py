@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -225,7 +224,8 @@ def turn_attempt_execute(
         events.append(
             StagedEvent(
                 "world_patch_applied",
-                {"patch": patch, "transitions": [asdict(t) for t in transitions]},
+                # the per-effect before/after lives in PatchTransition rows, written at commit
+                {"patch": patch, "transition_count": len(transitions)},
                 subject_id=subject["id"],
                 node_id=node_id,
                 workflow_hash=workflow_hash,
