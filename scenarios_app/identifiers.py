@@ -8,6 +8,7 @@ ENTITY_ID_PATTERN = r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$"
 LABEL_PATTERN = r"^[a-z0-9]$|^[a-z0-9][a-z0-9_-]{0,62}[a-z0-9]$"
 HASH_PATTERN = r"^[0-9a-f]{64}$"
 ENV_VAR_PATTERN = r"^CHUKWA_[A-Z0-9_]+$"
+ENTITY_ID_MAX_LENGTH = 200
 
 _ENTITY_ID_RE = re.compile(ENTITY_ID_PATTERN)
 _LABEL_RE = re.compile(LABEL_PATTERN)
@@ -41,6 +42,8 @@ def entity_id_problem(value: str) -> str | None:
     """Why ``value`` is not a valid entity id, or None when it is."""
     if value == "":
         return "is empty"
+    if len(value) > ENTITY_ID_MAX_LENGTH:
+        return f"is {len(value)} characters long; at most {ENTITY_ID_MAX_LENGTH} are allowed"
     for index, char in enumerate(value):
         if char != "." and not _PART_CHAR.fullmatch(char):
             return f"has unsupported character {char!r} at position {index}"

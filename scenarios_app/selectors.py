@@ -60,7 +60,7 @@ def parse_paging(params: Mapping[str, Any]) -> tuple[int, int]:
             raise invalid("invalid_query", key, f"must be {bound}, got {value}")
         return value
 
-    return number("limit", DEFAULT_LIMIT, 1, MAX_LIMIT), number("offset", 0, 0, None)
+    return number("limit", DEFAULT_LIMIT, 1, MAX_LIMIT), number("offset", 0, 0, 1_000_000_000)
 
 
 def _require_hash(value: str, fieldname: str = "hash") -> str:

@@ -18,6 +18,12 @@ from rest_framework.test import APIClient
 from worlds_app.patch_schema import world_patch_schema_hash
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    # PBKDF2 costs ~0.5 s per user; tests don't need slow hashing.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def operator_user(db: Any) -> User:
     user = User.objects.create_user("ops", password="ops-password-123")
@@ -144,7 +150,7 @@ def celery_worker(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]
         "CHUKWA_DB_NAME": connection.settings_dict["NAME"],
         "CHUKWA_CELERY_QUEUE": queue,
     }
-    log = open(PROJECT_DIR / "var" / f"test-worker-{os.getpid()}.log", "w")  # noqa: SIM115
+    log = open(PROJECT_DIR / "var" / f"test-worker-{os.getpid()}.log", "w")
     proc = subprocess.Popen(
         [
             sys.executable,

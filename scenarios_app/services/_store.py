@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -72,19 +73,37 @@ _COUNTER_KEY = {
 _MAX_PARAMS = 60_000
 
 
-def reject_nul(value: Any, fieldname: str) -> None:
-    """PostgreSQL text and jsonb cannot hold U+0000; reject it with the field's path."""
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+
+
+MAX_JSON_DEPTH = 64
+
+
+def reject_nul(value: Any, fieldname: str, _depth: int = 0) -> None:
+    """PostgreSQL text and jsonb cannot hold U+0000, and UTF-8 cannot hold a lone surrogate;
+    reject either with the field's path (instead of a database error). Also caps nesting depth,
+    so later recursive walks (validation, canonicalization) cannot exhaust the stack."""
+    if _depth > MAX_JSON_DEPTH:
+        raise invalid(
+            "nested_too_deeply", fieldname, f"JSON is nested more than {MAX_JSON_DEPTH} levels deep"
+        )
     if isinstance(value, str):
-        if "\x00" in value:
-            raise invalid("invalid_character", fieldname, "contains the NUL character (U+0000)")
+        if _BAD_CHARS.search(value):
+            raise invalid(
+                "invalid_character",
+                fieldname,
+                "contains U+0000 or a lone UTF-16 surrogate, which cannot be stored",
+            )
     elif isinstance(value, dict):
         for key, item in value.items():
-            if "\x00" in str(key):
-                raise invalid("invalid_character", fieldname, "a key contains U+0000")
-            reject_nul(item, f"{fieldname}.{key}" if fieldname else str(key))
+            if _BAD_CHARS.search(str(key)):
+                raise invalid(
+                    "invalid_character", fieldname, "a key contains U+0000 or a lone surrogate"
+                )
+            reject_nul(item, f"{fieldname}.{key}" if fieldname else str(key), _depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            reject_nul(item, f"{fieldname}[{index}]")
+            reject_nul(item, f"{fieldname}[{index}]", _depth + 1)
 
 
 def parse_ref(value: Any, fieldname: str) -> tuple[str, Any]:
@@ -129,7 +148,9 @@ def insert_missing(model: type[models.Model], rows: list[dict[str, Any]]) -> set
     has_created = any(f.name == "created_at" for f in model._meta.fields)
     qn = connection.ops.quote_name
     columns = [qn(f.column) for f in fields] + ([qn("created_at")] if has_created else [])
-    row_sql = "(" + ", ".join(["%s"] * len(fields) + (["now()"] if has_created else [])) + ")"
+    row_sql = (
+        "(" + ", ".join(["%s"] * len(fields) + (["clock_timestamp()"] if has_created else [])) + ")"
+    )
     per_batch = max(1, _MAX_PARAMS // len(fields))
     inserted: set[str] = set()
     values = list(unique.values())

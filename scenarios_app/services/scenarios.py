@@ -100,11 +100,14 @@ def _parse_meta(data: Mapping[str, Any]) -> _Meta:
     name = data.get("name")
     if name is not None:
         require_label(name, "name", "invalid_name")
-    operator = data.get("operator", "") or ""
-    note = data.get("note", "") or ""
+    operator = data.get("operator")
+    operator = "" if operator is None else operator
+    note = data.get("note")
+    note = "" if note is None else note
     for key, value in (("operator", operator), ("note", note)):
         if not isinstance(value, str):
             raise invalid("invalid_input", key, f"must be a string, got {type_name(value)}")
+        reject_nul(value, key)
     if len(operator) > 200:
         raise invalid("invalid_input", "operator", "must be at most 200 characters")
     metadata = data.get("metadata", {})
@@ -544,6 +547,7 @@ def scenario_fork(*, data: Any) -> AssembleResult:
                 raise invalid(
                     "invalid_input", f"{where}.role", "must be a non-empty string ≤ 64 chars"
                 )
+            reject_nul(role, f"{where}.role")
             parents.append((_scenario_ref_hash({"hash": edge["hash"]}, where), role))
 
         parent = Scenario.objects.get(pk=parent_hash)
@@ -568,6 +572,9 @@ def scenario_fork(*, data: Any) -> AssembleResult:
             "description": parent.description,
             "chronon_seconds": parent.chronon_seconds,
         }
+        # Validate the requested values as given: 60.0 == 60 and True == 1 must not slip through
+        # as "no change".
+        validate_scenario_scalars(**{**scalars, **{k: changes[k] for k in scalars if k in changes}})
         for key in ("scenario_slug", "description", "chronon_seconds"):
             if key in changes and changes[key] != scalars[key]:
                 touched.append(

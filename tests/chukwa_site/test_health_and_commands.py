@@ -118,27 +118,28 @@ def test_create_operator_prints_a_working_token(client: Client) -> None:
 
 
 def test_fixture_files_name_the_kernel_world_patch_schema() -> None:
-    assert fixture_names() == ["ant_on_plate", "locked_vending_room"]
+    assert fixture_names() == [
+        "ant_on_plate",
+        "ant_on_plate_rules",
+        "locked_vending_room",
+        "picnic_rules",
+    ]
+    for name in ("ant_on_plate", "locked_vending_room"):  # the LLM workflows
+        assert world_patch_schema_hash() in str(load_fixture(name))
     for name in fixture_names():
-        data = load_fixture(name)
-        text = str(data)
-        assert world_patch_schema_hash() in text
-        assert data["name"] == name
+        assert load_fixture(name)["name"] == name
 
 
 @pytest.mark.django_db
 def test_load_demo_scenarios_is_idempotent() -> None:
     first = io.StringIO()
     call_command("load_demo_scenarios", stdout=first)
-    assert first.getvalue().count("stored (new)") == 2
-    assert set(ScenarioName.objects.values_list("name", flat=True)) == {
-        "ant_on_plate",
-        "locked_vending_room",
-    }
+    assert first.getvalue().count("stored (new)") == len(fixture_names())
+    assert set(ScenarioName.objects.values_list("name", flat=True)) == set(fixture_names())
     count = Scenario.objects.count()
     second = io.StringIO()
     call_command("load_demo_scenarios", stdout=second)
-    assert second.getvalue().count("already stored") == 2
+    assert second.getvalue().count("already stored") == len(fixture_names())
     assert "new rows: none" in second.getvalue()
     assert Scenario.objects.count() == count
 
