@@ -284,8 +284,21 @@ def _holds(
     if kind == "ambient_present":
         return present
     if kind == "ambient_equals":
-        return present and value == cond["value"]
+        return present and _json_equal(value, cond["value"])
     return present and isinstance(value, str) and text in value.lower()
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    """JSON equality: unlike Python's ==, true is not 1 (numbers still compare by value)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(_json_equal, a, b))
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    return type(a) is type(b) and a == b
 
 
 def _render(template: str, values: Mapping[str, str]) -> str:

@@ -108,6 +108,13 @@ PATCH_NODE_TYPES = frozenset({"rule_policy", "llm_tool_loop"})
 
 def run_subject_workflow(run: SubjectRun) -> tuple[dict[str, Any], str]:
     """Run every node in order; return (the patch named by ``apply.from``, its node id)."""
+    if run.workflow.get("ambient_sources"):
+        raise AttemptFailure(
+            "ambient",
+            "the workflow declares ambient sources, which need the source layer this version "
+            "does not include",
+            subject_id=run.subject_id,
+        )
     node_types: dict[str, str] = {}
     for node in run.workflow["nodes"]:
         executor = NODE_EXECUTORS.get(node["type"])

@@ -83,7 +83,7 @@ class TurnEnqueueApi(APIView):
         },
     )
     def post(self, request: Request, slug: str) -> Response:
-        data = body_object(request) if request.data else {}
+        data = body_object(request)
         unknown = sorted(k for k in data if k != "count")
         if unknown:
             raise invalid("invalid_input", unknown[0], 'unknown field; the body is {"count": n}')

@@ -210,12 +210,13 @@ def _resolve_entities(
 def _check_rule_policy_references(manifest: _Manifest, workflows: Mapping[str, Any]) -> None:
     """Ids a rule policy names must exist in the scenario that binds it."""
     entity_ids = {c["id"] for c in manifest.entity_contents.values()}
+    known_by_kind = {"entity": entity_ids, "environment": set(manifest.environments)}
     for label, profile_hash in sorted(manifest.cognition_profiles.items()):
         workflow = workflows.get(profile_hash)
         if not isinstance(workflow, dict):
             continue
         for path, kind, ref in rule_policy_references(workflow):
-            known = entity_ids if kind == "entity" else set(manifest.environments)
+            known = known_by_kind[kind]
             if ref not in known:
                 raise invalid(
                     f"unknown_{kind}_reference",

@@ -59,7 +59,7 @@ def _schema_problem(patch: Any) -> PatchRejected | None:
         return None
     # Prefer a precise message over anyOf's summary: look inside the effect's own branch.
     error = errors[0]
-    pointer = "/" + "/".join(str(p) for p in error.absolute_path)
+    pointer = "".join(f"/{p}" for p in error.absolute_path)
     path = list(error.absolute_path)
     if len(path) >= 2 and path[0] == "effects" and error.validator == "anyOf":
         effect = patch["effects"][path[1]]

@@ -13,6 +13,7 @@ from scenarios_app import selectors as scenario_selectors
 from scenarios_app.identifiers import is_hash, label_problem
 from scenarios_app.models import ScenarioName
 from scenarios_app.services import scenario_assemble_within
+from scenarios_app.services._store import reject_nul
 from scenarios_app.validation import check_keys, require_object, type_name
 from worlds_app.kernel.state import WorldState
 from worlds_app.models import AttemptStatus, DeletedWorld, Turn, TurnAttempt, World
@@ -81,7 +82,10 @@ def scenario_snapshot(scenario_hash: str) -> dict[str, Any]:
 def _parse_start_time(value: Any) -> datetime:
     if value is None:
         return datetime.now(UTC)
-    parsed = parse_datetime(value) if isinstance(value, str) else None
+    try:
+        parsed = parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:  # well-formed but impossible, e.g. month 13
+        parsed = None
     if parsed is None or parsed.tzinfo is None:
         raise invalid(
             "invalid_start_time",
@@ -106,6 +110,8 @@ def world_create(*, data: Any) -> World:
             "name",
             f"must be a non-empty string ≤ 200 chars, got {type_name(name)}",
         )
+    if name is not None:
+        reject_nul(name, "name")
     start = _parse_start_time(body.get("start_time"))
     with transaction.atomic(durable=True):
         if World.objects.filter(slug=slug).exists():
