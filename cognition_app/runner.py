@@ -1,8 +1,7 @@
-"""Runs one subject's workflow nodes and returns its final WorldPatch. Pure: no Django.
+"""Runs one subject's workflow nodes and returns its final WorldPatch.
 
-Node executors are looked up by node type. The rule policy runs here; the LLM node types
-(`llm_text`, `llm_tool_loop`) need the source layer and fail the attempt with a clear message
-until it is installed.
+Node executors are looked up by node type: the rule policy (pure), and the LLM nodes, which
+call sources through the traced source layer.
 """
 
 from __future__ import annotations
@@ -11,8 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
+from cognition_app.llm_nodes import run_llm_text, run_llm_tool_loop
 from cognition_app.rule_policy import RuleContext, evaluate_rule_policy
+from cognition_app.sources import CallContext
 from worlds_app.kernel.state import WorldState
 
 
@@ -36,6 +38,8 @@ class StagedEvent:
     workflow_hash: str = ""
     patch_seq: int | None = None
     content_hash: str = ""
+    invocation_id: UUID | None = None
+    llm_call_id: UUID | None = None
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
@@ -57,6 +61,22 @@ class SubjectRun:
     ctx: TurnContext
     events: list[StagedEvent]
     outputs: dict[str, Any] = field(default_factory=dict)
+    # the ambient results this subject may see (the tree under /ambient)
+    ambient: dict[str, Any] = field(default_factory=dict)
+    # builds the trace context of a source call made while this subject runs
+    make_call_context: Callable[..., CallContext] | None = None
+    # the generation whose patch was accepted (links transitions to the LLM call)
+    last_invocation_id: UUID | None = None
+    last_llm_call_id: UUID | None = None
+
+    def call_context(self, **fields: Any) -> CallContext:
+        if self.make_call_context is None:
+            raise AttemptFailure(
+                "source", "this run has no source layer context", subject_id=self.subject_id
+            )
+        return self.make_call_context(
+            workflow_hash=self.workflow_hash, subject_id=self.subject_id, **fields
+        )
 
 
 NodeExecutor = Callable[[Mapping[str, Any], SubjectRun], Any]
@@ -72,7 +92,7 @@ def _run_rule_policy(node: Mapping[str, Any], run: SubjectRun) -> dict[str, Any]
             turn=run.ctx.turn,
             attempted_turn=run.ctx.attempted_turn,
             simulation_time=run.ctx.simulation_time,
-            ambient=run.ctx.ambient,
+            ambient=run.ambient,
         ),
     )
     run.events.append(
@@ -88,33 +108,16 @@ def _run_rule_policy(node: Mapping[str, Any], run: SubjectRun) -> dict[str, Any]
     return outcome.patch
 
 
-def _llm_unavailable(node: Mapping[str, Any], run: SubjectRun) -> Any:
-    raise AttemptFailure(
-        "node",
-        f"node {node['id']!r} ({node['type']}) cannot run: LLM nodes need the source layer, "
-        "which this version does not include",
-        subject_id=run.subject_id,
-        node_id=node["id"],
-    )
-
-
 NODE_EXECUTORS: dict[str, NodeExecutor] = {
     "rule_policy": _run_rule_policy,
-    "llm_text": _llm_unavailable,
-    "llm_tool_loop": _llm_unavailable,
+    "llm_text": run_llm_text,
+    "llm_tool_loop": run_llm_tool_loop,
 }
 PATCH_NODE_TYPES = frozenset({"rule_policy", "llm_tool_loop"})
 
 
 def run_subject_workflow(run: SubjectRun) -> tuple[dict[str, Any], str]:
     """Run every node in order; return (the patch named by ``apply.from``, its node id)."""
-    if run.workflow.get("ambient_sources"):
-        raise AttemptFailure(
-            "ambient",
-            "the workflow declares ambient sources, which need the source layer this version "
-            "does not include",
-            subject_id=run.subject_id,
-        )
     node_types: dict[str, str] = {}
     for node in run.workflow["nodes"]:
         executor = NODE_EXECUTORS.get(node["type"])

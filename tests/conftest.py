@@ -17,6 +17,8 @@ from rest_framework.test import APIClient
 
 from worlds_app.patch_schema import world_patch_schema_hash
 
+pytest_plugins = ["tests.support.fixtures"]
+
 
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings: Any) -> None:

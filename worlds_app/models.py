@@ -166,6 +166,9 @@ class AttemptEvent(models.Model):
     patch_seq = models.IntegerField(null=True, blank=True)
     payload = models.JSONField(default=dict)
     content_hash = models.CharField(max_length=64, blank=True)
+    # Links into the traces (cognition_app); plain ids so the apps' migrations stay acyclic.
+    invocation_id = models.UUIDField(null=True, blank=True, db_index=True)
+    llm_call_id = models.UUIDField(null=True, blank=True)
     created_at = models.DateTimeField()
 
     class Meta:
@@ -200,6 +203,9 @@ class PatchTransition(models.Model):
     target_id = models.CharField(max_length=200)
     before = models.TextField()
     after = models.TextField()
+    # The generation that decided it (LLM nodes); empty for rule policies.
+    invocation_id = models.UUIDField(null=True, blank=True)
+    llm_call_id = models.UUIDField(null=True, blank=True)
 
     class Meta:
         ordering = ["world", "turn_number", "patch_seq", "effect_index"]

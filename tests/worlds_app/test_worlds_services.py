@@ -16,6 +16,7 @@ import pytest
 from django.db import DatabaseError, ProgrammingError, connection, transaction
 
 from chukwa_site.errors import ChukwaError
+from cognition_app.models import SourceInvocation
 from cognition_app.rule_policy import RuleContext, seed_for
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.models import Scenario, ScenarioName
@@ -409,8 +410,12 @@ def test_attempts_run_strictly_in_order() -> None:
     assert World.objects.get(slug="ordered").current_turn == 2
 
 
-def test_a_failed_attempt_commits_nothing_and_cancels_the_rest_of_its_batch() -> None:
-    # ant_on_plate thinks with an LLM tool loop, which this kernel cannot run yet.
+def test_a_failed_attempt_commits_nothing_and_cancels_the_rest_of_its_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ant_on_plate thinks with an LLM tool loop whose source names CHUKWA_LLM_BASE_URL: unset,
+    # the generation fails with a message naming the variable.
+    monkeypatch.delenv("CHUKWA_LLM_BASE_URL", raising=False)
     assemble("ant_on_plate")
     world_create(data={"slug": "llm", "scenario_ref": {"name": "ant_on_plate"}})
     first, second = turn_attempt_enqueue(slug="llm", count=2)["attempt_ids"]
@@ -421,9 +426,12 @@ def test_a_failed_attempt_commits_nothing_and_cancels_the_rest_of_its_batch() ->
     failed = selectors.attempt_get(attempt_id=first)
     assert failed["status"] == "failed"
     assert failed["produced_turn"] is None
-    assert failed["failure"]["step"] == "node"
+    assert failed["failure"]["step"] == "source"
     assert failed["failure"]["subject_id"] == "ant"
-    assert "LLM nodes" in failed["failure"]["reason"]
+    assert "CHUKWA_LLM_BASE_URL" in failed["failure"]["reason"]
+    invocation = SourceInvocation.objects.get(attempt_id=first)
+    assert (invocation.status, invocation.failure_class) == ("failed", "config")
+    assert "CHUKWA_LLM_BASE_URL" in invocation.failure_message
     assert [e["kind"] for e in failed["events"]] == ["attempt_started", "attempt_failed"]
     cancelled = selectors.attempt_get(attempt_id=second)
     assert cancelled["status"] == "cancelled"

@@ -9,17 +9,27 @@ transaction, or not at all.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import threading
 import time
 import uuid
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
+from uuid import UUID
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from chukwa_site.errors import NotFoundError, invalid
+from cognition_app.ambient import (
+    AmbientResult,
+    inject,
+    invoke_ambient,
+    runs_for_subject,
+    visible_tree,
+)
 from cognition_app.runner import (
     AttemptFailure,
     StagedEvent,
@@ -27,6 +37,7 @@ from cognition_app.runner import (
     TurnContext,
     run_subject_workflow,
 )
+from cognition_app.sources import CallContext, SourceFailure, interrupt_running
 from worlds_app.kernel.patch import PatchRejected, Transition, apply_patch, validate_patch
 from worlds_app.kernel.state import WorldState
 from worlds_app.models import (
@@ -41,6 +52,16 @@ from worlds_app.models import (
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = 100
+
+
+class StagedTransition(NamedTuple):
+    patch_seq: int
+    subject_id: str
+    node_id: str
+    workflow_hash: str
+    transition: Transition
+    invocation_id: UUID | None
+    llm_call_id: UUID | None
 
 
 class LeaseLost(Exception):
@@ -166,6 +187,8 @@ def _event_rows(
             patch_seq=e.patch_seq,
             payload=e.payload,
             content_hash=e.content_hash,
+            invocation_id=e.invocation_id,
+            llm_call_id=e.llm_call_id,
             created_at=e.at,
         )
         for i, e in enumerate(events)
@@ -184,26 +207,136 @@ def _workflow_for(world: World, subject: dict[str, Any]) -> tuple[dict[str, Any]
     return profile["workflow"], profile["workflow_hash"]
 
 
+class _Heartbeat:
+    """Renews the attempt's lease from a background thread while the attempt works (LLM calls
+    can take longer than a lease); stops when the attempt ends. If the worker dies, so does
+    the heartbeat, and the reaper takes over once the lease expires."""
+
+    def __init__(self, attempt: TurnAttempt) -> None:
+        self.attempt = attempt
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{attempt.pk}", daemon=True)
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(max(1.0, _lease_seconds() / 3)):
+                try:
+                    _renew_lease(self.attempt)
+                except LeaseLost:
+                    self.lost = True
+                    return
+        finally:
+            connection.close()  # this thread's own connection
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
 def turn_attempt_execute(
     *, attempt: TurnAttempt, previous: Turn, events: list[StagedEvent]
-) -> tuple[WorldState, list[tuple[int, str, str, str, Transition]], int]:
-    """Run every subject against the working copy. Returns the working world, the staged
-    transitions (patch_seq, subject, node, workflow hash, transition) and the patch count."""
+) -> tuple[WorldState, list[StagedTransition], int]:
+    """Run ambient sources and every subject against the working copy. Returns the working
+    world, the staged transitions and the patch count. Nothing here writes world state."""
     world = attempt.world
     working = WorldState.from_snapshot(previous.state)
     simulation_time = previous.simulation_time + timedelta(seconds=world.chronon_seconds)
+    attempted_turn = attempt.attempted_turn or previous.number + 1
     ctx = TurnContext(
         world_slug=world.slug,
         turn=previous.number,
-        attempted_turn=attempt.attempted_turn or previous.number + 1,
+        attempted_turn=attempted_turn,
         simulation_time=simulation_time.isoformat(),
         ambient={},
     )
-    staged: list[tuple[int, str, str, str, Transition]] = []
-    patch_seq = 0
-    lease_check = time.monotonic()
-    for subject in working.agents():
+    counter = itertools.count(1)
+
+    def make_call_context(**fields: Any) -> CallContext:
+        return CallContext(
+            attempt_id=attempt.pk,
+            world_id=world.pk,
+            world_slug=world.slug,
+            attempted_turn=attempted_turn,
+            next_seq=lambda: next(counter),
+            **fields,
+        )
+
+    request_context: dict[str, Any] = {
+        "world": {
+            "slug": world.slug,
+            "turn": previous.number,
+            "attempted_turn": attempted_turn,
+            "simulation_time": ctx.simulation_time,
+        },
+        "ambient": {},
+    }
+    ambient_results: list[AmbientResult] = []
+
+    def run_ambient(
+        source: dict[str, Any], workflow_hash: str, subject: dict[str, Any] | None
+    ) -> None:
+        context = request_context
+        if subject is not None:
+            context = {
+                **request_context,
+                "subject": {"id": subject["id"], "environment": subject["environment"]},
+            }
+        try:
+            result = invoke_ambient(
+                source=source,
+                workflow_hash=workflow_hash,
+                request_context=context,
+                make_ctx=make_call_context,
+                subject_id=subject["id"] if subject is not None else "",
+            )
+        except SourceFailure as exc:
+            raise AttemptFailure(
+                "ambient",
+                f"ambient source {source['id']!r}: {exc.failure_class}: {exc.message}",
+                subject_id=subject["id"] if subject is not None else "",
+            ) from None
+        ambient_results.append(result)
+        inject(request_context, source["inject_as"], result.value)
+        events.append(
+            StagedEvent(
+                "ambient_source_invoked",
+                {
+                    "ambient_source_id": source["id"],
+                    "run": source["run"],
+                    "scope": source["scope"],
+                    "visible_to": source["visible_to"],
+                    "inject_as": source["inject_as"],
+                    "result": result.value,
+                },
+                subject_id=subject["id"] if subject is not None else "",
+                workflow_hash=workflow_hash,
+                invocation_id=result.invocation_id,
+            )
+        )
+
+    agents = working.agents()
+    seen_workflows: set[str] = set()
+    for subject in agents:  # once per turn, once per distinct workflow, before any subject
         workflow, workflow_hash = _workflow_for(world, subject)
+        if workflow_hash in seen_workflows:
+            continue
+        seen_workflows.add(workflow_hash)
+        for source in workflow["ambient_sources"]:
+            if source["run"] == "once_per_turn":
+                run_ambient(source, workflow_hash, None)
+
+    staged: list[StagedTransition] = []
+    patch_seq = 0
+    for subject in agents:
+        workflow, workflow_hash = _workflow_for(world, subject)
+        for source in workflow["ambient_sources"]:
+            if source["run"] == "before_subject_workflow" and runs_for_subject(source, subject):
+                run_ambient(source, workflow_hash, subject)
         run = SubjectRun(
             subject_id=subject["id"],
             workflow=workflow,
@@ -211,6 +344,8 @@ def turn_attempt_execute(
             world=working,
             ctx=ctx,
             events=events,
+            ambient=visible_tree(ambient_results, working.entities[subject["id"]]),
+            make_call_context=make_call_context,
         )
         patch, node_id = run_subject_workflow(run)
         try:
@@ -230,13 +365,22 @@ def turn_attempt_execute(
                 node_id=node_id,
                 workflow_hash=workflow_hash,
                 patch_seq=patch_seq,
+                invocation_id=run.last_invocation_id,
+                llm_call_id=run.last_llm_call_id,
             )
         )
-        staged.extend((patch_seq, subject["id"], node_id, workflow_hash, t) for t in transitions)
-        # Keep the lease while working; a lost lease means the reaper gave up on us.
-        if time.monotonic() - lease_check > _lease_seconds() / 3:
-            _renew_lease(attempt)
-            lease_check = time.monotonic()
+        staged.extend(
+            StagedTransition(
+                patch_seq,
+                subject["id"],
+                node_id,
+                workflow_hash,
+                t,
+                run.last_invocation_id,
+                run.last_llm_call_id,
+            )
+            for t in transitions
+        )
     return working, staged, patch_seq
 
 
@@ -244,7 +388,7 @@ def _commit(
     attempt: TurnAttempt,
     previous: Turn,
     working: WorldState,
-    staged: list[tuple[int, str, str, str, Transition]],
+    staged: list[StagedTransition],
     events: list[StagedEvent],
     started: float,
 ) -> Turn:
@@ -295,8 +439,10 @@ def _commit(
                     target_id=t.target_id,
                     before=t.before,
                     after=t.after,
+                    invocation_id=invocation_id,
+                    llm_call_id=llm_call_id,
                 )
-                for seq, subject_id, node_id, workflow_hash, t in staged
+                for seq, subject_id, node_id, workflow_hash, t, invocation_id, llm_call_id in staged
             ]
         )
         TurnAttempt.objects.filter(pk=attempt.pk).update(
@@ -457,6 +603,7 @@ def turn_attempt_reap(*, now: datetime | None = None) -> list[str]:
                 payload={"reason": reason},
                 created_at=now,
             )
+            interrupt_running(attempt_id=attempt.pk, reason=reason)
             _cancel_rest_of_batch(
                 attempt, f"cancelled: attempt {attempt.pk} of this batch was interrupted"
             )

@@ -1,0 +1,151 @@
+"""Durable traces of every source call (SPEC §7).
+
+Rows are written in their own transactions while the attempt runs (never inside the turn commit),
+so they survive a failed or crashed attempt: the invocation and LLM call rows exist, status
+``running``, before the first byte is sent; streamed chunks are appended in small batches.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+
+
+class InvocationKind(models.TextChoices):
+    LLM_GENERATION = "llm_generation"
+    AMBIENT_CONTEXT = "ambient_context"
+    MODEL_ELECTED_TOOL = "model_elected_tool"
+    RULE_TOOL = "rule_tool"
+
+
+class InvocationStatus(models.TextChoices):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class SourceInvocation(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    attempt = models.ForeignKey(
+        "worlds_app.TurnAttempt", on_delete=models.CASCADE, related_name="invocations"
+    )
+    world = models.ForeignKey("worlds_app.World", on_delete=models.CASCADE, related_name="+")
+    attempted_turn = models.IntegerField()
+    seq = models.IntegerField()
+    workflow_hash = models.CharField(max_length=64, blank=True)
+    node_id = models.CharField(max_length=64, blank=True)
+    subject_id = models.CharField(max_length=200, blank=True)
+    source_hash = models.CharField(max_length=64)
+    source_label = models.CharField(max_length=64, blank=True)
+    kind = models.CharField(max_length=24, choices=InvocationKind.choices)
+    ambient_source_id = models.CharField(max_length=64, blank=True)
+    tool_name = models.CharField(max_length=64, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    status = models.CharField(
+        max_length=16, choices=InvocationStatus.choices, default=InvocationStatus.RUNNING
+    )
+    failure_class = models.CharField(max_length=40, blank=True)
+    failure_message = models.TextField(blank=True)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.IntegerField(null=True, blank=True)
+    request = models.JSONField(default=dict)
+    response_json = models.JSONField(null=True, blank=True)
+    response_text = models.TextField(blank=True)
+    response_headers = models.JSONField(default=dict)
+    http_status = models.IntegerField(null=True, blank=True)
+    input_schema_hash = models.CharField(max_length=64, blank=True)
+    output_schema_hash = models.CharField(max_length=64, blank=True)
+    validation_status = models.CharField(max_length=16, blank=True)
+    validation_errors = models.JSONField(default=list)
+    generation_attempt = models.IntegerField(null=True, blank=True)
+    tool_loop_round = models.IntegerField(null=True, blank=True)
+    model_output_kind = models.CharField(max_length=16, blank=True)
+
+    class Meta:
+        ordering = ["attempt", "seq"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["attempt", "seq"], name="invocation_attempt_seq_unique"
+            ),
+        ]
+        indexes = [models.Index(fields=["status"], name="invocation_status_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.source_label or self.source_hash[:12]} ({self.status})"
+
+
+class LlmCall(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    invocation = models.OneToOneField(
+        SourceInvocation, on_delete=models.CASCADE, related_name="llm_call"
+    )
+    base_url = models.CharField(max_length=500)
+    requested_model = models.CharField(max_length=200)
+    response_model = models.CharField(max_length=200, blank=True)
+    messages = models.JSONField(default=list)
+    params = models.JSONField(default=dict)
+    response_format = models.JSONField(null=True, blank=True)
+    status = models.CharField(
+        max_length=16, choices=InvocationStatus.choices, default=InvocationStatus.RUNNING
+    )
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ttft_ms = models.IntegerField(null=True, blank=True)
+    raw_text = models.TextField(blank=True)
+    normalized_text = models.TextField(blank=True)
+    finish_reason = models.CharField(max_length=40, blank=True)
+    prompt_tokens = models.IntegerField(null=True, blank=True)
+    completion_tokens = models.IntegerField(null=True, blank=True)
+    cached_tokens = models.IntegerField(null=True, blank=True)
+    usage_source = models.CharField(max_length=16, blank=True)  # provider | estimated
+    parse_error = models.TextField(blank=True)
+    validation_errors = models.JSONField(default=list)
+    artifacts = models.JSONField(default=dict)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["started_at"]
+
+    def __str__(self) -> str:
+        return f"LLM call {self.id} ({self.status})"
+
+
+class LlmChunk(models.Model):
+    call = models.ForeignKey(LlmCall, on_delete=models.CASCADE, related_name="chunks")
+    seq = models.IntegerField()
+    offset_ms = models.IntegerField()
+    text = models.TextField()
+
+    class Meta:
+        ordering = ["call", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["call", "seq"], name="chunk_call_seq_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"chunk {self.seq} +{self.offset_ms}ms"
+
+
+class SourceProbe(models.Model):
+    """Conformance of an LLM backend: does it enforce a response_format JSON schema?"""
+
+    base_url = models.CharField(max_length=500)
+    model = models.CharField(max_length=200)
+    enforces_schema = models.BooleanField()
+    detail = models.TextField(blank=True)
+    checked_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["base_url", "model"], name="probe_base_url_model_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.base_url} {self.model}: {'enforces' if self.enforces_schema else 'does NOT enforce'}"
