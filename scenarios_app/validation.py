@@ -171,7 +171,7 @@ def validate_response_source_content(content: object, field: str = "content") ->
             interface,
             iface_field,
             required=("name", "model", "base_url_env", "schema_delivery", "timeout_ms"),
-            optional=("api_key_env", "params"),
+            optional=("api_key_env", "params", "max_string_length"),
             code=code,
         )
         require_string(interface["model"], f"{iface_field}.model", code)
@@ -187,6 +187,16 @@ def validate_response_source_content(content: object, field: str = "content") ->
                 f"got {interface['schema_delivery']!r}",
             )
         _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
+        if "max_string_length" in interface:
+            # Bounds every string (and the effects list) in the schema sent to the model: small
+            # local models otherwise loop inside a string until max_tokens.
+            bound = interface["max_string_length"]
+            if not is_int(bound) or not 16 <= bound <= 4000:
+                raise invalid(
+                    code,
+                    f"{iface_field}.max_string_length",
+                    f"must be an integer 16…4000, got {bound!r}",
+                )
         params = require_object(interface.get("params", {}), f"{iface_field}.params", code)
         for key, value in params.items():
             if key in {"messages", "stream", "response_format", "model", "tools"}:
