@@ -14,4 +14,5 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/", include("scenarios_app.urls")),
     path("api/", include("worlds_app.urls")),
+    path("api/", include("cognition_app.urls")),
 ]

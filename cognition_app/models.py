@@ -15,8 +15,7 @@ from django.db import models
 class InvocationKind(models.TextChoices):
     LLM_GENERATION = "llm_generation"
     AMBIENT_CONTEXT = "ambient_context"
-    MODEL_ELECTED_TOOL = "model_elected_tool"
-    RULE_TOOL = "rule_tool"
+    MODEL_ELECTED_TOOL = "model_elected_tool"  # also a rule policy's planned tool call
 
 
 class InvocationStatus(models.TextChoices):

@@ -12,7 +12,7 @@ import hashlib
 import json
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -58,17 +58,24 @@ RULE_FIELDS = ("id", "when", "intent", "plan", "memory", "narration")
 # --- validation (joins the store's workflow validator) -------------------------------------
 
 
-def _check_template(value: Any, fieldname: str, *, extra: frozenset[str] = frozenset()) -> str:
+_TOOL_RESULT = re.compile(r"tool\.result(\.[A-Za-z0-9_-]+)?")
+
+
+def _check_template(value: Any, fieldname: str, *, allow_tool: bool = False) -> str:
     if not isinstance(value, str) or not value.strip():
         raise invalid("invalid_template", fieldname, "must be a non-empty string template")
     for match in _PLACEHOLDER.finditer(value):
-        if match.group(1) not in TEMPLATE_NAMES | extra:
-            raise invalid(
-                "invalid_template",
-                fieldname,
-                f"unknown placeholder {{{{{match.group(1)}}}}}; known: "
-                + ", ".join("{{" + n + "}}" for n in sorted(TEMPLATE_NAMES | extra)),
-            )
+        name = match.group(1)
+        if name in TEMPLATE_NAMES or (allow_tool and _TOOL_RESULT.fullmatch(name)):
+            continue
+        known = ", ".join("{{" + n + "}}" for n in sorted(TEMPLATE_NAMES))
+        if allow_tool:
+            known += ", {{tool.result}}, {{tool.result.<key>}}"
+        else:
+            known += " ({{tool.result…}} only in a rule with a tool_call)"
+        raise invalid(
+            "invalid_template", fieldname, f"unknown placeholder {{{{{name}}}}}; known: {known}"
+        )
     if "{{" in _PLACEHOLDER.sub("", value) or "}}" in _PLACEHOLDER.sub("", value):
         raise invalid("invalid_template", fieldname, "has an unbalanced {{ or }}")
     return value
@@ -103,7 +110,7 @@ def _validate_condition(condition: Any, fieldname: str) -> None:
         _check_pointer(cond["pointer"], f"{fieldname}.pointer")
 
 
-def _validate_step(step: Any, fieldname: str) -> None:
+def _validate_step(step: Any, fieldname: str, allow_tool: bool = False) -> None:
     effect = require_object(step, fieldname, "invalid_plan_step")
     op = effect.get("op")
     if op not in PATCH_OPS:
@@ -126,7 +133,7 @@ def _validate_step(step: Any, fieldname: str) -> None:
                 f"{fieldname}.environment_label",
                 f"{label!r} must be an environment label or {SUBJECT_ENVIRONMENT}",
             )
-        _check_template(effect["content"], f"{fieldname}.content")
+        _check_template(effect["content"], f"{fieldname}.content", allow_tool=allow_tool)
         return
     text_key = "state" if op == "set_entity_state" else "content"
     check_keys(effect, fieldname, required=("op", "entity_id", text_key), code="invalid_plan_step")
@@ -137,11 +144,47 @@ def _validate_step(step: Any, fieldname: str) -> None:
             f"{fieldname}.entity_id",
             f"{entity_id!r} must be an entity id or {SUBJECT_ID}",
         )
-    _check_template(effect[text_key], f"{fieldname}.{text_key}")
+    _check_template(effect[text_key], f"{fieldname}.{text_key}", allow_tool=allow_tool)
+
+
+def _validate_tool_call(value: Any, fieldname: str, tool_names: set[str]) -> None:
+    call = require_object(value, fieldname, "invalid_tool_call")
+    check_keys(call, fieldname, required=("tool", "arguments"), code="invalid_tool_call")
+    if call["tool"] not in tool_names:
+        raise invalid(
+            "invalid_tool_call",
+            f"{fieldname}.tool",
+            f"{call['tool']!r} is not one of this node's available_tools "
+            f"({', '.join(sorted(tool_names)) or 'none'})",
+        )
+    arguments = require_object(call["arguments"], f"{fieldname}.arguments", "invalid_tool_call")
+
+    def walk(item: Any, where: str) -> None:
+        if isinstance(item, str):
+            _check_template(item, where)
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                walk(sub, f"{where}.{key}")
+        elif isinstance(item, list):
+            for index, sub in enumerate(item):
+                walk(sub, f"{where}[{index}]")
+
+    walk(arguments, f"{fieldname}.arguments")
 
 
 def validate_rule_policy_node(node: Mapping[str, Any], fieldname: str, lookup: RefLookup) -> None:
-    check_keys(node, fieldname, required=("id", "type", "rules"), code="invalid_node")
+    from cognition_app.workflow_validation import validate_tools  # loaded by now (see its end)
+
+    check_keys(
+        node,
+        fieldname,
+        required=("id", "type", "rules"),
+        optional=("available_tools",),
+        code="invalid_node",
+    )
+    tool_names = set(
+        validate_tools(node.get("available_tools", []), f"{fieldname}.available_tools", lookup)
+    )
     rules = node["rules"]
     if not isinstance(rules, list) or not rules:
         raise invalid("invalid_rule", f"{fieldname}.rules", "must be a non-empty array of rules")
@@ -150,7 +193,11 @@ def validate_rule_policy_node(node: Mapping[str, Any], fieldname: str, lookup: R
         where = f"{fieldname}.rules[{index}]"
         rule = require_object(raw, where, "invalid_rule")
         check_keys(
-            rule, where, required=RULE_FIELDS, optional=("probability",), code="invalid_rule"
+            rule,
+            where,
+            required=RULE_FIELDS,
+            optional=("probability", "tool_call"),
+            code="invalid_rule",
         )
         require_label(rule["id"], f"{where}.id", "invalid_rule")
         if rule["id"] in seen:
@@ -172,15 +219,18 @@ def validate_rule_policy_node(node: Mapping[str, Any], fieldname: str, lookup: R
                     f"{where}.probability",
                     f"must be a number in (0, 1], got {p!r}",
                 )
+        has_tool = "tool_call" in rule
+        if has_tool:
+            _validate_tool_call(rule["tool_call"], f"{where}.tool_call", tool_names)
         _check_template(rule["intent"], f"{where}.intent")
-        _check_template(rule["memory"], f"{where}.memory")
-        _check_template(rule["narration"], f"{where}.narration")
+        _check_template(rule["memory"], f"{where}.memory", allow_tool=has_tool)
+        _check_template(rule["narration"], f"{where}.narration", allow_tool=has_tool)
         if not isinstance(rule["plan"], list):
             raise invalid(
                 "invalid_rule", f"{where}.plan", f"must be an array, got {type_name(rule['plan'])}"
             )
         for s_index, step in enumerate(rule["plan"]):
-            _validate_step(step, f"{where}.plan[{s_index}]")
+            _validate_step(step, f"{where}.plan[{s_index}]", allow_tool=has_tool)
     last = rules[-1]
     if last["when"] or "probability" in last:
         raise invalid(
@@ -301,12 +351,41 @@ def _json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+class ToolResultMissing(Exception):
+    """A template names a key the tool's result does not have."""
+
+
 def _render(template: str, values: Mapping[str, str]) -> str:
-    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+    def lookup(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise ToolResultMissing(
+                f"template placeholder {{{{{name}}}}} has no value: the tool result lacks it"
+            )
+        return values[name]
+
+    return _PLACEHOLDER.sub(lookup, template)
+
+
+def _render_json(value: Any, values: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        return _render(value, values)
+    if isinstance(value, dict):
+        return {k: _render_json(v, values) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_render_json(v, values) for v in value]
+    return value
+
+
+ToolCaller = Callable[[Mapping[str, Any], dict[str, Any]], Any]
 
 
 def evaluate_rule_policy(
-    node: Mapping[str, Any], world: WorldState, subject_id: str, ctx: RuleContext
+    node: Mapping[str, Any],
+    world: WorldState,
+    subject_id: str,
+    ctx: RuleContext,
+    call_tool: ToolCaller | None = None,
 ) -> RuleOutcome:
     subject = world.entities[subject_id]
     perceived_list = world.co_located(subject_id)
@@ -356,6 +435,19 @@ def evaluate_rule_policy(
         "world.simulation_time": ctx.simulation_time,
         "rule.id": chosen["id"],
     }
+    tool_record: dict[str, Any] | None = None
+    if "tool_call" in chosen:
+        tools = {t["name"]: t for t in node.get("available_tools", [])}
+        spec = tools[chosen["tool_call"]["tool"]]
+        arguments = _render_json(chosen["tool_call"]["arguments"], values)
+        if call_tool is None:
+            raise ToolResultMissing("this rule calls a tool, but no source layer is available")
+        result = call_tool(spec, arguments)
+        values["tool.result"] = json.dumps(result, sort_keys=True, ensure_ascii=False)
+        if isinstance(result, dict):
+            for key, item in result.items():
+                values[f"tool.result.{key}"] = item if isinstance(item, str) else json.dumps(item)
+        tool_record = {"tool": spec["name"], "arguments": arguments, "result": result}
     effects: list[dict[str, Any]] = []
     for step in chosen["plan"]:
         effect = {}
@@ -387,6 +479,8 @@ def evaluate_rule_policy(
         "memory": memory_line,
         "seed": format(seed_for(ctx, subject_id, node["id"]), "016x"),
     }
+    if tool_record is not None:
+        monologue["tool_call"] = tool_record
     return RuleOutcome(patch, monologue, monologue_hash(monologue), chosen["id"])
 
 

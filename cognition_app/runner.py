@@ -12,9 +12,10 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from cognition_app import sources
 from cognition_app.llm_nodes import run_llm_text, run_llm_tool_loop
-from cognition_app.rule_policy import RuleContext, evaluate_rule_policy
-from cognition_app.sources import CallContext
+from cognition_app.rule_policy import RuleContext, ToolResultMissing, evaluate_rule_policy
+from cognition_app.sources import CallContext, SourceFailure
 from worlds_app.kernel.state import WorldState
 
 
@@ -82,19 +83,82 @@ class SubjectRun:
 NodeExecutor = Callable[[Mapping[str, Any], SubjectRun], Any]
 
 
+def _rule_tool_caller(
+    node: Mapping[str, Any], run: SubjectRun
+) -> Callable[[Mapping[str, Any], dict[str, Any]], Any]:
+    """A rule's planned tool call goes through the same source layer, traced like a
+    model-elected call; its arguments must match the tool's schema (an authoring error if not)."""
+
+    def call(tool: Mapping[str, Any], arguments: dict[str, Any]) -> Any:
+        errors = sources.schema_errors(
+            sources.schema_validator(tool["arguments_schema_ref"]["hash"]), arguments
+        )
+        if errors:
+            raise AttemptFailure(
+                "rule_policy",
+                f"node {node['id']!r}: arguments for {tool['name']} do not match its schema: "
+                f"{errors[0]['pointer'] or '(root)'}: {errors[0]['message']}",
+                subject_id=run.subject_id,
+                node_id=node["id"],
+            )
+        try:
+            result = sources.invoke_http_json(
+                source_hash=tool["source_ref"]["hash"],
+                body=arguments,
+                ctx=run.call_context(node_id=node["id"], tool_name=tool["name"]),
+                kind="model_elected_tool",
+                result_schema_hash=tool.get("result_schema_ref", {}).get("hash", ""),
+                input_schema_hash=tool["arguments_schema_ref"]["hash"],
+            )
+        except SourceFailure as exc:
+            raise AttemptFailure(
+                "source",
+                f"node {node['id']!r}: tool {tool['name']}: {exc.failure_class}: {exc.message}",
+                subject_id=run.subject_id,
+                node_id=node["id"],
+            ) from None
+        run.events.append(
+            StagedEvent(
+                "tool_invoked",
+                {
+                    "tool": tool["name"],
+                    "arguments": arguments,
+                    "result": result.value,
+                    "by": "rule_policy",
+                },
+                subject_id=run.subject_id,
+                node_id=node["id"],
+                workflow_hash=run.workflow_hash,
+                invocation_id=result.invocation_id,
+            )
+        )
+        return result.value
+
+    return call
+
+
 def _run_rule_policy(node: Mapping[str, Any], run: SubjectRun) -> dict[str, Any]:
-    outcome = evaluate_rule_policy(
-        node,
-        run.world,
-        run.subject_id,
-        RuleContext(
-            world_slug=run.ctx.world_slug,
-            turn=run.ctx.turn,
-            attempted_turn=run.ctx.attempted_turn,
-            simulation_time=run.ctx.simulation_time,
-            ambient=run.ambient,
-        ),
-    )
+    try:
+        outcome = evaluate_rule_policy(
+            node,
+            run.world,
+            run.subject_id,
+            RuleContext(
+                world_slug=run.ctx.world_slug,
+                turn=run.ctx.turn,
+                attempted_turn=run.ctx.attempted_turn,
+                simulation_time=run.ctx.simulation_time,
+                ambient=run.ambient,
+            ),
+            call_tool=_rule_tool_caller(node, run),
+        )
+    except ToolResultMissing as exc:
+        raise AttemptFailure(
+            "rule_policy",
+            f"node {node['id']!r}: {exc}",
+            subject_id=run.subject_id,
+            node_id=node["id"],
+        ) from None
     run.events.append(
         StagedEvent(
             "inner_monologue",

@@ -153,9 +153,14 @@ def attempt_get(*, attempt_id: str) -> dict[str, Any]:
             "patch_seq",
             "payload",
             "content_hash",
+            "invocation_id",
+            "llm_call_id",
             "created_at",
         )
     )
+    from cognition_app.selectors import invocation_summaries
+
+    invocations = invocation_summaries(attempt_id=attempt.pk)
     return {
         "id": str(attempt.id),
         "world": attempt.world.slug,
@@ -182,6 +187,7 @@ def attempt_get(*, attempt_id: str) -> dict[str, Any]:
             else None
         ),
         "events": events,
+        "source_invocations": invocations,
     }
 
 

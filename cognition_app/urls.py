@@ -1,0 +1,12 @@
+from django.urls import path
+
+from cognition_app import api
+
+urlpatterns = [
+    path(
+        "source-invocations/<str:invocation_id>/",
+        api.SourceInvocationDetailApi.as_view(),
+        name="api-source-invocation-detail",
+    ),
+    path("llm-calls/<str:call_id>/", api.LlmCallDetailApi.as_view(), name="api-llm-call-detail"),
+]
