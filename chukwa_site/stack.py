@@ -51,6 +51,70 @@ def _manage(*args: str) -> None:
     )
 
 
+LLM_PORT = int(os.environ.get("CHUKWA_EMBEDDED_LLM_PORT", "8091"))
+TOYS_PORT = int(os.environ.get("CHUKWA_TOYS_PORT", "8092"))
+TOY_VARS = (
+    "CHUKWA_TOY_WEATHER_URL",
+    "CHUKWA_TOY_PA_URL",
+    "CHUKWA_TOY_PHONE_URL",
+    "CHUKWA_TOY_VENDING_URL",
+    "CHUKWA_TOY_FOUNTAIN_URL",
+    "CHUKWA_TOY_SEND_TEXT_URL",
+)
+
+
+def start_aux(env: dict[str, str], children: list[subprocess.Popen[bytes]]) -> list[str]:
+    """The embedded model (when CHUKWA_LLM_BASE_URL is unset) and the toy sources (when the
+    CHUKWA_TOY_* variables are unset); sets the variables in ``env`` for the web and worker."""
+    lines: list[str] = []
+    if not env.get("CHUKWA_LLM_BASE_URL"):
+        log = (embedded.data_dir() / "embedded-llm.log").open("ab")
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "cognition_app.embedded_llm", "--port", str(LLM_PORT)],
+                cwd=embedded.PROJECT_DIR,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        base = f"http://127.0.0.1:{LLM_PORT}"
+        if not _wait_http(f"{base}/health", 60):
+            raise RuntimeError(f"the embedded model did not start; see {log.name}")
+        env["CHUKWA_LLM_BASE_URL"] = f"{base}/v1"
+        # Sources may name an API key variable; the local server needs none.
+        env.setdefault("CHUKWA_LLM_API_KEY", "embedded-model-needs-no-key")
+        lines.append(f"embedded model (SmolLM2-135M-Instruct via llama.cpp): {base}/v1")
+    else:
+        lines.append(f"LLM endpoint from CHUKWA_LLM_BASE_URL: {env['CHUKWA_LLM_BASE_URL']}")
+    if not any(env.get(name) for name in TOY_VARS):
+        log = (embedded.data_dir() / "toys.log").open("ab")
+        children.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "cognition_app.toys",
+                    "--port",
+                    str(TOYS_PORT),
+                    "--state-dir",
+                    str(embedded.data_dir() / "toys"),
+                ],
+                cwd=embedded.PROJECT_DIR,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        base = f"http://127.0.0.1:{TOYS_PORT}"
+        if not _wait_http(f"{base}/health", 30):
+            raise RuntimeError(f"the toy sources did not start; see {log.name}")
+        for name in TOY_VARS:
+            env[name] = base
+        lines.append(f"toy sources (weather, PA, phone, vending, fountain, send_text): {base}")
+    return lines
+
+
 def _wait_http(url: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -68,6 +132,10 @@ def up(host: str, port: int, concurrency: int) -> int:
     for line in services().values():
         print(f"[chukwa] {line}", flush=True)
     _manage("migrate", "--noinput", "-v", "0")
+    env = _env()
+    children: list[subprocess.Popen[bytes]] = []
+    for line in start_aux(env, children):
+        print(f"[chukwa] {line}", flush=True)
     bin_dir = os.path.dirname(sys.executable)
     web = subprocess.Popen(
         [
@@ -81,7 +149,7 @@ def up(host: str, port: int, concurrency: int) -> int:
             "-",
         ],
         cwd=embedded.PROJECT_DIR,
-        env=_env(),
+        env=env,
     )
     worker = subprocess.Popen(
         [
@@ -101,9 +169,9 @@ def up(host: str, port: int, concurrency: int) -> int:
             str(embedded.data_dir() / "celerybeat-schedule"),
         ],
         cwd=embedded.PROJECT_DIR,
-        env=_env(),
+        env=env,
     )
-    children = [web, worker]
+    children += [web, worker]
 
     def stop(*_args: object) -> None:
         for child in children:

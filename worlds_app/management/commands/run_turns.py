@@ -38,7 +38,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("slug")
         parser.add_argument("count", type=int, nargs="?", default=1)
-        parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait in all")
+        parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait in all")
+        parser.add_argument(
+            "--timelines", action="store_true", help="print each attempt's timeline path"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         slug, count = options["slug"], options["count"]
@@ -65,6 +68,8 @@ class Command(BaseCommand):
                 bar.update(1)
                 if attempt.status == AttemptStatus.COMMITTED:
                     bar.write(summarize_turn(slug, attempt.produced_turn or 0))
+                    if options["timelines"]:
+                        bar.write(f"  timeline: /api/attempts/{attempt.pk}/")
                 else:
                     failed = True
                     bar.write(
