@@ -261,7 +261,7 @@ def parse_request(raw: bytes) -> ChatRequest:
     """Validate an OpenAI Chat Completions request body; raise RequestError when malformed."""
     try:
         body = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise RequestError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise RequestError("request body must be a JSON object")
@@ -494,6 +494,7 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "ChukwaEmbeddedLLM/1"
     server: EmbeddedLLMServer
+    _streaming: bool = False
 
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.log_requests:
@@ -553,6 +554,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
+        self._streaming = False
         try:
             body = self._read_body()
             if path not in ("/v1/chat/completions", "/chat/completions"):
@@ -570,6 +572,18 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(200, response)
         except RequestError as error:
             self._send_error(error)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # noqa: BLE001 - an OpenAI error shape, never a traceback
+            self.close_connection = True
+            if not self._streaming:
+                self._send_error(
+                    RequestError(
+                        f"internal error: {type(exc).__name__}: {exc}",
+                        status=500,
+                        error_type="server_error",
+                    )
+                )
 
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -590,6 +604,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-cache")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
+            self._streaming = True
             try:
                 if first is not None:
                     self._write_event(first)
