@@ -352,6 +352,28 @@ def _result(
     }
 
 
+def _store_and_record(
+    manifest: _Manifest,
+    meta: _Meta,
+    metadata: dict[str, Any],
+    parents: Sequence[tuple[str, str]],
+    resolver: Resolver,
+) -> AssembleResult:
+    """Store the scenario (if new), record the derivation and set the name, if one was given,
+    in the caller's transaction."""
+    scenario_hash, was_new = _store_scenario(manifest)
+    derivation_id = _record_derivation(scenario_hash, meta, metadata, parents)
+    if meta.name is not None:
+        _name_set(
+            name=meta.name,
+            scenario_hash=scenario_hash,
+            expected_current_hash=UNSET,
+            note=meta.note,
+            operator=meta.operator,
+        )
+    return _result(manifest, scenario_hash, was_new, resolver, derivation_id, meta.name)
+
+
 # --- assemble ------------------------------------------------------------------------------
 
 
@@ -388,17 +410,7 @@ def scenario_assemble_within(*, data: Any) -> AssembleResult:
             entity_contents=contents,
         )
         _validate(manifest)
-        scenario_hash, was_new = _store_scenario(manifest)
-        derivation_id = _record_derivation(scenario_hash, meta, meta.metadata)
-        if meta.name is not None:
-            _name_set(
-                name=meta.name,
-                scenario_hash=scenario_hash,
-                expected_current_hash=UNSET,
-                note=meta.note,
-                operator=meta.operator,
-            )
-    return _result(manifest, scenario_hash, was_new, resolver, derivation_id, meta.name)
+        return _store_and_record(manifest, meta, meta.metadata, (), resolver)
 
 
 # --- fork ----------------------------------------------------------------------------------
@@ -635,18 +647,8 @@ def scenario_fork(*, data: Any) -> AssembleResult:
             **scalars,
         )
         _validate(manifest, entities_field=entities_field)
-        scenario_hash, was_new = _store_scenario(manifest)
         metadata = {**meta.metadata, "touched_components": touched}
-        derivation_id = _record_derivation(scenario_hash, meta, metadata, parents)
-        if meta.name is not None:
-            _name_set(
-                name=meta.name,
-                scenario_hash=scenario_hash,
-                expected_current_hash=UNSET,
-                note=meta.note,
-                operator=meta.operator,
-            )
-    return _result(manifest, scenario_hash, was_new, resolver, derivation_id, meta.name)
+        return _store_and_record(manifest, meta, metadata, parents, resolver)
 
 
 # --- names ---------------------------------------------------------------------------------
