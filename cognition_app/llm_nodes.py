@@ -99,6 +99,8 @@ def model_patch_schema(run: SubjectRun, max_len: int | None) -> dict[str, Any]:
     with all properties required, ids as enums of this world's ids, ``enum`` instead of
     ``const``, no ``minLength`` (checked locally); strings bounded when the source asks."""
     ids = sorted(run.world.entities)
+    # memory belongs to agents: the schema only offers agent ids for append_entity_memory
+    agent_ids = sorted(e["id"] for e in run.world.agents())
     labels = sorted(run.world.environments)
     entity_op = {
         "set_entity_state": "state",
@@ -115,7 +117,10 @@ def model_patch_schema(run: SubjectRun, max_len: int | None) -> dict[str, Any]:
         else:
             props = {
                 "op": {"type": "string", "enum": [op]},
-                "entity_id": {"type": "string", "enum": ids},
+                "entity_id": {
+                    "type": "string",
+                    "enum": agent_ids if op == "append_entity_memory" else ids,
+                },
                 entity_op[op]: _text(max_len),
             }
         variants.append(
@@ -267,6 +272,7 @@ def _source_failure(node: Mapping[str, Any], run: SubjectRun, exc: SourceFailure
         f"node {node['id']!r}: {exc.failure_class}: {exc.message}",
         subject_id=run.subject_id,
         node_id=node["id"],
+        invocation_id=exc.invocation_id,
     )
 
 
@@ -356,9 +362,7 @@ def run_llm_tool_loop(node: Mapping[str, Any], run: SubjectRun) -> dict[str, Any
                 try:
                     validate_patch(output["patch"], run.world)
                 except PatchRejected as exc:
-                    raise ModelContentRejected(
-                        f"patch.{exc.message}", output_kind="final_patch"
-                    ) from None
+                    raise ModelContentRejected(f"patch.{exc.message}") from None
         except ModelContentRejected as rejection:
             _reject(run, node, gen, rejection, attempt_no)
             failures += 1

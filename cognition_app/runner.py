@@ -22,12 +22,21 @@ from worlds_app.kernel.state import WorldState
 class AttemptFailure(Exception):
     """Fails the whole attempt before commit: nothing of the turn is kept but its traces."""
 
-    def __init__(self, step: str, message: str, *, subject_id: str = "", node_id: str = "") -> None:
+    def __init__(
+        self,
+        step: str,
+        message: str,
+        *,
+        subject_id: str = "",
+        node_id: str = "",
+        invocation_id: UUID | None = None,
+    ) -> None:
         super().__init__(message)
         self.step = step
         self.message = message
         self.subject_id = subject_id
         self.node_id = node_id
+        self.invocation_id = invocation_id
 
 
 @dataclass

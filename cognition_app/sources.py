@@ -507,6 +507,7 @@ def _stream(
     finish_reason = ""
     response_model = ""
     ttft_ms: int | None = None
+    http_meta: dict[str, Any] = {}  # status and redacted headers, once the response starts
 
     def flush() -> None:
         nonlocal last_flush
@@ -533,7 +534,8 @@ def _stream(
             InvocationStatus.FAILED,
             failure_class=failure_class,
             failure_message=message,
-            http_status=http_status,
+            http_status=http_status or http_meta.get("http_status"),
+            response_headers=http_meta.get("response_headers", {}),
             response_text=body or text,
         )
         return SourceFailure(failure_class, message, invocation_id=inv.pk)
@@ -542,6 +544,8 @@ def _stream(
         with http_client().stream(
             "POST", f"{base_url}/chat/completions", json=payload, headers=headers, timeout=timeout
         ) as response:
+            http_meta["http_status"] = response.status_code
+            http_meta["response_headers"] = redact_headers(response.headers)
             if response.status_code != 200:
                 body = response.read().decode("utf-8", "replace")[:20_000]
                 status = response.status_code
@@ -590,7 +594,9 @@ def _stream(
                             flush()
                     if choice.get("finish_reason"):
                         finish_reason = choice["finish_reason"]
-    except SourceFailure:
+    except SourceFailure as exc:
+        if exc.invocation_id is None:  # from _sse_events: finish the rows like any failure
+            raise fail(exc.failure_class, exc.message) from None
         raise
     except httpx.TimeoutException as exc:
         raise fail(
@@ -625,7 +631,7 @@ def _stream(
         cached_tokens=usage.get("cached_tokens"),
         usage_source=usage_source,
     )
-    _finish_invocation(inv, InvocationStatus.SUCCEEDED, response_text=text)
+    _finish_invocation(inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta)
     call.raw_text, call.finish_reason = text, finish_reason
     return Generation(
         text=text, invocation=inv, call=call, finish_reason=finish_reason, usage=usage

@@ -21,6 +21,25 @@ pytest_plugins = ["tests.support.fixtures"]
 
 
 @pytest.fixture(autouse=True)
+def _migration_rows_in_transactional_tests(request: pytest.FixtureRequest) -> None:
+    """Transactional tests flush every table afterwards, including rows that data migrations
+    created (the WorldPatch schema component, the operators group); put them back first."""
+    marker = request.node.get_closest_marker("django_db")
+    if marker is None or not marker.kwargs.get("transaction"):
+        return
+    request.getfixturevalue("transactional_db")
+    from django.contrib.auth.models import Group
+
+    from scenarios_app.models import JsonSchema
+    from worlds_app.patch_schema import WORLD_PATCH_SCHEMA
+
+    JsonSchema.objects.get_or_create(
+        hash=world_patch_schema_hash(), defaults={"content": WORLD_PATCH_SCHEMA}
+    )
+    Group.objects.get_or_create(name="operators")
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings: Any) -> None:
     # PBKDF2 costs ~0.5 s per user; tests don't need slow hashing.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

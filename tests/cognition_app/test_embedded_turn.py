@@ -17,7 +17,8 @@ from worlds_app import selectors
 from worlds_app.patch_schema import WORLD_PATCH_SCHEMA
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_run, world_create
 
-pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+# transaction=True: the lease heartbeat runs on its own connection and must see the attempt row
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -495,7 +495,7 @@ def vending_workflow(source_hash: str, world_patch_hash: str) -> dict[str, Any]:
     }
 
 
-@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+@pytest.mark.django_db(transaction=True)
 def test_seed_001_smoke_sequence(world_patch_hash: str) -> None:
     # Transactional on purpose: every service commits its own durable transaction, as in
     # production, so created_at (the transaction's now()) orders parent before child.

@@ -299,6 +299,7 @@ def turn_attempt_execute(
                 "ambient",
                 f"ambient source {source['id']!r}: {exc.failure_class}: {exc.message}",
                 subject_id=subject["id"] if subject is not None else "",
+                invocation_id=exc.invocation_id,
             ) from None
         ambient_results.append(result)
         inject(request_context, source["inject_as"], result.value)
@@ -507,6 +508,7 @@ def _fail(
                 {"step": failure.step, "reason": failure.message},
                 subject_id=failure.subject_id,
                 node_id=failure.node_id,
+                invocation_id=failure.invocation_id,
             )
         )
         AttemptEvent.objects.bulk_create(_event_rows(attempt, events, 1))
@@ -535,9 +537,12 @@ def turn_attempt_run(*, attempt_id: str, owner: str) -> str | None:
         previous = Turn.objects.get(
             world_id=attempt.world_id, number=(attempt.attempted_turn or 1) - 1
         )
-        working, staged, _count = turn_attempt_execute(
-            attempt=attempt, previous=previous, events=events
-        )
+        with _Heartbeat(attempt) as heartbeat:
+            working, staged, _count = turn_attempt_execute(
+                attempt=attempt, previous=previous, events=events
+            )
+        if heartbeat.lost:
+            raise LeaseLost(str(attempt.pk))
         _commit(attempt, previous, working, staged, events, started)
         return AttemptStatus.COMMITTED
     except LeaseLost:
