@@ -35,7 +35,9 @@ from cognition_app.models import (
 from scenarios_app.identifiers import is_env_var_name
 from scenarios_app.models import JsonSchema, ResponseSource
 
-CHUNK_BATCH = 16
+# Streamed chunks are flushed by time, so a generation's query count does not grow with the
+# length of its reply; CHUNK_BATCH only bounds the rows held in memory between flushes.
+CHUNK_BATCH = 512
 CHUNK_FLUSH_SECONDS = 0.25
 REDACTED_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
@@ -320,6 +322,11 @@ def _sse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
             continue
         data = line[5:].strip()
         if data == "[DONE]":
+            # Read the body to its end (the chunked encoding's last, empty chunk): a response
+            # closed before that is not returned to httpx's pool, and the next call would open
+            # a new connection (a new TLS handshake against a remote endpoint).
+            for _rest in lines:
+                pass
             return
         try:
             yield json.loads(data)
@@ -583,8 +590,7 @@ def _stream(
                         now = time.monotonic()
                         offset = int((now - started) * 1000)
                         if ttft_ms is None:
-                            ttft_ms = offset
-                            LlmCall.objects.filter(pk=call.pk).update(ttft_ms=ttft_ms)
+                            ttft_ms = offset  # stored at the end; live, it is chunk 0's offset
                         parts.append(delta)
                         pending.append(
                             LlmChunk(call_id=call.pk, seq=seq, offset_ms=offset, text=delta)

@@ -126,6 +126,8 @@ class _Server(ThreadingHTTPServer):
 
 
 class _Handler(BaseHTTPRequestHandler):
+    # Stream chunks go out at once (no Nagle delay waiting for the client's delayed ACK).
+    disable_nagle_algorithm = True
     protocol_version = "HTTP/1.1"
     server: _Server
 
