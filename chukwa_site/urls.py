@@ -15,4 +15,7 @@ urlpatterns = [
     path("api/", include("scenarios_app.urls")),
     path("api/", include("worlds_app.urls")),
     path("api/", include("cognition_app.urls")),
+    path("", include("scenarios_app.pages_urls")),
+    path("", include("worlds_app.pages_urls")),
+    path("", include("cognition_app.pages_urls")),
 ]
