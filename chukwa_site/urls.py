@@ -18,4 +18,5 @@ urlpatterns = [
     path("", include("scenarios_app.pages_urls")),
     path("", include("worlds_app.pages_urls")),
     path("", include("cognition_app.pages_urls")),
+    path("", include("cognition_app.authoring_urls")),
 ]
