@@ -77,6 +77,9 @@ class SourceInvocation(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} {self.source_label or self.source_hash[:12]} ({self.status})"
 
+    def get_absolute_url(self) -> str:
+        return f"/invocations/{self.pk}/"
+
 
 class LlmCall(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -112,6 +115,9 @@ class LlmCall(models.Model):
 
     def __str__(self) -> str:
         return f"LLM call {self.id} ({self.status})"
+
+    def get_absolute_url(self) -> str:
+        return f"/llm-calls/{self.pk}/"
 
 
 class LlmChunk(models.Model):

@@ -51,6 +51,9 @@ class JsonSchema(models.Model):
         title = self.content.get("title") if isinstance(self.content, dict) else None
         return f"{title or 'schema'} {self.hash[:12]}"
 
+    def get_absolute_url(self) -> str:
+        return f"/store/json-schemas/{self.pk}/"
+
 
 class ResponseSource(models.Model):
     hash = HashField(primary_key=True)
@@ -70,6 +73,9 @@ class ResponseSource(models.Model):
     def __str__(self) -> str:
         return f"{self.label} ({self.interface}) {self.hash[:12]}"
 
+    def get_absolute_url(self) -> str:
+        return f"/store/response-sources/{self.pk}/"
+
 
 class CognitionWorkflow(models.Model):
     hash = HashField(primary_key=True)
@@ -85,6 +91,9 @@ class CognitionWorkflow(models.Model):
         nodes = self.content.get("nodes", []) if isinstance(self.content, dict) else []
         ids = "→".join(n.get("id", "?") for n in nodes if isinstance(n, dict))
         return f"workflow {ids} {self.hash[:12]}"
+
+    def get_absolute_url(self) -> str:
+        return f"/store/cognition-workflows/{self.pk}/"
 
 
 class WorkflowComponentRef(models.Model):
@@ -120,6 +129,9 @@ class CognitionProfile(models.Model):
     def __str__(self) -> str:
         return f"profile {self.hash[:12]}"
 
+    def get_absolute_url(self) -> str:
+        return f"/store/cognition-profiles/{self.pk}/"
+
     @property
     def content(self) -> dict[str, str]:
         return {"workflow_hash": self.workflow_id}
@@ -141,6 +153,9 @@ class Environment(models.Model):
     def __str__(self) -> str:
         first = self.content.strip().splitlines()[0] if self.content.strip() else ""
         return f"{first[:60]} {self.hash[:12]}"
+
+    def get_absolute_url(self) -> str:
+        return f"/store/environments/{self.pk}/"
 
 
 class Entity(models.Model):
@@ -165,6 +180,9 @@ class Entity(models.Model):
     def __str__(self) -> str:
         return f"{self.entity_id} {self.hash[:12]}"
 
+    def get_absolute_url(self) -> str:
+        return f"/store/entities/{self.pk}/"
+
 
 class Scenario(models.Model):
     hash = HashField(primary_key=True)
@@ -188,6 +206,9 @@ class Scenario(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scenario_slug} {self.hash[:12]}"
+
+    def get_absolute_url(self) -> str:
+        return f"/scenarios/{self.pk}/"
 
 
 class ScenarioCognitionProfile(models.Model):
@@ -264,6 +285,9 @@ class ScenarioName(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} → {self.scenario_id[:12]}"
+
+    def get_absolute_url(self) -> str:
+        return f"/names/{self.pk}/"
 
 
 class ScenarioNameHistory(models.Model):

@@ -48,6 +48,9 @@ class World(models.Model):
     def __str__(self) -> str:
         return f"{self.slug} (turn {self.current_turn})"
 
+    def get_absolute_url(self) -> str:
+        return f"/worlds/{self.slug}/"
+
 
 class Turn(models.Model):
     world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="turns")
@@ -136,6 +139,9 @@ class TurnAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.id} ({self.status})"
+
+    def get_absolute_url(self) -> str:
+        return f"/attempts/{self.pk}/"
 
     @property
     def is_finished(self) -> bool:
