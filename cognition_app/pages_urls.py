@@ -1,5 +1,10 @@
 """Server-rendered pages (see chukwa_site/pages.py)."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-urlpatterns: list[URLPattern] = []
+from cognition_app import views
+
+urlpatterns: list[URLPattern] = [
+    path("invocations/<str:invocation_id>/", views.invocation_page, name="page-invocation"),
+    path("llm-calls/<str:call_id>/", views.llm_call_page, name="page-llm-call"),
+]

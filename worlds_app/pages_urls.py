@@ -1,5 +1,22 @@
 """Server-rendered pages (see chukwa_site/pages.py)."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-urlpatterns: list[URLPattern] = []
+from worlds_app import views
+
+urlpatterns: list[URLPattern] = [
+    path("worlds/", views.world_list_page, name="page-world-list"),
+    path("worlds/<str:slug>/", views.world_detail_page, name="page-world-detail"),
+    path("worlds/<str:slug>/run-turns/", views.world_run_turns, name="page-world-run-turns"),
+    path("worlds/<str:slug>/turns/<int:number>/", views.turn_page, name="page-turn-detail"),
+    path("worlds/<str:slug>/diff/", views.world_diff_page, name="page-world-diff"),
+    path(
+        "worlds/<str:slug>/entities/<str:entity_id>/", views.entity_page, name="page-world-entity"
+    ),
+    path(
+        "worlds/<str:slug>/environments/<str:label>/",
+        views.environment_page,
+        name="page-world-environment",
+    ),
+    path("attempts/<str:attempt_id>/", views.attempt_page, name="page-attempt"),
+]

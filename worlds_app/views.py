@@ -1,0 +1,407 @@
+"""World, turn, provenance and attempt-timeline pages (HTML + HTMX, every page also ?format=json)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+
+from chukwa_site.errors import ChukwaError, NotFoundError
+from chukwa_site.pages import page, respond, wants_json
+from chukwa_site.permissions import is_operator
+from scenarios_app.selectors import parse_paging
+from worlds_app import selectors
+from worlds_app.models import ACTIVE_STATUSES, AttemptEvent, PatchTransition, Turn, World
+from worlds_app.services import turn_attempt_enqueue
+
+FINISHED = ("committed", "failed", "interrupted", "cancelled")
+TURN_HISTORY = 50
+
+
+@page
+def world_list_page(request: HttpRequest) -> HttpResponse:
+    limit, offset = parse_paging(request.GET)
+    scenario = request.GET.get("scenario", "")
+    qs = World.objects.all()
+    if scenario:
+        qs = qs.filter(scenario_id=scenario)
+    rows = qs.annotate(
+        queued=Count("attempts", filter=Q(attempts__status="queued")),
+        running=Count("attempts", filter=Q(attempts__status="running")),
+    ).order_by("-created_at", "slug")[offset : offset + limit]
+    results = [selectors.world_summary(w, queued=w.queued, running=w.running) for w in rows]
+    count = qs.count()
+    data = {"count": count, "limit": limit, "offset": offset, "results": results}
+    context = {
+        "data": data,
+        "scenario": scenario,
+        "prev_offset": max(offset - limit, 0) if offset > 0 else None,
+        "next_offset": offset + limit if offset + limit < count else None,
+    }
+    return respond(request, "worlds_app/world_list.html", context, data)
+
+
+def _turn_history(world: World) -> list[dict[str, Any]]:
+    """The newest committed turns with their narrations: two queries whatever the history length."""
+    turns = list(
+        Turn.objects.filter(world=world)
+        .order_by("-number")
+        .values("number", "simulation_time", "attempt_id", "state_hash")[:TURN_HISTORY]
+    )
+    narrations: dict[Any, list[dict[str, Any]]] = {}
+    events = AttemptEvent.objects.filter(
+        attempt_id__in=[t["attempt_id"] for t in turns if t["attempt_id"]],
+        kind="world_patch_applied",
+    ).order_by("seq")
+    for attempt_id, subject, payload in events.values_list("attempt_id", "subject_id", "payload"):
+        narrations.setdefault(attempt_id, []).append(
+            {"subject_id": subject, "narration": payload.get("patch", {}).get("narration", "")}
+        )
+    for turn in turns:
+        turn["narrations"] = narrations.get(turn["attempt_id"], [])
+    return turns
+
+
+def _environments(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each environment with its text and the entities placed in it."""
+    envs = [
+        {"label": label, "content": text, "entities": []}
+        for label, text in sorted(state.get("environments", {}).items())
+    ]
+    by_label = {e["label"]: e for e in envs}
+    for entity in state.get("entities", []):
+        kind = entity.get("kind")
+        row = {
+            "id": entity["id"],
+            "name": entity.get("name", entity["id"]),
+            "state": entity.get("state", ""),
+            "is_agent": isinstance(kind, dict),
+            "memory": kind.get("agent", {}).get("memory", []) if isinstance(kind, dict) else [],
+        }
+        target = by_label.get(entity.get("environment", ""))
+        if target is not None:
+            target["entities"].append(row)
+    return envs
+
+
+def _world_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    data = selectors.world_get(slug=slug)
+    world = World.objects.get(slug=slug)
+    data["turns"] = _turn_history(world)
+    active = any(a["status"] in ACTIVE_STATUSES for a in data["recent_attempts"])
+    context = {
+        "world": data,
+        "environments": _environments(data["state"]),
+        "turns": data["turns"],
+        "attempts": data["recent_attempts"],
+        "queue_active": active,
+        "is_operator": is_operator(request.user),
+    }
+    return context, data
+
+
+@page
+@require_http_methods(["GET", "HEAD"])
+def world_detail_page(request: HttpRequest, slug: str) -> HttpResponse:
+    context, data = _world_context(request, slug)
+    return respond(
+        request, "worlds_app/world_detail.html", context, data, partial="worlds_app/_queue.html"
+    )
+
+
+@page
+@require_POST
+def world_run_turns(request: HttpRequest, slug: str) -> HttpResponse:
+    """Queue 1-100 attempts (operators only). HTMX swaps the queue partial; plain forms redirect."""
+    if not is_operator(request.user):
+        raise ChukwaError(
+            "forbidden",
+            "Running turns requires membership of the operators group.",
+            status_code=403,
+        )
+    raw = request.POST.get("count", "1")
+    error = ""
+    try:
+        count = int(raw)
+    except ValueError:
+        error = f"count: must be an integer 1…100, got {raw!r}"
+    else:
+        try:
+            result = turn_attempt_enqueue(
+                slug=slug, count=count, requested_by=request.user.get_username()
+            )
+        except NotFoundError:
+            raise
+        except ChukwaError as exc:
+            error = exc.message
+    if wants_json(request):
+        if error:
+            raise ChukwaError("invalid_count", error, {"field": "count"})
+        return respond(request, "", {}, result)
+    if not error and not request.htmx:
+        return redirect("page-world-detail", slug=slug)
+    context, data = _world_context(request, slug)
+    context["run_error"] = error
+    context["run_count"] = raw
+    template = "worlds_app/_queue.html" if request.htmx else "worlds_app/world_detail.html"
+    response = respond(request, template, context, data, partial="worlds_app/_queue.html")
+    if not request.htmx:
+        # Without JS the form re-renders in place; HTMX only swaps 2xx answers, so it gets 200.
+        response.status_code = 400
+    return response
+
+
+@page
+def turn_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
+    data = selectors.turn_get(slug=slug, number=number)
+    links = {
+        (t["patch_seq"], t["effect_index"]): t
+        for t in PatchTransition.objects.filter(world__slug=slug, turn_number=number).values(
+            "patch_seq", "effect_index", "llm_call_id", "invocation_id"
+        )
+    }
+    for row in data["transitions"]:
+        extra = links.get((row["patch_seq"], row["effect_index"]), {})
+        row["llm_call_id"] = extra.get("llm_call_id")
+        row["invocation_id"] = extra.get("invocation_id")
+    data["transitions"].sort(key=lambda t: (t["patch_seq"], t["effect_index"]))
+    context = {
+        "turn": data,
+        "environments": _environments(data["state"]),
+        "prev": number - 1 if number > 0 else None,
+    }
+    return respond(request, "worlds_app/turn_detail.html", context, data)
+
+
+@page
+def world_diff_page(request: HttpRequest, slug: str) -> HttpResponse:
+    current = selectors.world_get(slug=slug)["current_turn"]
+    try:
+        to_turn = int(request.GET.get("to", current))
+        from_turn = int(request.GET.get("from", max(to_turn - 1, 0)))
+    except ValueError:
+        raise ChukwaError("invalid_query", "from/to: must be integers") from None
+    data = selectors.world_diff(slug=slug, from_turn=from_turn, to_turn=to_turn)
+    context = {"diff": data, "current_turn": current, "turn_numbers": range(current + 1)}
+    return respond(request, "worlds_app/world_diff.html", context, data)
+
+
+def _provenance(slug: str, kinds: tuple[str, ...], target_id: str) -> list[dict[str, Any]]:
+    """Every change to one value, oldest first, with what decided it: an LLM call or a rule."""
+    rows = list(
+        PatchTransition.objects.filter(world__slug=slug, target_kind__in=kinds, target_id=target_id)
+        .order_by("turn_number", "patch_seq", "effect_index")
+        .values(
+            "turn_number",
+            "patch_seq",
+            "effect_index",
+            "subject_id",
+            "node_id",
+            "op",
+            "target_kind",
+            "before",
+            "after",
+            "attempt_id",
+            "llm_call_id",
+            "invocation_id",
+        )
+    )
+    rule_attempts = {r["attempt_id"] for r in rows if not r["llm_call_id"]}
+    monologues: dict[tuple[Any, str, str], dict[str, Any]] = {}
+    for attempt_id, subject, node, payload in AttemptEvent.objects.filter(
+        attempt_id__in=rule_attempts, kind="inner_monologue"
+    ).values_list("attempt_id", "subject_id", "node_id", "payload"):
+        monologues[(attempt_id, subject, node)] = payload
+    narrations: dict[tuple[Any, int | None], str] = {
+        (a, seq): p.get("patch", {}).get("narration", "")
+        for a, seq, p in AttemptEvent.objects.filter(
+            attempt_id__in={r["attempt_id"] for r in rows}, kind="world_patch_applied"
+        ).values_list("attempt_id", "patch_seq", "payload")
+    }
+    for row in rows:
+        row["narration"] = narrations.get((row["attempt_id"], row["patch_seq"]), "")
+        monologue = monologues.get((row["attempt_id"], row["subject_id"], row["node_id"]))
+        row["decided_by"] = (
+            {"llm_call_id": row["llm_call_id"]}
+            if row["llm_call_id"]
+            else {
+                "rule_policy": True,
+                "matched_rule": monologue.get("matched_rule") if monologue else None,
+                "intent": monologue.get("intent") if monologue else None,
+            }
+        )
+    return rows
+
+
+@page
+def entity_page(request: HttpRequest, slug: str, entity_id: str) -> HttpResponse:
+    world = selectors.world_get(slug=slug)
+    entity = next((e for e in world["state"]["entities"] if e["id"] == entity_id), None)
+    if entity is None:
+        raise NotFoundError(
+            "entity_not_found", f"entity_id: world {slug!r} has no entity {entity_id!r}"
+        )
+    history = _provenance(slug, ("entity_state", "entity_memory"), entity_id)
+    data = {"world": slug, "entity": entity, "history": history}
+    context = {"world": world, "title": entity.get("name", entity_id), "kind": "Entity"}
+    context.update(target_id=entity_id, current=entity.get("state", ""), history=history)
+    return respond(request, "worlds_app/provenance.html", context, data)
+
+
+@page
+def environment_page(request: HttpRequest, slug: str, label: str) -> HttpResponse:
+    world = selectors.world_get(slug=slug)
+    environments = world["state"]["environments"]
+    if label not in environments:
+        raise NotFoundError(
+            "environment_not_found", f"label: world {slug!r} has no environment {label!r}"
+        )
+    history = _provenance(slug, ("environment",), label)
+    data = {"world": slug, "label": label, "content": environments[label], "history": history}
+    context = {"world": world, "title": label, "kind": "Environment"}
+    context.update(target_id=label, current=environments[label], history=history)
+    return respond(request, "worlds_app/provenance.html", context, data)
+
+
+def _offset_ms(moment: datetime | None, start: datetime) -> float:
+    return 0.0 if moment is None else max((moment - start).total_seconds() * 1000, 0.0)
+
+
+def _timeline(data: dict[str, Any]) -> dict[str, Any]:
+    """Waterfall rows for the attempt: invocations (tool calls nested under their generation)
+    and the patch / commit / failure markers, positioned relative to the attempt start."""
+    now = timezone.now()
+    start = data["started_at"] or data["queued_at"]
+    end = data["ended_at"] or now
+    invocations = data["source_invocations"]
+    for inv in invocations:
+        if inv["ended_at"] and inv["ended_at"] > end:
+            end = inv["ended_at"]
+    total = max(_offset_ms(end, start), 1.0)
+    rejections = {
+        e["invocation_id"]: e["payload"].get("rejection", "")
+        for e in data["events"]
+        if e["kind"] == "generation_rejected"
+    }
+    rows: list[dict[str, Any]] = []
+    for inv in invocations:
+        offset = _offset_ms(inv["started_at"], start)
+        duration = inv["duration_ms"]
+        if duration is None:
+            duration = _offset_ms(inv["ended_at"] or now, inv["started_at"])
+        if inv["kind"] == "llm_generation":
+            label = f"{inv['node_id']} · generation {inv['generation_attempt'] or 1}"
+            if inv["tool_loop_round"]:
+                label += f" · round {inv['tool_loop_round']}"
+        elif inv["kind"] == "model_elected_tool":
+            label = f"tool {inv['tool_name']}"
+        else:
+            label = f"ambient {inv['ambient_source_id'] or inv['source_label']}"
+        rejected = inv["id"] in rejections
+        rows.append(
+            {
+                "type": "invocation",
+                "kind": inv["kind"],
+                "label": label,
+                "subject_id": inv["subject_id"],
+                "depth": 1 if inv["parent_id"] else 0,
+                "status": "rejected" if rejected else inv["status"],
+                "rejection": rejections.get(inv["id"], ""),
+                "failure": inv["failure_message"],
+                "offset_ms": round(offset),
+                "duration_ms": round(duration),
+                "left": offset / total * 100,
+                "width": max(duration / total * 100, 0.4),
+                "tokens": (inv["prompt_tokens"], inv["completion_tokens"]),
+                "ttft_ms": inv["ttft_ms"],
+                "invocation_id": inv["id"],
+                "llm_call_id": inv["llm_call_id"],
+                "output_kind": inv["model_output_kind"],
+                "sort": (offset, inv["seq"]),
+            }
+        )
+    markers = {"world_patch_applied", "turn_committed", "attempt_failed", "inner_monologue"}
+    markers |= {"attempt_interrupted", "attempt_cancelled"}
+    for event in data["events"]:
+        if event["kind"] not in markers:
+            continue
+        offset = _offset_ms(event["created_at"], start)
+        payload = event["payload"]
+        if event["kind"] == "world_patch_applied":
+            label = f"patch #{event['patch_seq']} applied"
+            note = payload.get("patch", {}).get("narration", "")
+        elif event["kind"] == "inner_monologue":
+            label = f"{event['node_id']} · rule policy"
+            note = f"matched rule {payload.get('matched_rule')}: {payload.get('intent', '')}"
+        elif event["kind"] == "turn_committed":
+            label, note = "turn committed", f"turn {data['produced_turn']}"
+        else:
+            label = event["kind"].replace("_", " ")
+            note = payload.get("reason", "")
+        rows.append(
+            {
+                "type": "marker",
+                "kind": event["kind"],
+                "label": label,
+                "subject_id": event["subject_id"],
+                "depth": 0,
+                "note": note,
+                "offset_ms": round(offset),
+                "left": min(offset / total * 100, 99.6),
+                "llm_call_id": event["llm_call_id"],
+                "invocation_id": event["invocation_id"],
+                "sort": (offset, 10**9 + event["seq"]),
+            }
+        )
+    rows.sort(key=lambda r: r["sort"])
+    # Tool calls sit directly under the generation that asked for them.
+    children: dict[Any, list[dict[str, Any]]] = {}
+    parents = {inv["id"]: inv["parent_id"] for inv in invocations}
+    top = []
+    for row in rows:
+        parent = parents.get(row.get("invocation_id")) if row["type"] == "invocation" else None
+        (children.setdefault(parent, []) if parent else top).append(row)
+    ordered: list[dict[str, Any]] = []
+    for row in top:
+        ordered.append(row)
+        if row["type"] == "invocation":
+            ordered.extend(children.pop(row["invocation_id"], []))
+    for orphans in children.values():
+        ordered.extend(orphans)
+    for row in ordered:
+        del row["sort"]
+    ticks = [{"left": i * 25, "ms": round(total * i / 4)} for i in range(5)]
+    return {"rows": ordered, "total_ms": round(total), "ticks": ticks}
+
+
+@page
+def attempt_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
+    data = selectors.attempt_get(attempt_id=attempt_id)
+    timeline = _timeline(data)
+    generations = [i for i in data["source_invocations"] if i["kind"] == "llm_generation"]
+    context = {
+        "attempt": data,
+        "timeline": timeline,
+        "finished": data["status"] in FINISHED,
+        "url": reverse("page-attempt", args=[data["id"]]),
+        "stats": {
+            "invocations": len(data["source_invocations"]),
+            "generations": len(generations),
+            "retries": sum(1 for e in data["events"] if e["kind"] == "generation_rejected"),
+            "prompt_tokens": sum(i["prompt_tokens"] or 0 for i in generations),
+            "completion_tokens": sum(i["completion_tokens"] or 0 for i in generations),
+        },
+    }
+    return respond(
+        request,
+        "worlds_app/attempt_detail.html",
+        context,
+        {**data, "timeline": timeline["rows"]},
+        partial="worlds_app/_timeline.html",
+    )
