@@ -1,5 +1,27 @@
 """Server-rendered pages (see chukwa_site/pages.py)."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-urlpatterns: list[URLPattern] = []
+from scenarios_app import views
+
+# <str:…> rather than a hash converter: a malformed hash must reach the selector and become a
+# 400 page, not a resolver 404.
+urlpatterns: list[URLPattern] = [
+    path("store/", views.store_index, name="page-store"),
+    path("store/<str:segment>/", views.component_list_page, name="page-component-list"),
+    path(
+        "store/<str:segment>/<str:hash>/",
+        views.component_detail_page,
+        name="page-component-detail",
+    ),
+    path(
+        "store/<str:segment>/<str:hash>/uses/",
+        views.component_uses_page,
+        name="page-component-uses",
+    ),
+    path("scenarios/", views.scenario_list_page, name="page-scenario-list"),
+    path("scenarios/<str:ref>/", views.scenario_detail_page, name="page-scenario-detail"),
+    path("scenarios/<str:ref>/lineage/", views.scenario_lineage_page, name="page-scenario-lineage"),
+    path("names/", views.name_list_page, name="page-name-list"),
+    path("names/<str:name>/", views.name_detail_page, name="page-name-detail"),
+]
