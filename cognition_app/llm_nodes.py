@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from cognition_app import sources
-from cognition_app.sources import CallContext, Generation, SourceFailure
+from cognition_app.sources import CallContext, Generation, Judgement, SourceFailure
 from worlds_app.kernel.patch import PatchRejected, validate_patch
 from worlds_app.kernel.render import environment_rendered, subject_rendered, world_projection
 from worlds_app.kernel.state import memory_of
@@ -223,12 +223,7 @@ def _reject(
 ) -> None:
     from cognition_app.runner import StagedEvent
 
-    sources.record_judgement(
-        gen,
-        output_kind=exc.output_kind,
-        parse_error=exc.parse_error,
-        validation_errors=[] if exc.parse_error else [exc.complaint],
-    )
+    # The verdict itself was written with the finished trace rows (see sources.Judgement).
     run.events.append(
         StagedEvent(
             "generation_rejected",
@@ -244,6 +239,70 @@ def _reject(
             llm_call_id=gen.call.pk,
         )
     )
+
+
+def _rejected(exc: ModelContentRejected) -> Judgement:
+    return Judgement(
+        output_kind=exc.output_kind,
+        parse_error=exc.parse_error,
+        validation_errors=[] if exc.parse_error else [exc.complaint],
+        rejection=exc,
+    )
+
+
+def _judge_text(text: str) -> Judgement:
+    stripped = text.strip()
+    if not stripped:
+        return _rejected(
+            ModelContentRejected("the response was empty; one or more sentences are required.")
+        )
+    return Judgement(output_kind="text", artifacts={"text": stripped}, output=stripped)
+
+
+def _tool_loop_judge(
+    node: Mapping[str, Any], run: SubjectRun, by_name: Mapping[str, Any], calls_left: bool
+) -> sources.Judge:
+    def judge(text: str) -> Judgement:
+        try:
+            output = parse_tool_loop_output(text)
+            if output["kind"] == "tool_call":
+                call = output["tool_call"]
+                tool = by_name.get(call["name"])
+                if tool is None:
+                    raise ModelContentRejected(
+                        f"/tool_call/name: unknown tool {call['name']!r}. Available tools: "
+                        f"{', '.join(sorted(by_name)) or 'none (return a final_patch)'}.",
+                    )
+                if not calls_left:
+                    raise ModelContentRejected(
+                        f"/kind: no tool calls are left (max_tool_calls {node['max_tool_calls']}); "
+                        'return {"kind": "final_patch", "patch": …} now.'
+                    )
+                errors = sources.schema_errors(
+                    sources.schema_validator(tool["arguments_schema_ref"]["hash"]),
+                    call["arguments"],
+                )
+                if errors:
+                    raise ModelContentRejected(
+                        f"/tool_call/arguments{errors[0]['pointer']}: {errors[0]['message']} "
+                        f"(arguments of {tool['name']} must match its JSON Schema)."
+                    )
+                return Judgement(
+                    output_kind="tool_call", artifacts={"tool_loop_output": output}, output=output
+                )
+            try:
+                validate_patch(output["patch"], run.world)
+            except PatchRejected as exc:
+                raise ModelContentRejected(f"patch.{exc.message}") from None
+        except ModelContentRejected as rejection:
+            return _rejected(rejection)
+        return Judgement(
+            output_kind="final_patch",
+            artifacts={"tool_loop_output": output, "accepted_world_patch": output["patch"]},
+            output=output,
+        )
+
+    return judge
 
 
 def _call_ctx(run: SubjectRun, node: Mapping[str, Any], **extra: Any) -> CallContext:
@@ -288,16 +347,15 @@ def run_llm_text(node: Mapping[str, Any], run: SubjectRun) -> str:
                 messages=messages,
                 ctx=_call_ctx(run, node, generation_attempt=attempt_no),
                 response_schema=None,
+                judge=_judge_text,
             )
         except SourceFailure as exc:
             raise _source_failure(node, run, exc) from None
-        text = gen.text.strip()
-        if text:
-            sources.record_judgement(gen, output_kind="text", artifacts={"text": text})
-            return text
-        rejection = ModelContentRejected(
-            "the response was empty; one or more sentences are required."
-        )
+        judgement = gen.judgement
+        assert judgement is not None
+        if judgement.rejection is None:
+            return judgement.output
+        rejection = judgement.rejection
         _reject(run, node, gen, rejection, attempt_no)
         failures += 1
         if failures >= node["max_generation_attempts"]:
@@ -331,39 +389,14 @@ def run_llm_tool_loop(node: Mapping[str, Any], run: SubjectRun) -> dict[str, Any
                 response_schema=tool_loop_schema(run, tools, calls_left, max_len),
                 schema_name="tool_loop_output",
                 output_schema_hash=node["final_schema_ref"]["hash"],
+                judge=_tool_loop_judge(node, run, by_name, calls_left),
             )
         except SourceFailure as exc:
             raise _source_failure(node, run, exc) from None
-        try:
-            output = parse_tool_loop_output(gen.text)
-            if output["kind"] == "tool_call":
-                call = output["tool_call"]
-                tool = by_name.get(call["name"])
-                if tool is None:
-                    raise ModelContentRejected(
-                        f"/tool_call/name: unknown tool {call['name']!r}. Available tools: "
-                        f"{', '.join(sorted(by_name)) or 'none (return a final_patch)'}.",
-                    )
-                if not calls_left:
-                    raise ModelContentRejected(
-                        f"/kind: no tool calls are left (max_tool_calls {node['max_tool_calls']}); "
-                        'return {"kind": "final_patch", "patch": …} now.'
-                    )
-                errors = sources.schema_errors(
-                    sources.schema_validator(tool["arguments_schema_ref"]["hash"]),
-                    call["arguments"],
-                )
-                if errors:
-                    raise ModelContentRejected(
-                        f"/tool_call/arguments{errors[0]['pointer']}: {errors[0]['message']} "
-                        f"(arguments of {tool['name']} must match its JSON Schema)."
-                    )
-            else:
-                try:
-                    validate_patch(output["patch"], run.world)
-                except PatchRejected as exc:
-                    raise ModelContentRejected(f"patch.{exc.message}") from None
-        except ModelContentRejected as rejection:
+        judgement = gen.judgement
+        assert judgement is not None
+        if judgement.rejection is not None:
+            rejection = judgement.rejection
             _reject(run, node, gen, rejection, attempt_no)
             failures += 1
             if failures >= node["max_generation_attempts"]:
@@ -374,19 +407,12 @@ def run_llm_tool_loop(node: Mapping[str, Any], run: SubjectRun) -> dict[str, Any
                 {"role": "user", "content": CORRECTIVE.format(complaint=rejection.complaint)},
             ]
             continue
+        output = judgement.output
         if output["kind"] == "final_patch":
-            sources.record_judgement(
-                gen,
-                output_kind="final_patch",
-                artifacts={"tool_loop_output": output, "accepted_world_patch": output["patch"]},
-            )
             run.last_llm_call_id = gen.call.pk
             run.last_invocation_id = gen.invocation.pk
             return output["patch"]
         # A valid, permitted tool call: run that tool's source, feed its result back.
-        sources.record_judgement(
-            gen, output_kind="tool_call", artifacts={"tool_loop_output": output}
-        )
         call = output["tool_call"]
         tool = by_name[call["name"]]
         try:

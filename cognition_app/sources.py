@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -21,7 +22,7 @@ from typing import Any
 from uuid import UUID
 
 import httpx
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
@@ -183,10 +184,29 @@ def _new_invocation(
     )
 
 
+@contextmanager
+def trace_write() -> Iterator[None]:
+    """One transaction for trace rows, committed without waiting for the WAL flush.
+
+    Committed rows are visible to every other session at once (the reviewer's timeline, the
+    reaper); only a crash of the PostgreSQL server itself could lose the last few hundred
+    milliseconds of trace writes — a worker crash loses nothing. Each generation writes its
+    rows in a handful of such transactions instead of one synchronous commit per statement.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        yield
+
+
 def _finish_invocation(inv: SourceInvocation, status: str, **fields: Any) -> None:
     now = timezone.now()
     fields.update(status=status, ended_at=now, duration_ms=_ms_since(inv.started_at, now))
-    SourceInvocation.objects.filter(pk=inv.pk).update(**fields)
+    if connection.in_atomic_block:  # part of the caller's trace transaction
+        SourceInvocation.objects.filter(pk=inv.pk).update(**fields)
+    else:
+        with trace_write():
+            SourceInvocation.objects.filter(pk=inv.pk).update(**fields)
     for key, value in fields.items():
         setattr(inv, key, value)
 
@@ -244,7 +264,8 @@ def invoke_http_json(
         exc.invocation_id = inv.pk
         raise
     inv.request["url"] = base + iface.get("path", "")
-    inv.save(force_insert=True)  # durable before any byte is sent
+    with trace_write():  # the row exists before any byte is sent
+        inv.save(force_insert=True)
     headers = ctx.headers(inv.pk)
     try:
         response = http_client().post(
@@ -308,12 +329,29 @@ def _http_fail(
 
 
 @dataclass
+class Judgement:
+    """What Chukwa made of a generation's text (computed before the rows are finished, so the
+    finish and the judgement are written together)."""
+
+    output_kind: str
+    parse_error: str = ""
+    validation_errors: list[Any] = field(default_factory=list)
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    rejection: Any = None  # the node's rejection (a ModelContentRejected), if any
+    output: Any = None
+
+
+Judge = Callable[[str], Judgement]
+
+
+@dataclass
 class Generation:
     text: str
     invocation: SourceInvocation
     call: LlmCall
     finish_reason: str = ""
     usage: dict[str, int] = field(default_factory=dict)
+    judgement: Judgement | None = None
 
 
 def _sse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
@@ -420,9 +458,11 @@ def invoke_llm(
     response_schema: dict[str, Any] | None,
     schema_name: str = "output",
     output_schema_hash: str = "",
+    judge: Judge | None = None,
 ) -> Generation:
     """One streamed generation. Transport errors and HTTP failures raise SourceFailure (they are
-    not model-content failures); the caller judges the text."""
+    not model-content failures); ``judge`` (pure, no I/O) says what the text is, and its verdict
+    is written with the finished rows."""
     source = source_content(source_hash)
     iface = source["interface"]
     if iface["name"] != "llm_chat_completions":
@@ -491,10 +531,10 @@ def invoke_llm(
         ensure_schema_enforced(
             base_url=base_url, model=iface["model"], headers=headers, timeout=timeout
         )
-    with transaction.atomic():  # both rows exist before any byte is sent
+    with trace_write():  # both rows exist before any byte is sent
         inv.save(force_insert=True)
         call.save(force_insert=True)
-    return _stream(inv, call, base_url, headers, payload, timeout)
+    return _stream(inv, call, base_url, headers, payload, timeout, judge)
 
 
 def _stream(
@@ -504,6 +544,7 @@ def _stream(
     headers: dict[str, str],
     payload: dict[str, Any],
     timeout: float,
+    judge: Judge | None = None,
 ) -> Generation:
     started = time.monotonic()
     pending: list[LlmChunk] = []
@@ -519,7 +560,8 @@ def _stream(
     def flush() -> None:
         nonlocal last_flush
         if pending:
-            LlmChunk.objects.bulk_create(pending)
+            with trace_write():
+                LlmChunk.objects.bulk_create(pending)
             pending.clear()
         last_flush = time.monotonic()
 
@@ -610,7 +652,6 @@ def _stream(
         ) from None
     except httpx.HTTPError as exc:
         raise fail("transport", f"{type(exc).__name__}: {exc}") from None
-    flush()
     text = "".join(parts)
     if not finish_reason:
         raise fail("transport", "the stream ended without a finish_reason (connection dropped?)")
@@ -623,8 +664,63 @@ def _stream(
             "completion_tokens": max(1, len(text) // 4),
         }
         usage_source = "estimated"
-    now = timezone.now()
+    gen = Generation(text=text, invocation=inv, call=call, finish_reason=finish_reason, usage=usage)
+    try:
+        gen.judgement = judge(text) if judge is not None else None
+    finally:
+        # One transaction: the last chunks, the finished rows and the verdict.
+        now = timezone.now()
+        with trace_write():
+            if pending:
+                LlmChunk.objects.bulk_create(pending)
+                pending.clear()
+            _finish_generation(
+                inv,
+                call,
+                text,
+                now,
+                ttft_ms,
+                finish_reason,
+                response_model,
+                usage,
+                usage_source,
+                http_meta,
+                gen.judgement,
+            )
+    call.raw_text, call.finish_reason = text, finish_reason
+    return gen
+
+
+def _finish_generation(
+    inv: SourceInvocation,
+    call: LlmCall,
+    text: str,
+    now: datetime,
+    ttft_ms: int | None,
+    finish_reason: str,
+    response_model: str,
+    usage: dict[str, int],
+    usage_source: str,
+    http_meta: dict[str, Any],
+    judgement: Judgement | None,
+) -> None:
+    """Finish both rows with one UPDATE each, the verdict included."""
+    call_verdict: dict[str, Any] = {}
+    inv_verdict: dict[str, Any] = {}
+    if judgement is not None:
+        errors = judgement.validation_errors
+        call_verdict = {
+            "parse_error": judgement.parse_error,
+            "validation_errors": errors,
+            "artifacts": judgement.artifacts,
+        }
+        inv_verdict = {
+            "model_output_kind": judgement.output_kind,
+            "validation_status": "invalid" if (judgement.parse_error or errors) else "valid",
+            "validation_errors": errors,
+        }
     LlmCall.objects.filter(pk=call.pk).update(
+        **call_verdict,
         status=InvocationStatus.SUCCEEDED,
         ended_at=now,
         ttft_ms=ttft_ms,
@@ -637,30 +733,8 @@ def _stream(
         cached_tokens=usage.get("cached_tokens"),
         usage_source=usage_source,
     )
-    _finish_invocation(inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta)
-    call.raw_text, call.finish_reason = text, finish_reason
-    return Generation(
-        text=text, invocation=inv, call=call, finish_reason=finish_reason, usage=usage
-    )
-
-
-def record_judgement(
-    gen: Generation,
-    *,
-    output_kind: str,
-    parse_error: str = "",
-    validation_errors: list[Any] | None = None,
-    artifacts: dict[str, Any] | None = None,
-) -> None:
-    """What Chukwa made of a generation: its kind, parse/validation errors, artifacts."""
-    errors = validation_errors or []
-    SourceInvocation.objects.filter(pk=gen.invocation.pk).update(
-        model_output_kind=output_kind,
-        validation_status="invalid" if (parse_error or errors) else "valid",
-        validation_errors=errors,
-    )
-    LlmCall.objects.filter(pk=gen.call.pk).update(
-        parse_error=parse_error, validation_errors=errors, artifacts=artifacts or {}
+    _finish_invocation(
+        inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
     )
 
 
