@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from chukwa_site.errors import invalid
 from scenarios_app import selectors, services
-from scenarios_app.models import ComponentKind
+from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind
 from scenarios_app.validation import type_name
 from worlds_app.patch_schema import WORLD_PATCH_SCHEMA, world_patch_schema_hash
 
@@ -42,14 +42,7 @@ ERRORS = {
     409: ERROR_SCHEMA,
 }
 
-COLLECTIONS: dict[str, ComponentKind] = {
-    "json-schemas": ComponentKind.JSON_SCHEMA,
-    "response-sources": ComponentKind.RESPONSE_SOURCE,
-    "cognition-workflows": ComponentKind.COGNITION_WORKFLOW,
-    "cognition-profiles": ComponentKind.COGNITION_PROFILE,
-    "environments": ComponentKind.ENVIRONMENT,
-    "entities": ComponentKind.ENTITY,
-}
+COLLECTIONS: dict[str, ComponentKind] = COLLECTION_SEGMENTS
 
 
 def body_object(request: Request) -> dict[str, Any]:

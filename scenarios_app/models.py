@@ -37,6 +37,18 @@ class ComponentKind(models.TextChoices):
     ENTITY = "entity", "Entity"
 
 
+# URL segment of each component kind, shared by the REST API (/api/<segment>/) and the pages
+# (/store/<segment>/).
+COLLECTION_SEGMENTS: dict[str, ComponentKind] = {
+    "json-schemas": ComponentKind.JSON_SCHEMA,
+    "response-sources": ComponentKind.RESPONSE_SOURCE,
+    "cognition-workflows": ComponentKind.COGNITION_WORKFLOW,
+    "cognition-profiles": ComponentKind.COGNITION_PROFILE,
+    "environments": ComponentKind.ENVIRONMENT,
+    "entities": ComponentKind.ENTITY,
+}
+
+
 class JsonSchema(models.Model):
     hash = HashField(primary_key=True)
     content = models.JSONField()

@@ -13,16 +13,9 @@ from chukwa_site.pages import page, respond
 from cognition_app.workflow_validation import REF_KINDS
 from scenarios_app import selectors
 from scenarios_app.lineage_svg import lineage_svg
-from scenarios_app.models import ComponentKind, ScenarioName
+from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind, ScenarioName
 
-SEGMENTS: dict[str, ComponentKind] = {
-    "json-schemas": ComponentKind.JSON_SCHEMA,
-    "response-sources": ComponentKind.RESPONSE_SOURCE,
-    "cognition-workflows": ComponentKind.COGNITION_WORKFLOW,
-    "cognition-profiles": ComponentKind.COGNITION_PROFILE,
-    "environments": ComponentKind.ENVIRONMENT,
-    "entities": ComponentKind.ENTITY,
-}
+SEGMENTS: dict[str, ComponentKind] = COLLECTION_SEGMENTS
 SEGMENT_BY_KIND: dict[str, str] = {kind.value: segment for segment, kind in SEGMENTS.items()}
 TITLES: dict[str, str] = {
     "json-schemas": "JSON schemas",
