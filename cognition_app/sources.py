@@ -497,7 +497,14 @@ def invoke_llm(
         kind="llm_generation",
         source_hash=source_hash,
         source=source,
-        request=payload,
+        # The messages and the response format live on the LLM call row (not stored twice).
+        request={
+            **{k: v for k, v in payload.items() if k not in ("messages", "response_format")},
+            "messages": f"{len(payload['messages'])} messages, on the LLM call",
+            "response_format": (
+                {"type": "json_schema", "name": schema_name} if response_format else None
+            ),
+        },
         output_schema_hash=output_schema_hash,
     )
     call = LlmCall(

@@ -583,7 +583,7 @@ def test_llm_calls_are_streamed_redacted_measured_and_probed_once(
     sent = scripted_llm.requests
     for inv, request in zip(generations, sent, strict=True):
         assert LlmCall.objects.get(invocation=inv).messages == request["messages"]
-        assert inv.request["messages"] == request["messages"]
+        assert inv.request["messages"] == f"{len(request['messages'])} messages, on the LLM call"
         for key, value in PARK_LLM_PARAMS.items():  # the source's params were sent as given
             assert request[key] == value
 
