@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n[chukwa] some turns did not commit (see above; worker log: {log.name})")
             return 1
         print(
-            f"\nWorld: /api/worlds/{slug}/ — start ./bin/stack and sign in as demo to browse it.",
+            f"\nWorld: /worlds/{slug}/ — start ./bin/stack and sign in as demo to browse it.",
             flush=True,
         )
     finally:

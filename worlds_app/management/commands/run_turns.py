@@ -69,7 +69,7 @@ class Command(BaseCommand):
                 if attempt.status == AttemptStatus.COMMITTED:
                     bar.write(summarize_turn(slug, attempt.produced_turn or 0))
                     if options["timelines"]:
-                        bar.write(f"  timeline: /api/attempts/{attempt.pk}/")
+                        bar.write(f"  timeline: /attempts/{attempt.pk}/")
                 else:
                     failed = True
                     bar.write(
