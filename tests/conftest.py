@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -158,62 +155,14 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 def celery_worker(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
     """A real Celery worker (prefork, 2 processes) on the embedded Redis, reading and writing the
     test database, consuming a queue of its own. Yields the queue name."""
-    from django.conf import settings
     from django.db import connection
 
-    from chukwa_site.celery import app
+    from tests.support.worker import routed_to, worker_process
 
     queue = f"test-{os.getpid()}"
-    hostname = f"it-{os.getpid()}"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "chukwa_site.settings",
-        "CHUKWA_DB_NAME": connection.settings_dict["NAME"],
-        "CHUKWA_CELERY_QUEUE": queue,
-    }
-    log = open(PROJECT_DIR / "var" / f"test-worker-{os.getpid()}.log", "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "chukwa_site",
-            "worker",
-            "--pool",
-            "prefork",
-            "--concurrency",
-            "2",
-            "-Q",
-            queue,
-            "--hostname",
-            f"{hostname}@%h",
-            "--loglevel",
-            "INFO",
-        ],
-        cwd=PROJECT_DIR,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 90
-    while True:
-        replies = app.control.ping(timeout=0.5) or []
-        if any(name.startswith(hostname) for reply in replies for name in reply):
-            break
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"the test Celery worker did not start; see {log.name}")
-        time.sleep(0.5)
-    previous = settings.CELERY_TASK_DEFAULT_QUEUE
-    settings.CELERY_TASK_DEFAULT_QUEUE = queue
-    try:
+    env = {"CHUKWA_DB_NAME": connection.settings_dict["NAME"]}
+    with (
+        worker_process(f"it-{os.getpid()}", env=env, queue=queue, pool="prefork", concurrency=2),
+        routed_to(queue),
+    ):
         yield queue
-    finally:
-        settings.CELERY_TASK_DEFAULT_QUEUE = previous
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()

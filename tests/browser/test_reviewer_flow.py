@@ -9,9 +9,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,11 +22,11 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-from chukwa_site.celery import app
 from cognition_app import toys
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.worker import routed_to, worker_process
 from worlds_app.services import world_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -70,60 +67,16 @@ def park_worker(tmp_path: Path) -> Iterator[tuple[ScriptedLLM, str]]:
     toy_server = toys.serve("127.0.0.1", 0, tmp_path / "toys")
     toy_base = f"http://127.0.0.1:{toy_server.server_address[1]}"
     queue = f"browser-{os.getpid()}"
-    hostname = f"browser-{os.getpid()}"
     env = {
-        **os.environ,
         **toys.toy_env(toy_base),
         "CHUKWA_DB_NAME": connection.settings_dict["NAME"],
-        "CHUKWA_CELERY_QUEUE": queue,
         "CHUKWA_LLM_BASE_URL": llm.base_url,
         "CHUKWA_LLM_API_KEY": "test-secret-key",
     }
-    ARTIFACTS.mkdir(exist_ok=True)
-    log = (ARTIFACTS / "browser-worker.log").open("w")
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "chukwa_site",
-            "worker",
-            "--pool",
-            "solo",
-            "-Q",
-            queue,
-            "--hostname",
-            f"{hostname}@%h",
-            "--loglevel",
-            "INFO",
-        ],
-        cwd=PROJECT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    from django.conf import settings
-
-    previous = settings.CELERY_TASK_DEFAULT_QUEUE
     try:
-        _wait(
-            lambda: any(
-                n.startswith(hostname) for r in (app.control.ping(timeout=0.5) or []) for n in r
-            ),
-            90,
-            "the worker",
-        )
-        settings.CELERY_TASK_DEFAULT_QUEUE = queue
-        yield llm, queue
+        with worker_process(f"browser-{os.getpid()}", env=env, queue=queue), routed_to(queue):
+            yield llm, queue
     finally:
-        settings.CELERY_TASK_DEFAULT_QUEUE = previous
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-        log.close()
         toy_server.shutdown()
         toy_server.server_close()
         llm.stop()

@@ -5,10 +5,7 @@ from __future__ import annotations
 import io
 import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,49 +17,15 @@ from rest_framework.authtoken.models import Token
 
 from scenarios_app.fixture_files import fixture_names, load_fixture
 from scenarios_app.models import Scenario, ScenarioName
+from tests.support.worker import worker_process
 from worlds_app.patch_schema import world_patch_schema_hash
-
-PROJECT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def celery_worker_process() -> Iterator[subprocess.Popen[bytes]]:
     """A real Celery worker on the embedded Redis, for the health check's worker probe."""
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "chukwa_site.settings"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "chukwa_site",
-            "worker",
-            "--pool",
-            "solo",
-            "--hostname",
-            f"health-test-{os.getpid()}@%h",
-            "--loglevel",
-            "WARNING",
-        ],
-        cwd=PROJECT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    from chukwa_site.celery import app
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        replies = app.control.ping(timeout=0.5) or []
-        if any(f"health-test-{os.getpid()}" in name for reply in replies for name in reply):
-            break
-        time.sleep(0.5)
-    else:
-        proc.kill()
-        raise AssertionError("the Celery worker did not answer a ping within 60 s")
-    yield proc
-    proc.terminate()
-    proc.wait(timeout=30)
+    with worker_process(f"health-test-{os.getpid()}") as proc:
+        yield proc
 
 
 @pytest.mark.django_db

@@ -1,0 +1,73 @@
+"""A real Celery worker subprocess for tests, and routing of attempt tasks to its queue."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def worker_process(
+    name: str,
+    *,
+    env: dict[str, str] | None = None,
+    queue: str | None = None,
+    pool: str = "solo",
+    concurrency: int = 1,
+    timeout: float = 90.0,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``celery worker`` (hostname ``<name>@host``), wait until it answers a ping, and
+    stop it afterwards. ``queue`` is also exported as CHUKWA_CELERY_QUEUE to the worker; its log
+    is var/<name>.log."""
+    from chukwa_site.celery import app
+
+    full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "chukwa_site.settings", **(env or {})}
+    command = [sys.executable, "-m", "celery", "-A", "chukwa_site", "worker", "--pool", pool]
+    if pool == "prefork":
+        command += ["--concurrency", str(concurrency)]
+    if queue is not None:
+        full_env["CHUKWA_CELERY_QUEUE"] = queue
+        command += ["-Q", queue]
+    command += ["--hostname", f"{name}@%h", "--loglevel", "INFO"]
+    log_path = PROJECT / "var" / f"{name}.log"
+    log_path.parent.mkdir(exist_ok=True)
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(
+            command, cwd=PROJECT, env=full_env, stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            deadline = time.monotonic() + timeout
+            while not any(
+                n.startswith(name) for r in (app.control.ping(timeout=0.5) or []) for n in r
+            ):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the Celery worker {name} did not start; see {log_path}")
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=30)
+
+
+@contextmanager
+def routed_to(queue: str) -> Iterator[None]:
+    """Attempt tasks queued meanwhile go to ``queue`` (read at send time)."""
+    from django.conf import settings
+
+    previous = settings.CELERY_TASK_DEFAULT_QUEUE
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    try:
+        yield
+    finally:
+        settings.CELERY_TASK_DEFAULT_QUEUE = previous
