@@ -53,6 +53,7 @@ def browser() -> Iterator[webdriver.Chrome]:
         "--window-size=1400,1000",
     ):
         options.add_argument(flag)
+    ARTIFACTS.mkdir(exist_ok=True)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.implicitly_wait(2)
     yield driver
