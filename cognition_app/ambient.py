@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cognition_app import sources
+from cognition_app.pointers import pointer_get, unescape
 from cognition_app.sources import CallContext, SourceFailure
 
 
@@ -26,26 +27,9 @@ class AmbientResult:
     for_subject: str = ""  # set for before_subject_workflow results
 
 
-def _unescape(part: str) -> str:
-    return part.replace("~1", "/").replace("~0", "~")
-
-
-def pointer_get(tree: Mapping[str, Any], pointer: str) -> tuple[bool, Any]:
-    current: Any = tree
-    for raw in pointer.split("/")[1:]:
-        part = _unescape(raw)
-        if isinstance(current, dict) and part in current:
-            current = current[part]
-        elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
-            current = current[int(part)]
-        else:
-            return False, None
-    return True, current
-
-
 def inject(tree: dict[str, Any], pointer: str, value: Any) -> None:
     """Put ``value`` at ``pointer`` (``/ambient/…``) in ``{"ambient": …}``, creating objects."""
-    parts = [_unescape(p) for p in pointer.split("/")[1:]]
+    parts = [unescape(p) for p in pointer.split("/")[1:]]
     current = tree
     for part in parts[:-1]:
         nxt = current.get(part)

@@ -240,7 +240,6 @@ def _preview(raw: str, world_slug: str, subject_id: str) -> dict[str, Any]:
         turn=turn.number,
         attempted_turn=turn.number + 1,
         simulation_time=simulation_time,
-        ambient={},
     )
     request_context: dict[str, Any] = {
         "world": {

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chukwa_site.errors import invalid
+from cognition_app.pointers import pointer_get
 from scenarios_app.identifiers import is_entity_id, is_label
 from scenarios_app.validation import check_keys, require_label, require_object, type_name
 from worlds_app.kernel.state import WorldState, memory_of
@@ -292,20 +293,6 @@ def seed_for(ctx: RuleContext, subject_id: str, node_id: str) -> int:
     return int.from_bytes(hashlib.sha256(material.encode("utf-8")).digest()[:8], "big")
 
 
-def _pointer_get(tree: Mapping[str, Any], pointer: str) -> tuple[bool, Any]:
-    """Resolve a JSON pointer ("/ambient/…") against {"ambient": tree}."""
-    current: Any = {"ambient": tree}
-    for raw in pointer.split("/")[1:]:
-        part = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(current, dict) and part in current:
-            current = current[part]
-        elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
-            current = current[int(part)]
-        else:
-            return False, None
-    return True, current
-
-
 def _holds(
     cond: Mapping[str, Any],
     subject: dict[str, Any],
@@ -330,7 +317,7 @@ def _holds(
             return False  # entity conditions only see what the subject perceives
         found = text in entity["state"].lower()
         return not found if kind == "entity_state_not_contains" else found
-    present, value = _pointer_get(ambient, cond["pointer"])
+    present, value = pointer_get({"ambient": ambient}, cond["pointer"])
     if kind == "ambient_present":
         return present
     if kind == "ambient_equals":

@@ -16,6 +16,7 @@ from cognition_app import sources
 from cognition_app.llm_nodes import run_llm_text, run_llm_tool_loop
 from cognition_app.rule_policy import RuleContext, ToolResultMissing, evaluate_rule_policy
 from cognition_app.sources import CallContext, SourceFailure
+from cognition_app.workflow_validation import PATCH_NODE_TYPES
 from worlds_app.kernel.state import WorldState
 
 
@@ -59,7 +60,6 @@ class TurnContext:
     turn: int
     attempted_turn: int
     simulation_time: str
-    ambient: Mapping[str, Any]
 
 
 @dataclass
@@ -186,7 +186,6 @@ NODE_EXECUTORS: dict[str, NodeExecutor] = {
     "llm_text": run_llm_text,
     "llm_tool_loop": run_llm_tool_loop,
 }
-PATCH_NODE_TYPES = frozenset({"rule_policy", "llm_tool_loop"})
 
 
 def run_subject_workflow(run: SubjectRun) -> tuple[dict[str, Any], str]:

@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from django.apps import apps
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
@@ -164,13 +163,10 @@ def component_uses(*, kind: str, hash: str) -> dict[str, Any]:
 
 
 def _world_counts(hashes: Iterable[str]) -> dict[str, int]:
-    """Worlds per scenario; the world model arrives with the worlds app's kernel."""
-    try:
-        world_model = apps.get_model("worlds_app", "World")
-    except LookupError:
-        return {}
+    from worlds_app.models import World  # worlds build on the store, not the other way round
+
     rows = (
-        world_model.objects.filter(scenario_id__in=list(hashes))
+        World.objects.filter(scenario_id__in=list(hashes))
         .values("scenario_id")
         .annotate(n=Count("pk"))
         .values_list("scenario_id", "n")
@@ -448,6 +444,19 @@ def scenario_name_get(*, name: str) -> dict[str, Any]:
                 "changed_at": h.changed_at,
             }
             for h in history
+        ],
+    }
+
+
+def scenario_name_list(*, limit: int, offset: int) -> dict[str, Any]:
+    qs = ScenarioName.objects.order_by("name")
+    return {
+        "count": qs.count(),
+        "limit": limit,
+        "offset": offset,
+        "results": [
+            {"name": n.name, "hash": n.scenario_id, "updated_at": n.updated_at}
+            for n in qs[offset : offset + limit]
         ],
     }
 

@@ -13,7 +13,7 @@ from chukwa_site.pages import page, respond
 from cognition_app.workflow_validation import REF_KINDS
 from scenarios_app import selectors
 from scenarios_app.lineage_svg import lineage_svg
-from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind, ScenarioName
+from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind
 
 SEGMENTS: dict[str, ComponentKind] = COLLECTION_SEGMENTS
 SEGMENT_BY_KIND: dict[str, str] = {kind.value: segment for segment, kind in SEGMENTS.items()}
@@ -339,15 +339,8 @@ def scenario_lineage_page(request: HttpRequest, ref: str) -> HttpResponse:
 @page
 def name_list_page(request: HttpRequest) -> HttpResponse:
     limit, offset = selectors.parse_paging(request.GET)
-    qs = ScenarioName.objects.order_by("name")
-    rows = [
-        {"name": name, "hash": scenario_hash, "updated_at": updated}
-        for name, scenario_hash, updated in qs.values_list("name", "scenario_id", "updated_at")[
-            offset : offset + limit
-        ]
-    ]
-    count = qs.count()
-    data = {"count": count, "limit": limit, "offset": offset, "results": rows}
+    data = selectors.scenario_name_list(limit=limit, offset=offset)
+    count = data["count"]
     context = {"result": data, "pager": _pager(request, count=count, limit=limit, offset=offset)}
     return respond(request, "scenarios_app/name_list.html", context, data)
 

@@ -8,6 +8,7 @@ from typing import Any
 from django.db.models import Count, Q
 
 from chukwa_site.errors import NotFoundError, invalid
+from scenarios_app.identifiers import is_hash
 from scenarios_app.selectors import parse_paging
 from worlds_app.models import AttemptEvent, PatchTransition, Turn, TurnAttempt, World
 
@@ -35,19 +36,23 @@ def world_summary(world: World, *, queued: int = 0, running: int = 0) -> dict[st
 
 
 def world_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Worlds newest first, optionally only those of one scenario (``scenario=<hash>``)."""
     limit, offset = parse_paging(params)
-    qs = World.objects.annotate(
+    qs = World.objects.all()
+    scenario = params.get("scenario")
+    if scenario:
+        if not is_hash(scenario):
+            raise invalid("invalid_hash", "scenario", f"{scenario!r} is not a lowercase sha256 hex")
+        qs = qs.filter(scenario_id=scenario)
+    rows = qs.annotate(
         queued=Count("attempts", filter=Q(attempts__status="queued")),
         running=Count("attempts", filter=Q(attempts__status="running")),
-    ).order_by("-created_at", "slug")
+    ).order_by("-created_at", "slug")[offset : offset + limit]
     return {
-        "count": World.objects.count(),
+        "count": qs.count(),
         "limit": limit,
         "offset": offset,
-        "results": [
-            world_summary(w, queued=w.queued, running=w.running)
-            for w in qs[offset : offset + limit]
-        ],
+        "results": [world_summary(w, queued=w.queued, running=w.running) for w in rows],
     }
 
 

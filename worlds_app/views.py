@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -15,7 +14,6 @@ from django.views.decorators.http import require_http_methods, require_POST
 from chukwa_site.errors import ChukwaError, NotFoundError
 from chukwa_site.pages import page, respond, wants_json
 from chukwa_site.permissions import is_operator
-from scenarios_app.selectors import parse_paging
 from worlds_app import selectors
 from worlds_app.models import ACTIVE_STATUSES, AttemptEvent, PatchTransition, Turn, World
 from worlds_app.services import turn_attempt_enqueue
@@ -26,18 +24,9 @@ TURN_HISTORY = 50
 
 @page
 def world_list_page(request: HttpRequest) -> HttpResponse:
-    limit, offset = parse_paging(request.GET)
+    data = selectors.world_list(params=request.GET)
     scenario = request.GET.get("scenario", "")
-    qs = World.objects.all()
-    if scenario:
-        qs = qs.filter(scenario_id=scenario)
-    rows = qs.annotate(
-        queued=Count("attempts", filter=Q(attempts__status="queued")),
-        running=Count("attempts", filter=Q(attempts__status="running")),
-    ).order_by("-created_at", "slug")[offset : offset + limit]
-    results = [selectors.world_summary(w, queued=w.queued, running=w.running) for w in rows]
-    count = qs.count()
-    data = {"count": count, "limit": limit, "offset": offset, "results": results}
+    limit, offset, count = data["limit"], data["offset"], data["count"]
     context = {
         "data": data,
         "scenario": scenario,

@@ -599,7 +599,6 @@ def scenario_fork(*, data: Any) -> AssembleResult:
                     }
                 )
                 scalars[key] = changes[key]
-        validate_scenario_scalars(**scalars)
 
         profiles = _apply_label_changes(
             kind="cognition_profile",

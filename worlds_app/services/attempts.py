@@ -252,7 +252,6 @@ def turn_attempt_execute(
         turn=previous.number,
         attempted_turn=attempted_turn,
         simulation_time=simulation_time.isoformat(),
-        ambient={},
     )
     counter = itertools.count(1)
 
