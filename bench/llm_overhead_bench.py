@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import benchdb  # bench/ is the script's own folder, first on sys.path
+
 if TYPE_CHECKING:
     import httpx
 
@@ -73,48 +75,19 @@ MODEL_MAX_TOKENS = 256
 MODEL_TIMEOUT_S = 300.0
 
 
-# --- the throwaway database and the Celery queue (as in bench/turn_bench.py) ------------------
-
-
 def _recreate_database(*, create: bool, async_commit: bool = False) -> None:
-    import psycopg
-    from psycopg import sql
-
-    from chukwa_site.embedded import postgres_ensure
-
-    pg = postgres_ensure()
-    with psycopg.connect(
-        host=pg.socket_dir, port=pg.port, user=pg.user, dbname="postgres", autocommit=True
-    ) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(BENCH_DB_NAME))
-        )
-        if create:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BENCH_DB_NAME)))
-        if create and async_commit:
-            conn.execute(
-                sql.SQL("ALTER DATABASE {} SET synchronous_commit TO off").format(
-                    sql.Identifier(BENCH_DB_NAME)
-                )
-            )
+    benchdb.recreate_database(BENCH_DB_NAME, create=create, async_commit=async_commit)
 
 
 def _queue_purge() -> int:
-    """Drop the messages the enqueue/commit on-commit kicks sent (no worker listens)."""
-    from chukwa_site.celery import app
-
-    with app.connection_for_write() as conn:
-        return int(conn.default_channel.queue_purge(BENCH_QUEUE) or 0)
+    return benchdb.queue_purge(BENCH_QUEUE)
 
 
 def _queue_delete() -> None:
-    """Remove the bench queue and its bindings from the shared broker."""
-    from chukwa_site.celery import app
+    benchdb.queue_delete(BENCH_QUEUE)
 
-    with app.connection_for_write() as conn:
-        queue = app.amqp.queues[BENCH_QUEUE].bind(conn.default_channel)
-        queue.declare()  # the transport deletes only bindings it knows of
-        queue.delete()
+
+# --- the throwaway database and the Celery queue (as in bench/turn_bench.py) ------------------
 
 
 # --- the scenario -----------------------------------------------------------------------------

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+import benchdb  # bench/ is the script's own folder, first on sys.path
+
 if TYPE_CHECKING:
     from worlds_app.models import TurnAttempt
 
@@ -51,25 +53,19 @@ BATCH_TIMEOUT_S = 180.0
 OWNER = "bench"
 
 
-# --- the throwaway database ------------------------------------------------------------------
-
-
 def _recreate_database(*, create: bool) -> None:
-    import psycopg
-    from psycopg import sql
+    benchdb.recreate_database(BENCH_DB_NAME, create=create)
 
-    from chukwa_site.embedded import postgres_ensure
 
-    pg = postgres_ensure()
-    with psycopg.connect(
-        host=pg.socket_dir, port=pg.port, user=pg.user, dbname="postgres", autocommit=True
-    ) as conn:
-        # FORCE ends any connection still open on it (a worker child that did not exit).
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(BENCH_DB_NAME))
-        )
-        if create:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BENCH_DB_NAME)))
+def _queue_purge() -> int:
+    return benchdb.queue_purge(BENCH_QUEUE)
+
+
+def _queue_delete() -> None:
+    benchdb.queue_delete(BENCH_QUEUE)
+
+
+# --- the throwaway database ------------------------------------------------------------------
 
 
 # --- scenario input --------------------------------------------------------------------------
@@ -329,25 +325,6 @@ def _rules_fired(attempt_id: str) -> str:
         ).values_list("payload__matched_rule", flat=True)
     )
     return " ".join(f"{rule}={n}" for rule, n in sorted(fired.items()))
-
-
-def _queue_purge() -> int:
-    """Drop the messages enqueue's on-commit kick sent while no worker listened."""
-    from chukwa_site.celery import app
-
-    with app.connection_for_write() as conn:
-        return int(conn.default_channel.queue_purge(BENCH_QUEUE) or 0)
-
-
-def _queue_delete() -> None:
-    """Remove the bench queue and its bindings from the shared broker."""
-    from chukwa_site.celery import app
-
-    with app.connection_for_write() as conn:
-        queue = app.amqp.queues[BENCH_QUEUE].bind(conn.default_channel)
-        # The transport deletes only bindings it knows of; declaring first makes them known.
-        queue.declare()
-        queue.delete()
 
 
 # --- end to end through a worker -------------------------------------------------------------
