@@ -278,8 +278,8 @@ class ScenarioNameApi(APIView):
 
     @extend_schema(request=DeleteInputSerializer, responses={200: OpenApiTypes.OBJECT, **ERRORS})
     def delete(self, request: Request, name: str) -> Response:
-        data = request.data if request.data else {}
-        data = _with_operator(request, body_object(request) if data else {})
+        # An absent body parses as an empty object; [] or null is a client error, not "no body".
+        data = _with_operator(request, dict(body_object(request)))
         allowed = {"expected_current_hash", "note", "operator"}
         unknown = sorted(k for k in data if k not in allowed)
         if unknown:

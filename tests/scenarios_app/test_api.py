@@ -820,3 +820,23 @@ def test_reference_keys_inside_a_request_template_are_data(
         f"/api/response-sources/{hashing.response_source_hash(HTTP_SOURCE)}/uses/"
     ).json()
     assert [w["paths"] for w in uses["workflows"]] == [["ambient_sources[0].source_ref"]]
+
+
+@pytest.mark.django_db
+def test_name_delete_with_a_non_object_body_is_400_and_unsets_nothing(
+    operator_client: APIClient,
+) -> None:
+    from scenarios_app.fixture_files import load_fixture
+    from scenarios_app.models import ScenarioName
+    from scenarios_app.services import scenario_assemble
+
+    scenario_assemble(data=load_fixture("ant_on_plate_rules"))
+    response = operator_client.delete(
+        "/api/scenario-names/ant_on_plate_rules/", data=b"[]", content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_input"
+    assert ScenarioName.objects.filter(pk="ant_on_plate_rules").exists()
+    # no body at all still unsets
+    assert operator_client.delete("/api/scenario-names/ant_on_plate_rules/").status_code == 200
+    assert not ScenarioName.objects.filter(pk="ant_on_plate_rules").exists()
