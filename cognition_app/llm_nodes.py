@@ -133,7 +133,7 @@ def model_patch_schema(run: SubjectRun, max_len: int | None) -> dict[str, Any]:
         )
     effects: dict[str, Any] = {"type": "array", "items": {"anyOf": variants}}
     if max_len:
-        effects["maxItems"] = 8
+        effects["maxItems"] = 4  # with bounded strings, a reply cannot outrun max_tokens
     return {
         "type": "object",
         "additionalProperties": False,
