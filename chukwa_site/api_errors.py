@@ -11,6 +11,7 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from chukwa_site.errors import ChukwaError, NotFoundError
+from chukwa_site.signin_throttle import SigninThrottled
 
 
 def _flatten_drf_detail(detail: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -66,6 +67,17 @@ def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         return error_response(
             ChukwaError("unsupported_media_type", str(exc.detail), status_code=415)
         )
+    if isinstance(exc, SigninThrottled):
+        response = error_response(
+            ChukwaError(
+                "signin_throttled",
+                str(exc.detail),
+                {"retry_after_seconds": exc.wait},
+                status_code=exc.status_code,
+            )
+        )
+        response["Retry-After"] = str(exc.wait)
+        return response
     if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
         response = error_response(
             ChukwaError("not_authenticated", str(exc.detail), status_code=401)

@@ -194,3 +194,32 @@ def redis_stop() -> bool:
         pass  # shutdown closes the connection before replying
     _say(f"stopped embedded Redis (socket {socket_path})")
     return True
+
+
+SECRET_KEY_FILE = "secret_key"  # noqa: S105 - a file name, not a secret
+
+
+def secret_key() -> str:
+    """The Django secret key kept in the data folder: generated once (mode 0600), then reused,
+    so sessions and CSRF tokens survive restarts without a key in the repository."""
+    import secrets
+    import tempfile
+
+    path = data_dir() / SECRET_KEY_FILE
+    if not path.exists():
+        # Written to a private temporary file and linked into place: a process starting at the
+        # same moment never reads a half-written key, and the first link wins.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".secret_key.")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(64))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # another process linked its key first; use that one
+        finally:
+            os.unlink(tmp)
+    key = path.read_text().strip()
+    if len(key) < 50:
+        raise RuntimeError(f"{path} holds no usable secret key; delete it to generate a new one")
+    return key

@@ -19,13 +19,15 @@ def _env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-DEBUG = _env_bool("CHUKWA_DEBUG", True)
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise RuntimeError("DJANGO_SECRET_KEY must be set when CHUKWA_DEBUG is off")
-    SECRET_KEY = "chukwa-insecure-development-key"  # noqa: S105 - local runs only
-ALLOWED_HOSTS = [h for h in os.environ.get("CHUKWA_ALLOWED_HOSTS", "*").split(",") if h]
+# Safe by default (SPEC §11): debug pages, a secret key and the hosts served are opt-in.
+DEBUG = _env_bool("CHUKWA_DEBUG", False)
+# Without DJANGO_SECRET_KEY, a random key generated once and kept (0600) in the data folder.
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or embedded.secret_key()
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in os.environ.get("CHUKWA_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+    if h.strip()
+]
 CSRF_TRUSTED_ORIGINS = [
     o for o in os.environ.get("CHUKWA_CSRF_TRUSTED_ORIGINS", "").split(",") if o
 ]
@@ -54,6 +56,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "chukwa_site.signin_throttle.signin_throttle_middleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -104,6 +107,22 @@ REDIS_URL = os.environ.get("REDIS_URL") or embedded.redis_ensure()
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Sign-in throttling (SPEC §11): the backend refuses a username+address after
+# CHUKWA_SIGNIN_FAILURE_LIMIT failures within CHUKWA_SIGNIN_WINDOW_SECONDS.
+AUTHENTICATION_BACKENDS = ["chukwa_site.signin_throttle.ThrottledModelBackend"]
+CHUKWA_SIGNIN_FAILURE_LIMIT = int(os.environ.get("CHUKWA_SIGNIN_FAILURE_LIMIT", "5"))
+CHUKWA_SIGNIN_WINDOW_SECONDS = int(os.environ.get("CHUKWA_SIGNIN_WINDOW_SECONDS", "900"))
+# The database cache (table created by chukwa_site's migration) keeps the failure counts shared
+# by every web process. MAX_ENTRIES is high so a flood of made-up usernames cannot cull the
+# counter of the one under attack.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "chukwa_cache",
+        "OPTIONS": {"MAX_ENTRIES": 100_000},
+    }
+}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -132,7 +151,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "chukwa_site.signin_throttle.ThrottledTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["chukwa_site.permissions.ReadAnyWriteOperators"],

@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from chukwa_site import views
@@ -15,6 +15,9 @@ urlpatterns = [
     path("api/", include("scenarios_app.urls")),
     path("api/", include("worlds_app.urls")),
     path("api/", include("cognition_app.urls")),
+    # Last of the API routes: any other /api/ path (or a malformed id the converters refuse)
+    # answers with the JSON error envelope instead of the HTML 404 page.
+    re_path(r"^api/", views.api_not_found, name="api-not-found"),
     path("", include("scenarios_app.pages_urls")),
     path("", include("worlds_app.pages_urls")),
     path("", include("cognition_app.pages_urls")),

@@ -7,6 +7,10 @@ from django.contrib.auth.decorators import login_required
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.urls import Resolver404, resolve
+from django.views.decorators.csrf import csrf_exempt
+
+from chukwa_site.errors import NotFoundError
 
 
 def _database_status() -> dict[str, object]:
@@ -44,14 +48,34 @@ def _worker_status() -> dict[str, object]:
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
-    """Database, Redis and Celery worker status; 200 only when all three are up."""
+    """Database, Redis and Celery worker status; 200 only when all three are up. Anonymous
+    callers get ``{"ok": …}`` alone: failure text can carry a DSN or a socket path."""
     checks = {
         "database": _database_status(),
         "redis": _redis_status(),
         "worker": _worker_status(),
     }
     ok = all(check["ok"] for check in checks.values())
-    return JsonResponse({"ok": ok, **checks}, status=200 if ok else 503)
+    body: dict[str, object] = {"ok": ok}
+    if request.user.is_authenticated:
+        body.update(checks)
+    return JsonResponse(body, status=200 if ok else 503)
+
+
+@csrf_exempt  # a JSON 404 for any method; a CSRF 403 page would hide the real answer
+def api_not_found(request: HttpRequest) -> JsonResponse:
+    """Every path under /api/ that no endpoint serves: the API's JSON error, not an HTML page."""
+    message = f"path: no API endpoint at {request.path}"
+    if not request.path.endswith("/"):
+        # CommonMiddleware's slash redirect never fires here (this view matches first).
+        try:
+            match = resolve(request.path + "/")
+        except Resolver404:
+            match = None
+        if match is not None and match.url_name != "api-not-found":
+            message += f" (did you mean {request.path}/ ?)"
+    error = NotFoundError("not_found", message, {"field": "path", "path": request.path})
+    return JsonResponse({"error": error.as_dict()}, status=error.status_code)
 
 
 @login_required

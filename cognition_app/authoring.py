@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any, TypeVar
 
 from django.db import transaction
@@ -26,10 +25,11 @@ from cognition_app.ambient import inject, resolve_template, runs_for_subject, vi
 from cognition_app.llm_nodes import placeholder_values, render_messages, tool_loop_schema
 from cognition_app.runner import SubjectRun, TurnContext
 from cognition_app.sources import SourceFailure
-from scenarios_app.identifiers import is_hash
+from scenarios_app.identifiers import is_hash, label_problem
 from scenarios_app.models import CognitionWorkflow, ResponseSource
 from scenarios_app.services import cognition_workflow_put, scenario_fork
 from scenarios_app.services._store import Resolver
+from worlds_app.kernel import clock
 from worlds_app.kernel.state import WorldState, is_agent
 from worlds_app.models import Turn, World
 from worlds_app.patch_schema import world_patch_schema_hash
@@ -106,8 +106,18 @@ def _validation(raw: str) -> dict[str, Any]:
 # --- world and subject pickers ----------------------------------------------------------------
 
 
+def _checked_slug(slug: str) -> str:
+    """The world picker's value, checked before it is looked up (NUL or 10 KB is not a slug)."""
+    problem = label_problem(slug) if slug else None
+    if problem is not None:
+        raise ChukwaError(
+            "invalid_slug", f"world: {slug[:64]!r} {problem}", {"field": "world"}, status_code=400
+        )
+    return slug
+
+
 def _world(slug: str) -> World:
-    world = World.objects.filter(slug=slug).first()
+    world = World.objects.filter(slug=_checked_slug(slug)).first()
     if world is None:
         raise NotFoundError("world_not_found", f"world: no world {slug!r}", {"field": "world"})
     return world
@@ -234,7 +244,10 @@ def _preview(raw: str, world_slug: str, subject_id: str) -> dict[str, Any]:
             f"subject: {subject_id!r} is not an agent of world {world.slug!r}; agents: {agents}",
             {"field": "subject"},
         )
-    simulation_time = (turn.simulation_time + timedelta(seconds=world.chronon_seconds)).isoformat()
+    try:
+        simulation_time = clock.advance(turn.simulation_time, world.chronon_seconds).isoformat()
+    except clock.CalendarOverflow as exc:
+        raise ChukwaError("calendar_end", f"world: {exc}", {"field": "world"}) from None
     ctx = TurnContext(
         world_slug=world.slug,
         turn=turn.number,
@@ -319,7 +332,7 @@ def _skeleton() -> str:
 
 def _page_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     data = request.POST if request.method == "POST" else request.GET
-    world_slug = data.get("world", "").strip()
+    world_slug = _checked_slug(data.get("world", "").strip())
     subject_id = data.get("subject", "").strip()
     defaults = _fork_defaults(world_slug, subject_id)
     return {

@@ -9,7 +9,6 @@ from typing import Any
 
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
-from django.utils.dateparse import parse_datetime
 
 from chukwa_site.errors import NotFoundError, invalid
 from scenarios_app.identifiers import is_hash, label_problem
@@ -31,6 +30,7 @@ from scenarios_app.models import (
     ScenarioNameHistory,
     WorkflowComponentRef,
 )
+from worlds_app.kernel import clock  # pure calendar helpers (no Django), shared with worlds
 
 MODEL_BY_KIND = {
     ComponentKind.JSON_SCHEMA: JsonSchema,
@@ -279,14 +279,12 @@ def _parse_bool(raw: str, key: str) -> bool:
 
 def _parse_time(raw: str, key: str) -> datetime:
     try:
-        value = parse_datetime(raw)
-    except ValueError:
-        value = None
-    if value is None:
-        raise invalid("invalid_query", key, f"must be an ISO 8601 datetime, got {raw!r}")
-    if value.tzinfo is None:
-        raise invalid("invalid_query", key, "must include a timezone (e.g. 2026-01-01T00:00:00Z)")
-    return value
+        return clock.parse_instant(raw)
+    except clock.NotAnInstant as exc:
+        shown = raw if len(raw) <= 64 else raw[:64] + "…"
+        raise invalid("invalid_query", key, f"{exc}, got {shown!r}") from None
+    except clock.CalendarOverflow as exc:
+        raise invalid("invalid_query", key, str(exc)) from None
 
 
 USES_FILTERS = {f"uses_{kind.value}_hash": kind for kind in ComponentKind}

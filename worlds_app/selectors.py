@@ -8,12 +8,31 @@ from typing import Any
 from django.db.models import Count, Q
 
 from chukwa_site.errors import NotFoundError, invalid
-from scenarios_app.identifiers import is_hash
+from scenarios_app.identifiers import is_hash, label_problem
 from scenarios_app.selectors import parse_paging
 from worlds_app.models import AttemptEvent, PatchTransition, Turn, TurnAttempt, World
 
+# Turn numbers are stored as PostgreSQL integer; a larger one names no turn and must not reach
+# the database as an out-of-range parameter.
+MAX_TURN_NUMBER = 2_147_483_647
+
+
+def require_slug(slug: str, field: str = "slug") -> str:
+    """A world slug from a path or a form, checked against the label grammar (SPEC §1)."""
+    problem = label_problem(slug)
+    if problem is not None:
+        raise invalid("invalid_slug", field, f"{slug!r} {problem}")
+    return slug
+
+
+def require_turn_number(number: int, field: str = "number") -> int:
+    if not 0 <= number <= MAX_TURN_NUMBER:
+        raise invalid("invalid_turn", field, f"must be a turn number 0…{MAX_TURN_NUMBER}")
+    return number
+
 
 def _world(slug: str) -> World:
+    require_slug(slug)
     world = World.objects.filter(slug=slug).first()
     if world is None:
         raise NotFoundError("world_not_found", f"slug: no world {slug!r}", {"field": "slug"})
@@ -88,6 +107,8 @@ def world_get(*, slug: str) -> dict[str, Any]:
 
 
 def turn_get(*, slug: str, number: int) -> dict[str, Any]:
+    require_slug(slug)
+    require_turn_number(number)
     world = _world(slug)
     turn = Turn.objects.filter(world=world, number=number).first()
     if turn is None:
@@ -208,6 +229,9 @@ def _is_uuid(value: str) -> bool:
 
 def world_diff(*, slug: str, from_turn: int, to_turn: int) -> dict[str, Any]:
     """What changed between two committed turns: entity states and memories, environments."""
+    require_slug(slug)
+    require_turn_number(from_turn, "from")
+    require_turn_number(to_turn, "to")
     world = _world(slug)
     turns = {t.number: t for t in Turn.objects.filter(world=world, number__in=[from_turn, to_turn])}
     for number, field in ((from_turn, "from"), (to_turn, "to")):

@@ -32,6 +32,8 @@ def celery_worker_process() -> Iterator[subprocess.Popen[bytes]]:
 def test_healthz_reports_each_service_and_the_worker(
     client: Client, celery_worker_process: subprocess.Popen[bytes]
 ) -> None:
+    # The detail is for signed-in users; anonymous callers get {"ok": …} alone.
+    client.force_login(User.objects.create_user("health-reader"))
     response = client.get("/healthz")
     body = response.json()
     assert response.status_code == 200, body

@@ -38,6 +38,7 @@ from cognition_app.runner import (
     run_subject_workflow,
 )
 from cognition_app.sources import CallContext, SourceFailure, interrupt_running
+from worlds_app.kernel import clock
 from worlds_app.kernel.patch import PatchRejected, Transition, apply_patch, validate_patch
 from worlds_app.kernel.state import WorldState
 from worlds_app.models import (
@@ -48,6 +49,7 @@ from worlds_app.models import (
     TurnAttempt,
     World,
 )
+from worlds_app.selectors import require_slug
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ def turn_attempt_enqueue(*, slug: str, count: Any = 1, requested_by: str = "") -
     """Queue ``count`` (1…100) attempts that run strictly in order; returns their ids."""
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_BATCH:
         raise invalid("invalid_count", "count", f"must be an integer 1…{MAX_BATCH}, got {count!r}")
+    require_slug(slug)
     batch_id = uuid.uuid4()
     with transaction.atomic(durable=True):
         world = World.objects.select_for_update().filter(slug=slug).first()
@@ -245,7 +248,11 @@ def turn_attempt_execute(
     world, the staged transitions and the patch count. Nothing here writes world state."""
     world = attempt.world
     working = WorldState.from_snapshot(previous.state)
-    simulation_time = previous.simulation_time + timedelta(seconds=world.chronon_seconds)
+    try:
+        simulation_time = clock.advance(previous.simulation_time, world.chronon_seconds)
+    except clock.CalendarOverflow as exc:
+        # Before any source is called: the turn cannot be committed, so it is not run.
+        raise AttemptFailure("calendar", str(exc)) from None
     attempted_turn = attempt.attempted_turn or previous.number + 1
     ctx = TurnContext(
         world_slug=world.slug,

@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils.dateparse import parse_datetime
 
 from chukwa_site.errors import ConflictError, NotFoundError, invalid
 from scenarios_app import selectors as scenario_selectors
@@ -15,8 +14,10 @@ from scenarios_app.models import ScenarioName
 from scenarios_app.services import scenario_assemble_within
 from scenarios_app.services._store import reject_nul
 from scenarios_app.validation import check_keys, require_object, type_name
+from worlds_app.kernel import clock
 from worlds_app.kernel.state import WorldState
 from worlds_app.models import AttemptStatus, DeletedWorld, Turn, TurnAttempt, World
+from worlds_app.selectors import require_slug
 
 CREATE_FIELDS = ("slug", "scenario_ref")
 CREATE_OPTIONAL = ("name", "start_time")
@@ -80,19 +81,31 @@ def scenario_snapshot(scenario_hash: str) -> dict[str, Any]:
 
 
 def _parse_start_time(value: Any) -> datetime:
+    """An ISO 8601 instant with an offset, in UTC (SPEC §6)."""
     if value is None:
         return datetime.now(UTC)
+    shown = repr(value) if not isinstance(value, str) or len(value) <= 64 else f"{value[:64]!r}…"
+    if not isinstance(value, str):
+        raise invalid("invalid_start_time", "start_time", f"must be a string, got {shown}")
     try:
-        parsed = parse_datetime(value) if isinstance(value, str) else None
-    except ValueError:  # well-formed but impossible, e.g. month 13
-        parsed = None
-    if parsed is None or parsed.tzinfo is None:
+        return clock.parse_instant(value)
+    except clock.NotAnInstant as exc:
+        raise invalid("invalid_start_time", "start_time", f"{exc}, got {shown}") from None
+    except clock.CalendarOverflow as exc:
+        raise invalid("invalid_start_time", "start_time", str(exc)) from None
+
+
+def _check_room_to_run(start: datetime, chronon_seconds: int) -> None:
+    """A world must be able to advance at least one chronon inside the calendar."""
+    try:
+        clock.advance(start, chronon_seconds)
+    except clock.CalendarOverflow:
         raise invalid(
             "invalid_start_time",
             "start_time",
-            f"must be an ISO 8601 datetime with a timezone, got {value!r}",
-        )
-    return parsed
+            f"{start.isoformat()} leaves no room for one turn of {chronon_seconds} s before "
+            f"the end of the calendar ({clock.CALENDAR_END.isoformat()})",
+        ) from None
 
 
 def world_create(*, data: Any) -> World:
@@ -120,6 +133,7 @@ def world_create(*, data: Any) -> World:
             )
         scenario_hash, recorded_ref = _scenario_hash_from_ref(body["scenario_ref"])
         snapshot = scenario_snapshot(scenario_hash)
+        _check_room_to_run(start, snapshot["chronon_seconds"])
         state = WorldState.from_scenario(snapshot)
         label = snapshot["scenario_slug"]
         try:
@@ -151,6 +165,7 @@ def world_create(*, data: Any) -> World:
 def world_delete(*, slug: str, deleted_by: str = "") -> DeletedWorld:
     """Delete a world (its turns, attempts and events); keep a deleted-world record.
     Scenarios are untouched. A world with a running attempt cannot be deleted."""
+    require_slug(slug)
     with transaction.atomic(durable=True):
         world = World.objects.select_for_update().filter(slug=slug).first()
         if world is None:

@@ -1,0 +1,101 @@
+"""Schema fuzzing: Schemathesis generates requests for every operation of the project's own
+OpenAPI document (/api/schema/), valid ones and deliberately invalid ones, sends them through
+the WSGI application as an operator, and asserts that none answers with a server error.
+
+Bounded and deterministic: a fixed number of examples per operation and generation mode,
+derandomized, no example database. ``CHUKWA_FUZZ_EXAMPLES`` raises the count for a longer run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import schemathesis
+from django.contrib.auth.models import User
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, Phase, given, settings
+from rest_framework.authtoken.models import Token
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.core.failures import FailureGroup
+
+from chukwa_site.wsgi import application
+from scenarios_app.fixture_files import load_fixture
+from scenarios_app.services import scenario_assemble
+from worlds_app.services import world_create
+
+EXAMPLES = int(os.environ.get("CHUKWA_FUZZ_EXAMPLES", "6"))
+
+
+@dataclass
+class FuzzReport:
+    operations: int = 0
+    requests: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def same_connection_requests() -> Iterator[None]:
+    """The WSGI handler closes "old" connections around each request; inside the test's
+    transaction that would close it. Django's own test client detaches the same handlers."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+
+
+def _fuzz_operation(operation: Any, mode: GenerationMode, token: str, report: FuzzReport) -> None:
+    headers = {"Authorization": f"Token {token}"}
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    def run(case: Any) -> None:
+        response = case.call(headers=headers)
+        report.requests += 1
+        try:
+            case.validate_response(response, checks=[not_a_server_error], headers=headers)
+        except FailureGroup as exc:
+            report.failures.append(f"{case.method} {case.formatted_path}: {exc}")
+
+    run()
+
+
+@pytest.mark.django_db
+def test_no_operation_answers_with_a_server_error(
+    operator_user: User, same_connection_requests: None
+) -> None:
+    # Some real rows, so generated names and slugs can land on existing things too.
+    scenario_assemble(data=load_fixture("ant_on_plate_rules"))
+    world_create(data={"slug": "plate", "scenario_ref": {"name": "ant_on_plate_rules"}})
+    token = Token.objects.create(user=operator_user).key
+    schema = schemathesis.openapi.from_wsgi(
+        "/api/schema/?format=json", application, headers={"Authorization": f"Token {token}"}
+    )
+    report = FuzzReport()
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        report.operations += 1
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            _fuzz_operation(operation, mode, token, report)
+    print(
+        f"\nschema fuzz: {report.operations} operations, {report.requests} requests, "
+        f"{len(report.failures)} server errors"
+    )
+    assert report.operations >= 20
+    assert report.requests >= report.operations * EXAMPLES
+    assert report.failures == [], "\n\n".join(report.failures[:5])
