@@ -21,7 +21,8 @@ def require_slug(slug: str, field: str = "slug") -> str:
     """A world slug from a path or a form, checked against the label grammar (SPEC §1)."""
     problem = label_problem(slug)
     if problem is not None:
-        raise invalid("invalid_slug", field, f"{slug!r} {problem}")
+        shown = repr(slug) if len(slug) <= 64 else f"{slug[:64]!r}…"
+        raise invalid("invalid_slug", field, f"{shown} {problem}")
     return slug
 
 

@@ -1,5 +1,6 @@
 """Schema fuzzing: Schemathesis generates requests for every operation of the project's own
-OpenAPI document (/api/schema/), valid ones and deliberately invalid ones, sends them through
+OpenAPI document (/api/schema/), valid ones and deliberately invalid ones, plus a fixed list of
+hostile values for every path and query parameter, sends them through
 the WSGI application as an operator, and asserts that none answers with a server error.
 
 Bounded and deterministic: a fixed number of examples per operation and generation mode,
@@ -19,6 +20,7 @@ from django.contrib.auth.models import User
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis.errors import Unsatisfiable
 from rest_framework.authtoken.models import Token
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -31,12 +33,44 @@ from worlds_app.services import world_create
 
 EXAMPLES = int(os.environ.get("CHUKWA_FUZZ_EXAMPLES", "6"))
 
+# Values generated strings rarely hit but real clients send: NUL bytes, over-long strings,
+# integers past int4/int8, near-miss ids and instants at or past the calendar's edges. Each is
+# sent as every path parameter of every operation, and as every query parameter.
+NASTY: tuple[str, ...] = (
+    "\x00",
+    "a\x00b",
+    "x" * 5000,
+    "9" * 30,
+    "-1",
+    "0",
+    "2147483648",
+    "9223372036854775808",
+    "not-a-uuid",
+    "00000000-0000-0000-0000-00000000000g",
+    "..",
+    "%",
+    "é🐜",
+    " ",
+    "A" * 64,
+    "0" * 64,
+    "{}",
+    "null",
+    "true",
+    "2030-01-01T00:00:00+24:00",
+    "2016-12-31T23:59:60Z",
+    "9999-12-31T23:59:59Z",
+    "0001-01-01T00:00:00+01:00",
+)
+
 
 @dataclass
 class FuzzReport:
     operations: int = 0
     requests: int = 0
     failures: list[str] = field(default_factory=list)
+    # (operation, mode) pairs for which no case could be generated, e.g. negative cases for an
+    # operation whose only parameter is an unconstrained string.
+    ungenerable: list[str] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -65,14 +99,33 @@ def _fuzz_operation(operation: Any, mode: GenerationMode, token: str, report: Fu
         suppress_health_check=list(HealthCheck),
     )
     def run(case: Any) -> None:
-        response = case.call(headers=headers)
-        report.requests += 1
-        try:
-            case.validate_response(response, checks=[not_a_server_error], headers=headers)
-        except FailureGroup as exc:
-            report.failures.append(f"{case.method} {case.formatted_path}: {exc}")
+        _check(case, headers, report)
 
-    run()
+    try:
+        run()
+    except Unsatisfiable:
+        report.ungenerable.append(f"{operation.label} ({mode.value})")
+
+
+def _check(case: Any, headers: dict[str, str], report: FuzzReport) -> None:
+    response = case.call(headers=headers)
+    report.requests += 1
+    try:
+        case.validate_response(response, checks=[not_a_server_error], headers=headers)
+    except FailureGroup as exc:
+        report.failures.append(f"{case.method} {case.formatted_path} {case.query}: {exc}")
+
+
+def _nasty_parameters(operation: Any, token: str, report: FuzzReport) -> None:
+    headers = {"Authorization": f"Token {token}"}
+    path_names = [p.name for p in operation.path_parameters]
+    benign = {name: "plate" for name in path_names}
+    for value in NASTY if path_names else ():
+        _check(operation.Case(path_parameters=dict.fromkeys(path_names, value)), headers, report)
+    for query_name in [p.name for p in operation.query]:
+        for value in NASTY:
+            case = operation.Case(path_parameters=benign, query={query_name: value})
+            _check(case, headers, report)
 
 
 @pytest.mark.django_db
@@ -92,9 +145,10 @@ def test_no_operation_answers_with_a_server_error(
         report.operations += 1
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             _fuzz_operation(operation, mode, token, report)
+        _nasty_parameters(operation, token, report)
     print(
         f"\nschema fuzz: {report.operations} operations, {report.requests} requests, "
-        f"{len(report.failures)} server errors"
+        f"{len(report.failures)} server errors; no cases for {report.ungenerable}"
     )
     assert report.operations >= 20
     assert report.requests >= report.operations * EXAMPLES

@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
+from worlds_app.kernel import clock
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt, World
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_run, world_create
 
@@ -92,3 +93,27 @@ def test_a_turn_past_the_end_of_the_calendar_fails_its_attempt_cleanly(scenario:
     assert "OverflowError" not in attempt.failure_reason
     assert World.objects.get(slug="edge").current_turn == 1
     assert AttemptEvent.objects.filter(attempt=attempt, kind="attempt_failed").exists()
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        ("2030-01-01T00:00:00", clock.NotAnInstant),  # no offset
+        ("20300101T000000Z", clock.NotAnInstant),  # basic format
+        ("2030-W01-1T00:00Z", clock.NotAnInstant),  # week date
+        ("2030-01-01T00:00:00\u0000Z", clock.NotAnInstant),
+        ("2016-12-31T23:59:60Z", clock.NotAnInstant),
+        ("2030-01-01T00:00:00+24:00", clock.NotAnInstant),
+        ("0001-01-01T00:00:00+00:01", clock.CalendarOverflow),
+    ],
+)
+def test_parse_instant_refuses(raw: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        clock.parse_instant(raw)
+
+
+def test_parse_instant_converts_to_utc() -> None:
+    assert clock.parse_instant("2030-06-01t12:00z") == datetime(2030, 6, 1, 12, tzinfo=UTC)
+    assert clock.parse_instant("2030-06-01 12:00:00.5-0230") == datetime(
+        2030, 6, 1, 14, 30, 0, 500000, tzinfo=UTC
+    )
