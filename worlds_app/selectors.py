@@ -27,8 +27,16 @@ def require_slug(slug: str, field: str = "slug") -> str:
 
 
 def require_turn_number(number: int, field: str = "number") -> int:
-    if not 0 <= number <= MAX_TURN_NUMBER:
-        raise invalid("invalid_turn", field, f"must be a turn number 0…{MAX_TURN_NUMBER}")
+    """A negative turn number is a bad form (400); one past the column's range is well formed
+    but names no turn that can exist (404), like any other turn not committed yet."""
+    if number < 0:
+        raise invalid("invalid_turn", field, f"must be a turn number ≥ 0, got {number}")
+    if number > MAX_TURN_NUMBER:
+        raise NotFoundError(
+            "turn_not_found",
+            f"{field}: no turn {number}; turn numbers stop at {MAX_TURN_NUMBER}",
+            {"field": field},
+        )
     return number
 
 
