@@ -104,6 +104,11 @@ def _put_message(kind_label: str, result: services.PutResult) -> str:
 # --- shared admin behaviour ----------------------------------------------------------------
 
 
+def _plausible_key(object_id: str) -> bool:
+    """Could ``object_id`` be a primary key of the store (a 64-char hash, a label, a number)?"""
+    return "\x00" not in object_id and len(object_id) <= 64
+
+
 class StoreAdmin(admin.ModelAdmin):
     """Read-only for staff, writes only through custom service views for operators."""
 
@@ -138,6 +143,15 @@ class StoreAdmin(admin.ModelAdmin):
     def object_tools(self, request: HttpRequest, object_id: str) -> list[dict[str, str]]:
         return []
 
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Model | None:
+        # Keys here are hashes and labels. An id that cannot be one names no row, and a NUL byte
+        # must not reach PostgreSQL (it rejects NUL in text parameters with an error, a 500).
+        if not _plausible_key(object_id):
+            return None
+        return super().get_object(request, object_id, from_field)
+
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
@@ -152,6 +166,8 @@ class StoreAdmin(admin.ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
+        if not _plausible_key(unquote(object_id)):
+            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         tools = self.object_tools(request, unquote(object_id)) if is_operator(request.user) else []
         context = {"chukwa_tools": tools, **(extra_context or {})}
         return super().change_view(request, object_id, form_url, context)

@@ -252,3 +252,26 @@ def test_live_server_answers_bad_paths_with_json_errors(live_server: Any) -> Non
     status, content_type, _ = _http("GET", base + "/no/such/page/")
     assert status == 404
     assert content_type.startswith("text/html")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/scenarios_app/jsonschema/%00/change/",
+        "/admin/scenarios_app/entity/%00/history/",
+        "/admin/scenarios_app/environment/%00/save-as-new/",
+        "/admin/scenarios_app/scenario/%00/fork/",
+        "/admin/scenarios_app/scenarioname/%00/change/",
+        "/admin/scenarios_app/scenarioname/%00/unset/",
+        f"/admin/scenarios_app/scenario/{LONG}/change/",
+    ],
+)
+def test_admin_object_pages_with_an_impossible_key_redirect(
+    client: Client, operator_user: User, url: str
+) -> None:
+    operator_user.is_staff = True
+    operator_user.save()
+    client.force_login(operator_user)
+    response = client.get(url)
+    assert response.status_code == 302, response.content[:300]
+    assert response["Location"] == "/admin/"
