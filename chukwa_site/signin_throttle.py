@@ -168,3 +168,10 @@ class ThrottledTokenAuthentication(TokenAuthentication):
         except drf_exceptions.AuthenticationFailed:
             record_failure(kind="token", username="", address=address)
             raise
+
+    def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
+        # DRF keys are 40 hex characters; anything else is refused before the lookup, so a NUL
+        # byte in a header never reaches PostgreSQL as a text parameter.
+        if len(key) > 40 or "\x00" in key:
+            raise drf_exceptions.AuthenticationFailed("Invalid token.")
+        return super().authenticate_credentials(key)

@@ -182,3 +182,13 @@ def test_api_token_failures_are_throttled_per_address(reader_user: User) -> None
     other = APIClient(REMOTE_ADDR="10.4.4.4")
     other.credentials(HTTP_AUTHORIZATION=f"Token {good}")
     assert other.get("/api/worlds/").status_code == 200
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("token", ["a\x00b", "x" * 5000])
+def test_impossible_token_is_a_401_not_a_lookup(token: str) -> None:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    response = client.get("/api/worlds/")
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "not_authenticated"
