@@ -1093,7 +1093,7 @@ def main() -> int:
         django_ready = True
         from django.test.utils import override_settings
 
-        # DEBUG (on by default for local runs) logs every query on every cursor: production
+        # DEBUG (CHUKWA_DEBUG=true) logs every query on every cursor: production
         # runs without it, and CaptureQueriesContext turns logging on where it is needed.
         with override_settings(DEBUG=False):
             overhead = _part_one(
