@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cognition_app import sources
 from cognition_app.sources import CallContext, Generation, Judgement, SourceFailure
+from scenarios_app.json_values import UnstorableValue, check_storable, loads_strict, text_problem
 from worlds_app.kernel.patch import PatchRejected, validate_patch
 from worlds_app.kernel.render import environment_rendered, subject_rendered, world_projection
 from worlds_app.kernel.state import memory_of
@@ -184,11 +185,19 @@ def parse_tool_loop_output(text: str) -> dict[str, Any]:
     """ToolLoopOutput: {"kind": "tool_call", "tool_call": {...}} | {"kind": "final_patch", "patch": …}
     (the other member may be present as null, as strict schemas require)."""
     try:
-        value = json.loads(text)
+        value = loads_strict(text)
     except ValueError as exc:
         raise ModelContentRejected(
             f"Your response is not valid JSON ({exc}). Return only one JSON object.",
             parse_error=str(exc),
+        ) from None
+    try:
+        # JSON that parses but cannot be stored or hashed (NUL, lone surrogates, 1e400) is the
+        # model's mistake like any other: the retry lane tells it where.
+        check_storable(value)
+    except UnstorableValue as exc:
+        raise ModelContentRejected(
+            f"{exc.pointer or '(root)'}: {exc.problem}. Use plain text.", parse_error=str(exc)
         ) from None
     if not isinstance(value, dict):
         raise ModelContentRejected("(root): the response must be a JSON object.")
@@ -256,6 +265,9 @@ def _judge_text(text: str) -> Judgement:
         return _rejected(
             ModelContentRejected("the response was empty; one or more sentences are required.")
         )
+    problem = text_problem(stripped)
+    if problem:
+        return _rejected(ModelContentRejected(f"the response {problem}; write plain text."))
     return Judgement(output_kind="text", artifacts={"text": stripped}, output=stripped)
 
 
