@@ -94,7 +94,9 @@ def hashable(value: Any, pointer: str = "") -> Any:
     if isinstance(value, int):
         if -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
             return value
-        raise UnstorableValue(pointer, f"{OUT_OF_RANGE} (got an integer of {len(str(abs(value)))} digits)")
+        raise UnstorableValue(
+            pointer, f"{OUT_OF_RANGE} (got an integer of {len(str(abs(value)))} digits)"
+        )
     if isinstance(value, float):
         if not math.isfinite(value):
             raise UnstorableValue(pointer, f"{value} is not a JSON number")
