@@ -107,7 +107,7 @@ def test_fsck_finds_a_tampered_row() -> None:
     tampered = dict(source.content, label="tampered")
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {ResponseSource._meta.db_table} SET content = %s::jsonb WHERE hash = %s",
+            f"UPDATE {ResponseSource._meta.db_table} SET content = %s::jsonb WHERE hash = %s",  # noqa: S608
             [json.dumps(tampered), source.pk],
         )
     out = StringIO()
