@@ -154,6 +154,7 @@ def tool_loop_schema(
             "required": ["kind", "patch"],
             "properties": {"kind": {"type": "string", "enum": ["final_patch"]}, "patch": patch},
         }
+    defs: dict[str, Any] = {}
     calls = [
         {
             "type": "object",
@@ -161,12 +162,16 @@ def tool_loop_schema(
             "required": ["name", "arguments"],
             "properties": {
                 "name": {"type": "string", "enum": [tool["name"]]},
-                "arguments": sources.schema_content(tool["arguments_schema_ref"]["hash"]),
+                "arguments": embedded_schema(
+                    sources.schema_content(tool["arguments_schema_ref"]["hash"]),
+                    f"tool_{index}",
+                    defs,
+                ),
             },
         }
-        for tool in tools
+        for index, tool in enumerate(tools)
     ]
-    return {
+    schema: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
         "required": ["kind", "tool_call", "patch"],
@@ -176,6 +181,34 @@ def tool_loop_schema(
             "patch": {"anyOf": [{"type": "null"}, patch]},
         },
     }
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+def embedded_schema(schema: Any, key: str, defs: dict[str, Any]) -> Any:
+    """A stored schema placed inside a larger document: its references are fragments of its own
+    root (put rules allow nothing else), so the whole schema moves to ``$defs/<key>`` of the new
+    root, its ``#/…`` references are rewritten to point there, and the place it was embedded
+    refers to it. A schema without references is embedded as it is."""
+    if '"$ref"' not in json.dumps(schema) and '"$dynamicRef"' not in json.dumps(schema):
+        return schema
+    prefix = f"#/$defs/{key}"
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: rewrite(v) for k, v in node.items() if k != "$schema"}
+            for keyword in ("$ref", "$dynamicRef"):
+                ref = node.get(keyword)
+                if isinstance(ref, str) and ref.startswith("#"):
+                    out[keyword] = prefix + ref[1:] if ref.startswith("#/") or ref == "#" else ref
+            return out
+        if isinstance(node, list):
+            return [rewrite(v) for v in node]
+        return node
+
+    defs[key] = rewrite(schema)
+    return {"$ref": prefix}
 
 
 # --- judging a tool-loop generation ----------------------------------------------------------

@@ -275,3 +275,34 @@ def test_an_http_json_body_that_cannot_be_stored_fails_the_invocation(
         "\x00" not in t for t in SourceInvocation.objects.values_list("response_text", flat=True)
     )
     assert_all_finished()
+
+
+# --- argument schemas with local references, embedded in the schema sent to the model -------
+
+
+def test_an_argument_schema_with_local_references_keeps_its_meaning_when_embedded() -> None:
+    from cognition_app.llm_nodes import embedded_schema
+    from scenarios_app.validation import schema_validator_for
+
+    arguments = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$defs": {"item": {"type": "string", "enum": ["candy_bar"]}},
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["item"],
+        "properties": {"item": {"$ref": "#/$defs/item"}},
+    }
+    defs: dict[str, Any] = {}
+    outer = {
+        "type": "object",
+        "properties": {
+            "tool_call": {"anyOf": [{"type": "null"}, embedded_schema(arguments, "tool_0", defs)]}
+        },
+        "$defs": defs,
+    }
+    validator = schema_validator_for(outer)
+    assert validator.is_valid({"tool_call": {"item": "candy_bar"}})
+    assert not validator.is_valid({"tool_call": {"item": "gum"}})
+    assert not validator.is_valid({"tool_call": {"other": 1}})
+    plain = {"type": "object"}
+    assert embedded_schema(plain, "tool_1", defs) is plain
