@@ -1006,29 +1006,7 @@ def _finish_generation(
     )
 
 
-def interrupt_running(*, attempt_id: UUID | str, reason: str) -> int:
-    """The reaper's part: running rows of a dead attempt become ``interrupted``."""
-    now = timezone.now()
-    ids = list(
-        SourceInvocation.objects.filter(
-            attempt_id=attempt_id, status=InvocationStatus.RUNNING
-        ).values_list("pk", flat=True)
-    )
-    SourceInvocation.objects.filter(pk__in=ids).update(
-        status=InvocationStatus.INTERRUPTED,
-        ended_at=now,
-        failure_class="interrupted",
-        failure_message=reason,
-    )
-    LlmCall.objects.filter(invocation_id__in=ids, status=InvocationStatus.RUNNING).update(
-        status=InvocationStatus.INTERRUPTED, ended_at=now, error=reason
-    )
-    return len(ids)
-
-
-def finish_running(*, attempt_id: UUID | str, reason: str) -> int:
-    """When an attempt fails, rows it left open become ``failed`` (SPEC §7: every row opened is
-    finished); normally there are none, since each call finishes its own rows."""
+def _close_running(attempt_id: UUID | str, status: str, failure_class: str, reason: str) -> int:
     now = timezone.now()
     ids = list(
         SourceInvocation.objects.filter(
@@ -1038,12 +1016,20 @@ def finish_running(*, attempt_id: UUID | str, reason: str) -> int:
     if not ids:
         return 0
     SourceInvocation.objects.filter(pk__in=ids).update(
-        status=InvocationStatus.FAILED,
-        ended_at=now,
-        failure_class="attempt_ended",
-        failure_message=reason,
+        status=status, ended_at=now, failure_class=failure_class, failure_message=reason
     )
     LlmCall.objects.filter(invocation_id__in=ids, status=InvocationStatus.RUNNING).update(
-        status=InvocationStatus.FAILED, ended_at=now, error=reason
+        status=status, ended_at=now, error=reason
     )
     return len(ids)
+
+
+def interrupt_running(*, attempt_id: UUID | str, reason: str) -> int:
+    """The reaper's part: running rows of a dead attempt become ``interrupted``."""
+    return _close_running(attempt_id, InvocationStatus.INTERRUPTED, "interrupted", reason)
+
+
+def finish_running(*, attempt_id: UUID | str, reason: str) -> int:
+    """When an attempt fails, rows it left open become ``failed`` (SPEC §7: every row opened is
+    finished); normally there are none, since each call finishes its own rows."""
+    return _close_running(attempt_id, InvocationStatus.FAILED, "attempt_ended", reason)

@@ -62,15 +62,37 @@ def _child(pointer: str, key: object) -> str:
     return f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}"
 
 
-def check_storable(value: Any, pointer: str = "") -> None:
-    """Raise :class:`UnstorableValue` for anything JSONB cannot hold faithfully."""
-    if isinstance(value, str):
-        problem = text_problem(value)
-        if problem:
-            raise UnstorableValue(pointer, problem)
+def check_storable(value: Any) -> None:
+    """Raise :class:`UnstorableValue` for anything JSONB cannot hold faithfully (traces: any
+    finite number is fine there, nothing is hashed)."""
+    _walk(value, "", exact_numbers=False)
+
+
+def hashable(value: Any) -> Any:
+    """The value itself, once checked to be storable and hashable exactly: no NUL, no lone
+    surrogates, no NaN/Infinity, and every number within ±(2^53-1). Beyond that an integer is
+    not exactly a double (RFC 8785 refuses it), and a float such as 1e20 would read back from
+    JSONB as an integer that no longer hashes the same; raises :class:`UnstorableValue`."""
+    _walk(value, "", exact_numbers=True)
+    return value
+
+
+def _walk(value: Any, pointer: str, *, exact_numbers: bool) -> None:
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, int):
+        if exact_numbers and not -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
+            digits = len(str(abs(value)))
+            raise UnstorableValue(pointer, f"{OUT_OF_RANGE} (got an integer of {digits} digits)")
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise UnstorableValue(pointer, f"{value} is not a JSON number")
+        if exact_numbers and abs(value) > MAX_EXACT_INT:
+            raise UnstorableValue(pointer, f"{OUT_OF_RANGE} (got {value!r})")
+    elif isinstance(value, str):
+        problem = text_problem(value)
+        if problem:
+            raise UnstorableValue(pointer, problem)
     elif isinstance(value, dict):
         for key, child in value.items():
             if not isinstance(key, str):
@@ -78,46 +100,9 @@ def check_storable(value: Any, pointer: str = "") -> None:
             problem = text_problem(key)
             if problem:
                 raise UnstorableValue(_child(pointer, key), f"the key {problem}")
-            check_storable(child, _child(pointer, key))
-    elif isinstance(value, list):
+            _walk(child, _child(pointer, key), exact_numbers=exact_numbers)
+    elif isinstance(value, list | tuple):
         for index, child in enumerate(value):
-            check_storable(child, _child(pointer, index))
-
-
-def hashable(value: Any, pointer: str = "") -> Any:
-    """The value itself, once checked to be storable and hashable exactly: no NUL, no lone
-    surrogates, no NaN/Infinity, and every number within ±(2^53-1). Beyond that an integer is
-    not exactly a double (RFC 8785 refuses it), and a float such as 1e20 would read back from
-    JSONB as an integer that no longer hashes the same; raises :class:`UnstorableValue`."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        if -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
-            return value
-        raise UnstorableValue(
-            pointer, f"{OUT_OF_RANGE} (got an integer of {len(str(abs(value)))} digits)"
-        )
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise UnstorableValue(pointer, f"{value} is not a JSON number")
-        if abs(value) > MAX_EXACT_INT:
-            raise UnstorableValue(pointer, f"{OUT_OF_RANGE} (got {value!r})")
-        return value
-    if isinstance(value, str):
-        problem = text_problem(value)
-        if problem:
-            raise UnstorableValue(pointer, problem)
-        return value
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, child in value.items():
-            if not isinstance(key, str):
-                raise UnstorableValue(pointer, f"object key {key!r} is not a string")
-            problem = text_problem(key)
-            if problem:
-                raise UnstorableValue(_child(pointer, key), f"the key {problem}")
-            out[key] = hashable(child, _child(pointer, key))
-        return out
-    if isinstance(value, list | tuple):
-        return [hashable(child, _child(pointer, i)) for i, child in enumerate(value)]
-    raise UnstorableValue(pointer, f"{type(value).__name__} is not a JSON value")
+            _walk(child, _child(pointer, index), exact_numbers=exact_numbers)
+    else:
+        raise UnstorableValue(pointer, f"{type(value).__name__} is not a JSON value")

@@ -5,12 +5,12 @@ streams — every trace row finished, every failure naming a variable and never 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from cognition_app.models import InvocationStatus, LlmCall, LlmChunk, SourceInvocation, SourceProbe
+from cognition_app.toys import TOY_ENV_VARS
 from tests.cognition_app.conftest import create_world, run_turn
 from tests.cognition_app.test_llm_retry import ANT_OK, assert_world_unchanged
 from tests.support.fixtures import TEST_API_KEY
@@ -96,16 +96,8 @@ def test_the_conformance_check_is_a_traced_call_of_the_attempt(scripted_llm: Scr
     assert len(scripted_llm.probes) == 1
 
 
-@pytest.fixture
-def lax(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedLLM]:
-    with ScriptedLLM(enforce_schema=False) as llm:
-        monkeypatch.setenv("CHUKWA_LLM_BASE_URL", llm.base_url)
-        monkeypatch.setenv("CHUKWA_LLM_API_KEY", TEST_API_KEY)
-        yield llm
-
-
 def test_a_negative_verdict_is_opened_from_the_attempt_and_expires(
-    lax: ScriptedLLM, settings: Any
+    lax_llm: ScriptedLLM, settings: Any
 ) -> None:
     create_world("ant_on_plate", "probe-lax")
     first = run_turn("probe-lax")
@@ -124,15 +116,15 @@ def test_a_negative_verdict_is_opened_from_the_attempt_and_expires(
     (again,) = SourceInvocation.objects.filter(attempt=second)
     assert again.kind == "conformance_check" and again.failure_class == "backend_not_enforcing"
     assert "checked again after" in again.failure_message
-    assert len(lax.probes) == 1
+    assert len(lax_llm.probes) == 1
     # the verdict expires: the backend is checked again, and now it enforces
     settings.CHUKWA_PROBE_RETRY_SECONDS = 0
-    lax.enforce_schema = True
-    lax.script(ANT_OK)
+    lax_llm.enforce_schema = True
+    lax_llm.script(ANT_OK)
     third = run_turn("probe-lax")
     assert third.status == AttemptStatus.COMMITTED
-    assert len(lax.probes) == 2
-    assert SourceProbe.objects.get(base_url=lax.base_url).enforces_schema is True
+    assert len(lax_llm.probes) == 2
+    assert SourceProbe.objects.get(base_url=lax_llm.base_url).enforces_schema is True
     assert_all_finished()
 
 
@@ -256,14 +248,7 @@ def test_an_http_json_body_that_cannot_be_stored_fails_the_invocation(
     body: bytes, expected: str, scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with hostile_json_server(body) as url:
-        for name in (
-            "CHUKWA_TOY_WEATHER_URL",
-            "CHUKWA_TOY_PA_URL",
-            "CHUKWA_TOY_PHONE_URL",
-            "CHUKWA_TOY_VENDING_URL",
-            "CHUKWA_TOY_FOUNTAIN_URL",
-            "CHUKWA_TOY_SEND_TEXT_URL",
-        ):
+        for name in TOY_ENV_VARS:
             monkeypatch.setenv(name, url)
         create_world("park", "hostile-body")
         attempt = run_turn("hostile-body")
