@@ -19,31 +19,10 @@ from scenarios_app.validation import (
     validate_json_schema_content,
     validate_response_source_content,
 )
+from tests.scenarios_app.test_validation import HTTP_SOURCE, LLM_SOURCE
 
-LLM: dict[str, Any] = {
-    "version": 1,
-    "label": "chat",
-    "interface": {
-        "name": "llm_chat_completions",
-        "model": "m",
-        "base_url_env": "CHUKWA_LLM_BASE_URL",
-        "api_key_env": "CHUKWA_LLM_API_KEY",
-        "schema_delivery": "response_format",
-        "timeout_ms": 1000,
-        "params": {"temperature": 0.2, "max_tokens": 100},
-    },
-}
-HTTP: dict[str, Any] = {
-    "version": 1,
-    "label": "tool",
-    "interface": {
-        "name": "http_json",
-        "method": "POST",
-        "url_env": "CHUKWA_TOY_VENDING_URL",
-        "path": "/buy_candy",
-        "timeout_ms": 1000,
-    },
-}
+LLM = LLM_SOURCE
+HTTP = HTTP_SOURCE
 
 
 def _iface(source: dict[str, Any], **changes: Any) -> dict[str, Any]:
