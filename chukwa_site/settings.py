@@ -187,6 +187,11 @@ CELERY_BEAT_SCHEDULE = {
 # considered dead and is marked interrupted by the reaper.
 CHUKWA_ATTEMPT_LEASE_SECONDS = int(os.environ.get("CHUKWA_ATTEMPT_LEASE_SECONDS", "60"))
 
+# How long a conformance-check verdict on an LLM backend stands (SPEC §5): trusted for hours
+# when the backend enforces response_format schemas, checked again soon when it did not.
+CHUKWA_PROBE_TTL_SECONDS = int(os.environ.get("CHUKWA_PROBE_TTL_SECONDS", "21600"))
+CHUKWA_PROBE_RETRY_SECONDS = int(os.environ.get("CHUKWA_PROBE_RETRY_SECONDS", "60"))
+
 OPERATORS_GROUP = "operators"
 
 LOGGING = {

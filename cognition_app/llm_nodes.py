@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from cognition_app import sources
 from cognition_app.sources import CallContext, Generation, Judgement, SourceFailure
+from scenarios_app.json_values import UnstorableValue, check_storable, loads_strict, text_problem
 from worlds_app.kernel.patch import PatchRejected, validate_patch
 from worlds_app.kernel.render import environment_rendered, subject_rendered, world_projection
 from worlds_app.kernel.state import memory_of
@@ -153,6 +154,7 @@ def tool_loop_schema(
             "required": ["kind", "patch"],
             "properties": {"kind": {"type": "string", "enum": ["final_patch"]}, "patch": patch},
         }
+    defs: dict[str, Any] = {}
     calls = [
         {
             "type": "object",
@@ -160,12 +162,16 @@ def tool_loop_schema(
             "required": ["name", "arguments"],
             "properties": {
                 "name": {"type": "string", "enum": [tool["name"]]},
-                "arguments": sources.schema_content(tool["arguments_schema_ref"]["hash"]),
+                "arguments": embedded_schema(
+                    sources.schema_content(tool["arguments_schema_ref"]["hash"]),
+                    f"tool_{index}",
+                    defs,
+                ),
             },
         }
-        for tool in tools
+        for index, tool in enumerate(tools)
     ]
-    return {
+    schema: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
         "required": ["kind", "tool_call", "patch"],
@@ -175,6 +181,34 @@ def tool_loop_schema(
             "patch": {"anyOf": [{"type": "null"}, patch]},
         },
     }
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+def embedded_schema(schema: Any, key: str, defs: dict[str, Any]) -> Any:
+    """A stored schema placed inside a larger document: its references are fragments of its own
+    root (put rules allow nothing else), so the whole schema moves to ``$defs/<key>`` of the new
+    root, its ``#/…`` references are rewritten to point there, and the place it was embedded
+    refers to it. A schema without references is embedded as it is."""
+    if '"$ref"' not in json.dumps(schema) and '"$dynamicRef"' not in json.dumps(schema):
+        return schema
+    prefix = f"#/$defs/{key}"
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, dict):
+            out = {k: rewrite(v) for k, v in node.items() if k != "$schema"}
+            for keyword in ("$ref", "$dynamicRef"):
+                ref = node.get(keyword)
+                if isinstance(ref, str) and ref.startswith("#"):
+                    out[keyword] = prefix + ref[1:] if ref.startswith("#/") or ref == "#" else ref
+            return out
+        if isinstance(node, list):
+            return [rewrite(v) for v in node]
+        return node
+
+    defs[key] = rewrite(schema)
+    return {"$ref": prefix}
 
 
 # --- judging a tool-loop generation ----------------------------------------------------------
@@ -184,11 +218,19 @@ def parse_tool_loop_output(text: str) -> dict[str, Any]:
     """ToolLoopOutput: {"kind": "tool_call", "tool_call": {...}} | {"kind": "final_patch", "patch": …}
     (the other member may be present as null, as strict schemas require)."""
     try:
-        value = json.loads(text)
+        value = loads_strict(text)
     except ValueError as exc:
         raise ModelContentRejected(
             f"Your response is not valid JSON ({exc}). Return only one JSON object.",
             parse_error=str(exc),
+        ) from None
+    try:
+        # JSON that parses but cannot be stored or hashed (NUL, lone surrogates, 1e400) is the
+        # model's mistake like any other: the retry lane tells it where.
+        check_storable(value)
+    except UnstorableValue as exc:
+        raise ModelContentRejected(
+            f"{exc.pointer or '(root)'}: {exc.problem}. Use plain text.", parse_error=str(exc)
         ) from None
     if not isinstance(value, dict):
         raise ModelContentRejected("(root): the response must be a JSON object.")
@@ -256,6 +298,9 @@ def _judge_text(text: str) -> Judgement:
         return _rejected(
             ModelContentRejected("the response was empty; one or more sentences are required.")
         )
+    problem = text_problem(stripped)
+    if problem:
+        return _rejected(ModelContentRejected(f"the response {problem}; write plain text."))
     return Judgement(output_kind="text", artifacts={"text": stripped}, output=stripped)
 
 

@@ -16,6 +16,8 @@ class InvocationKind(models.TextChoices):
     LLM_GENERATION = "llm_generation"
     AMBIENT_CONTEXT = "ambient_context"
     MODEL_ELECTED_TOOL = "model_elected_tool"  # also a rule policy's planned tool call
+    # the structured-output check of an LLM backend, traced in the attempt that needed it
+    CONFORMANCE_CHECK = "conformance_check"
 
 
 class InvocationStatus(models.TextChoices):

@@ -10,31 +10,38 @@ Interfaces are looked up in :data:`INTERFACES`; ``mcp_tool`` is reserved and not
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 from uuid import UUID
 
 import httpx
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
 from cognition_app.models import (
+    InvocationKind,
     InvocationStatus,
     LlmCall,
     LlmChunk,
     SourceInvocation,
     SourceProbe,
 )
-from scenarios_app.identifiers import is_env_var_name
+from scenarios_app.identifiers import bound_key_env_name, is_key_env_name, is_url_env_name
+from scenarios_app.json_values import UnstorableValue, check_storable, loads_strict, storable_text
 from scenarios_app.models import JsonSchema, ResponseSource
+from scenarios_app.validation import schema_validator_for
+
+logger = logging.getLogger(__name__)
 
 # Streamed chunks are flushed by time, so a generation's query count does not grow with the
 # length of its reply; CHUNK_BATCH only bounds the rows held in memory between flushes.
@@ -81,7 +88,7 @@ def schema_content(schema_hash: str) -> dict[str, Any]:
 
 @lru_cache(maxsize=4096)
 def schema_validator(schema_hash: str) -> Draft202012Validator:
-    return Draft202012Validator(schema_content(schema_hash))
+    return schema_validator_for(schema_content(schema_hash))
 
 
 def schema_errors(validator: Draft202012Validator, value: Any) -> list[dict[str, str]]:
@@ -91,15 +98,77 @@ def schema_errors(validator: Draft202012Validator, value: Any) -> list[dict[str,
     ]
 
 
-def env_value(name: str, field_name: str) -> str:
-    """The value of a ``CHUKWA_*`` variable a source names; missing → a failure naming it."""
-    if not is_env_var_name(name):  # validated at put; re-checked because it guards secrets
-        raise SourceFailure("config", f"{field_name} {name!r} is not an allowed variable name")
+def _env_value(name: str, field_name: str) -> str:
     value = os.environ.get(name, "")
     if not value:
         raise SourceFailure(
             "config", f"environment variable {name} (named by the source's {field_name}) is not set"
         )
+    return value
+
+
+def url_from_env(name: str, field_name: str) -> str:
+    """The base URL a source's URL variable holds, checked to be an absolute http(s) URL with
+    no credentials, query or fragment. Failures name the variable, never its value (a
+    misconfigured variable may hold a secret)."""
+    # Validated at put; re-checked because these names guard secrets.
+    if not is_url_env_name(name):
+        raise SourceFailure("config", f"{field_name} {name!r} is not an allowed URL variable name")
+    value = _env_value(name, field_name).strip()
+    problem = "is not an absolute http(s) URL"
+    try:
+        url = httpx.URL(value)
+        if any(ch.isspace() or ord(ch) < 32 for ch in value):
+            problem = "contains whitespace or control characters"
+        elif url.scheme in ("http", "https") and url.host:
+            if url.userinfo:
+                problem = "carries credentials (put keys in the bound *_API_KEY variable)"
+            elif url.query or url.fragment:
+                problem = "carries a query or fragment"
+            else:
+                return value.rstrip("/")
+    except (httpx.InvalidURL, ValueError, TypeError):
+        pass
+    raise SourceFailure(
+        "config", f"environment variable {name} (named by the source's {field_name}) {problem}"
+    )
+
+
+def key_from_env(name: str, field_name: str, url_env: str) -> str:
+    """The key a source's key variable holds; only the key bound to its URL variable."""
+    if not is_key_env_name(name) or bound_key_env_name(url_env) != name:
+        raise SourceFailure(
+            "config", f"{field_name} {name!r} is not the key variable bound to {url_env}"
+        )
+    return _env_value(name, field_name)
+
+
+def secret_values() -> list[str]:
+    """The values of every key variable set in this process (``CHUKWA_*_API_KEY``), longest
+    first, for :func:`scrub`."""
+    values = {
+        value for name, value in os.environ.items() if is_key_env_name(name) and len(value) >= 4
+    }
+    return sorted(values, key=len, reverse=True)
+
+
+def scrub(text: str) -> str:
+    """Text with every key value replaced by ``[redacted]``: a hostile or careless endpoint
+    may echo the Authorization header back into a body, an error or a reply."""
+    for secret in secret_values():
+        if secret in text:
+            text = text.replace(secret, "[redacted]")
+    return text
+
+
+def scrub_json(value: Any) -> Any:
+    """:func:`scrub` for every string (keys too) of a JSON value."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {scrub(k): scrub_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_json(v) for v in value]
     return value
 
 
@@ -254,7 +323,7 @@ def invoke_http_json(
         output_schema_hash=result_schema_hash,
     )
     try:
-        base = env_value(iface["url_env"], "url_env").rstrip("/")
+        base = url_from_env(iface["url_env"], "url_env")
     except SourceFailure as exc:
         inv.status = InvocationStatus.FAILED
         inv.failure_class, inv.failure_message = exc.failure_class, exc.message
@@ -266,6 +335,47 @@ def invoke_http_json(
     inv.request["url"] = base + iface.get("path", "")
     with trace_write():  # the row exists before any byte is sent
         inv.save(force_insert=True)
+    with finished_on_error(inv):
+        return _post_json(inv, iface, base, body, ctx, result_schema_hash)
+
+
+@contextmanager
+def finished_on_error(inv: SourceInvocation, call: LlmCall | None = None) -> Iterator[None]:
+    """Whatever escapes between opening a row and finishing it (a bug, a stopped thread, a
+    database error) still finishes the row as ``failed`` before it propagates (SPEC §7)."""
+    try:
+        yield
+    except SourceFailure:
+        raise  # raised by a path that finished its rows
+    except BaseException as exc:
+        message = scrub(f"internal error: {type(exc).__name__}: {exc}")[:2000]
+        now = timezone.now()
+        try:
+            with trace_write():
+                SourceInvocation.objects.filter(pk=inv.pk, status=InvocationStatus.RUNNING).update(
+                    status=InvocationStatus.FAILED,
+                    failure_class="internal_error",
+                    failure_message=storable_text(message),
+                    ended_at=now,
+                    duration_ms=_ms_since(inv.started_at, now),
+                )
+                if call is not None:
+                    LlmCall.objects.filter(pk=call.pk, status=InvocationStatus.RUNNING).update(
+                        status=InvocationStatus.FAILED, ended_at=now, error=storable_text(message)
+                    )
+        except Exception:  # noqa: BLE001 - the database itself failed; the reaper finishes it
+            logger.warning("could not finish invocation %s after %s", inv.pk, type(exc).__name__)
+        raise
+
+
+def _post_json(
+    inv: SourceInvocation,
+    iface: Mapping[str, Any],
+    base: str,
+    body: Any,
+    ctx: CallContext,
+    result_schema_hash: str,
+) -> HttpResult:
     headers = ctx.headers(inv.pk)
     try:
         response = http_client().post(
@@ -278,10 +388,11 @@ def invoke_http_json(
         return _http_fail(inv, "transport", f"timed out after {iface['timeout_ms']} ms: {exc}")
     except httpx.HTTPError as exc:
         return _http_fail(inv, "transport", f"{type(exc).__name__}: {exc}")
-    recorded = {
+    text = storable_text(scrub(response.text[:200_000]))
+    recorded: dict[str, Any] = {
         "http_status": response.status_code,
         "response_headers": redact_headers(response.headers),
-        "response_text": response.text[:200_000],
+        "response_text": text,
     }
     if response.status_code >= 400:
         return _http_fail(
@@ -289,15 +400,19 @@ def invoke_http_json(
             "transport"
             if response.status_code >= 500 or response.status_code == 429
             else "http_status",
-            f"HTTP {response.status_code} from {inv.source_label}: {response.text[:500]}",
+            f"HTTP {response.status_code} from {inv.source_label}: {text[:500]}",
             **recorded,
         )
     try:
-        value = response.json()
+        value = loads_strict(response.text)
+        check_storable(value)
+    except UnstorableValue as exc:
+        return _http_fail(inv, "non_json", f"response JSON cannot be stored: {exc}", **recorded)
     except ValueError as exc:
         return _http_fail(
-            inv, "non_json", f"response is not JSON ({exc}): {response.text[:200]!r}", **recorded
+            inv, "non_json", f"response is not JSON ({exc}): {text[:200]!r}", **recorded
         )
+    value = scrub_json(value)
     recorded["response_json"] = value
     if result_schema_hash:
         errors = schema_errors(schema_validator(result_schema_hash), value)
@@ -319,6 +434,7 @@ def invoke_http_json(
 def _http_fail(
     inv: SourceInvocation, failure_class: str, message: str, **fields: Any
 ) -> HttpResult:
+    message = storable_text(scrub(message))
     _finish_invocation(
         inv, InvocationStatus.FAILED, failure_class=failure_class, failure_message=message, **fields
     )
@@ -367,46 +483,129 @@ def _sse_events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
                 pass
             return
         try:
-            yield json.loads(data)
+            event = loads_strict(data)
         except ValueError:
             raise SourceFailure("transport", f"malformed stream event: {data[:200]!r}") from None
+        if not _event_shape_ok(event):
+            raise SourceFailure("transport", f"stream event of an unexpected shape: {data[:200]!r}")
+        yield event
 
 
-_probe_cache: dict[tuple[str, str], bool] = {}
+def _event_shape_ok(event: Any) -> bool:
+    """A chat.completion.chunk as far as Chukwa reads it; anything else is a broken stream,
+    not a reason for an exception between opening and finishing the rows."""
+    if not isinstance(event, dict):
+        return False
+    usage = event.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        return False
+    if isinstance(usage, dict) and not isinstance(usage.get("prompt_tokens_details") or {}, dict):
+        return False
+    choices = event.get("choices") or []
+    if not isinstance(choices, list):
+        return False
+    for choice in choices:
+        if not isinstance(choice, dict):
+            return False
+        delta = choice.get("delta") or {}
+        if not isinstance(delta, dict) or not isinstance(delta.get("content") or "", str):
+            return False
+    return True
+
+
+# Positive verdicts held by this process until they expire (monotonic deadline).
+_probe_cache: dict[tuple[str, str], float] = {}
 _probe_lock = threading.Lock()
 
 
+def _probe_ttl(enforces: bool) -> float:
+    """How long a verdict stands: a backend found enforcing is trusted for hours; one found
+    not enforcing (or misconfigured at the time) is checked again soon (SPEC §5)."""
+    name = "CHUKWA_PROBE_TTL_SECONDS" if enforces else "CHUKWA_PROBE_RETRY_SECONDS"
+    return float(getattr(settings, name, 6 * 3600 if enforces else 60))
+
+
 def ensure_schema_enforced(
-    *, base_url: str, model: str, headers: dict[str, str], timeout: float
+    *,
+    ctx: CallContext,
+    source_hash: str,
+    source: Mapping[str, Any],
+    base_url: str,
+    model: str,
+    headers: dict[str, str],
+    timeout: float,
 ) -> None:
-    """Conformance probe, once per (base URL, model): the backend must enforce a
-    response_format JSON schema; one that does not fails every schema-bound call loudly."""
+    """The conformance check of a (base URL, model): the backend must enforce a response_format
+    JSON schema. Run as a traced invocation of the attempt that needed it; its verdict expires.
+    A stored negative verdict still in force is recorded as a failed check of this attempt."""
     key = (base_url, model)
     with _probe_lock:
-        if key not in _probe_cache:
-            stored = SourceProbe.objects.filter(base_url=base_url, model=model).first()
-            if stored is None:
-                enforces, detail = _run_probe(base_url, model, headers, timeout)
-                SourceProbe.objects.update_or_create(
-                    base_url=base_url,
-                    model=model,
-                    defaults={"enforces_schema": enforces, "detail": detail},
-                )
-            else:
-                enforces, detail = stored.enforces_schema, stored.detail
+        deadline = _probe_cache.get(key)
+        if deadline is not None and time.monotonic() < deadline:
+            return
+        now = timezone.now()
+        stored = SourceProbe.objects.filter(base_url=base_url, model=model).first()
+        fresh = stored is not None and (now - stored.checked_at).total_seconds() < _probe_ttl(
+            stored.enforces_schema
+        )
+        if fresh and stored is not None and stored.enforces_schema:
+            age = (now - stored.checked_at).total_seconds()
+            _probe_cache[key] = time.monotonic() + _probe_ttl(True) - age
+            return
+        inv = _new_invocation(
+            ctx,
+            kind=InvocationKind.CONFORMANCE_CHECK,
+            source_hash=source_hash,
+            source=source,
+            request={},
+        )
+        if fresh and stored is not None:  # a negative verdict, not yet expired
+            retry_at = stored.checked_at + timedelta(seconds=_probe_ttl(False))
+            message = (
+                f"the LLM backend behind {ctx_url_env(source)} (model {model}) does not enforce "
+                f"response_format JSON schemas (checked {stored.checked_at.isoformat()}, checked "
+                f"again after {retry_at.isoformat()}): {stored.detail}"
+            )
+            inv.request = {"verdict_from": stored.checked_at.isoformat()}
+            inv.status = InvocationStatus.FAILED
+            inv.failure_class, inv.failure_message = "backend_not_enforcing", message
+            inv.ended_at, inv.duration_ms = inv.started_at, 0
+            with trace_write():
+                inv.save(force_insert=True)
+            raise SourceFailure("backend_not_enforcing", message, invocation_id=inv.pk)
+        payload = _probe_payload(model)
+        inv.request = {**payload, "url_env": ctx_url_env(source), "path": "/chat/completions"}
+        with trace_write():  # the row exists before any byte is sent
+            inv.save(force_insert=True)
+        with finished_on_error(inv):
+            enforces, detail = _run_probe(inv, base_url, payload, headers, timeout)
+            SourceProbe.objects.update_or_create(
+                base_url=base_url,
+                model=model,
+                defaults={"enforces_schema": enforces, "detail": detail},
+            )
             if not enforces:
-                raise SourceFailure(
-                    "backend_not_enforcing",
-                    f"the LLM backend at {base_url} (model {model}) does not enforce response_format "
-                    f"JSON schemas: {detail}",
+                message = (
+                    f"the LLM backend behind {ctx_url_env(source)} (model {model}) does not "
+                    f"enforce response_format JSON schemas: {detail}"
                 )
-            _probe_cache[key] = True
+                _finish_invocation(
+                    inv,
+                    InvocationStatus.FAILED,
+                    failure_class="backend_not_enforcing",
+                    failure_message=message,
+                )
+                raise SourceFailure("backend_not_enforcing", message, invocation_id=inv.pk)
+            _finish_invocation(inv, InvocationStatus.SUCCEEDED, validation_status="valid")
+            _probe_cache[key] = time.monotonic() + _probe_ttl(True)
 
 
-def _run_probe(
-    base_url: str, model: str, headers: dict[str, str], timeout: float
-) -> tuple[bool, str]:
-    payload = {
+def ctx_url_env(source: Mapping[str, Any]) -> str:
+    return str(source["interface"].get("base_url_env", ""))
+
+
+def _probe_payload(model: str) -> dict[str, Any]:
+    return {
         "model": model,
         "messages": [
             {"role": "system", "content": "Reply with a JSON object."},
@@ -420,32 +619,56 @@ def _run_probe(
             "json_schema": {"name": PROBE_SCHEMA_NAME, "schema": PROBE_SCHEMA, "strict": True},
         },
     }
+
+
+def _run_probe(
+    inv: SourceInvocation,
+    base_url: str,
+    payload: dict[str, Any],
+    headers: dict[str, str],
+    timeout: float,
+) -> tuple[bool, str]:
+    """Send the check; a transport failure finishes the row and raises (no verdict is kept, so
+    the next attempt checks again); otherwise returns the verdict with the response recorded."""
     try:
         response = http_client().post(
             f"{base_url}/chat/completions", json=payload, headers=headers, timeout=timeout
         )
     except httpx.HTTPError as exc:
-        raise SourceFailure(
-            "transport", f"conformance probe could not reach {base_url}: {exc}"
-        ) from None
+        _http_fail(inv, "transport", f"conformance check could not reach the backend: {exc}")
+        raise AssertionError("unreachable") from None  # _http_fail always raises
+    text = storable_text(scrub(response.text[:20_000]))
+    recorded = {
+        "http_status": response.status_code,
+        "response_headers": redact_headers(response.headers),
+        "response_text": text,
+    }
     if response.status_code >= 500 or response.status_code == 429:
-        raise SourceFailure(
-            "transport", f"conformance probe: HTTP {response.status_code}: {response.text[:300]}"
+        _http_fail(
+            inv,
+            "transport",
+            f"conformance check: HTTP {response.status_code}: {text[:300]}",
+            **recorded,
         )
+    SourceInvocation.objects.filter(pk=inv.pk).update(**recorded)
     if response.status_code >= 400:
         return (
             False,
-            f"rejected response_format (HTTP {response.status_code}): {response.text[:300]}",
+            f"rejected response_format (HTTP {response.status_code}): {text[:300]}",
         )
     try:
-        text = response.json()["choices"][0]["message"]["content"]
-        answer = json.loads(text)
+        reply = loads_strict(response.text)["choices"][0]["message"]["content"]
+        answer = loads_strict(reply)
     except (ValueError, KeyError, IndexError, TypeError) as exc:
-        return False, f"probe reply is not the schema's JSON: {exc}"
+        return False, storable_text(scrub(f"probe reply is not the schema's JSON: {exc}"))
     if answer != {"probe": PROBE_ANSWER}:
         return (
             False,
-            f"probe reply {answer!r} does not follow the schema (expected {PROBE_ANSWER!r})",
+            storable_text(
+                scrub(
+                    f"probe reply {answer!r} does not follow the schema (expected {PROBE_ANSWER!r})"
+                )
+            ),
         )
     return True, "schema enforced"
 
@@ -469,11 +692,12 @@ def invoke_llm(
         raise SourceFailure("not_executable", f"source {source_hash[:12]} is not an LLM source")
     params = dict(iface.get("params", {}))
     payload: dict[str, Any] = {
+        **params,
+        # after the params, so that nothing authored can replace what Chukwa sets
         "model": iface["model"],
         "messages": list(messages),
         "stream": True,
         "stream_options": {"include_usage": True},
-        **params,
     }
     response_format = None
     if response_schema is not None:
@@ -492,9 +716,30 @@ def invoke_llm(
                     f"Schema, and nothing else:\n{json.dumps(response_schema)}",
                 },
             ]
+    try:
+        base_url = url_from_env(iface["base_url_env"], "base_url_env")
+        headers = {"Content-Type": "application/json"}
+        if "api_key_env" in iface:
+            key = key_from_env(iface["api_key_env"], "api_key_env", iface["base_url_env"])
+            headers["Authorization"] = "Bearer " + key
+        config_failure = None
+    except SourceFailure as exc:
+        config_failure = exc
+        base_url = ""
+    timeout = iface["timeout_ms"] / 1000
+    if response_format is not None and config_failure is None:
+        ensure_schema_enforced(
+            ctx=ctx,
+            source_hash=source_hash,
+            source=source,
+            base_url=base_url,
+            model=iface["model"],
+            headers=headers,
+            timeout=timeout,
+        )
     inv = _new_invocation(
         ctx,
-        kind="llm_generation",
+        kind=InvocationKind.LLM_GENERATION,
         source_hash=source_hash,
         source=source,
         # The messages and the response format live on the LLM call row (not stored twice).
@@ -509,20 +754,16 @@ def invoke_llm(
     )
     call = LlmCall(
         invocation=inv,
-        base_url="",
+        base_url=base_url,
         requested_model=iface["model"],
         messages=payload["messages"],
         params=params,
         response_format=response_format,
         started_at=inv.started_at,
     )
-    try:
-        base_url = env_value(iface["base_url_env"], "base_url_env").rstrip("/")
-        headers = {"Content-Type": "application/json"}
-        if "api_key_env" in iface:
-            headers["Authorization"] = "Bearer " + env_value(iface["api_key_env"], "api_key_env")
-    except SourceFailure as exc:
-        with transaction.atomic():
+    if config_failure is not None:
+        exc = config_failure
+        with trace_write():
             inv.status = call.status = InvocationStatus.FAILED
             inv.failure_class, inv.failure_message = exc.failure_class, exc.message
             inv.ended_at = call.ended_at = inv.started_at
@@ -531,17 +772,12 @@ def invoke_llm(
             inv.save(force_insert=True)
             call.save(force_insert=True)
         exc.invocation_id = inv.pk
-        raise
-    call.base_url = base_url
-    timeout = iface["timeout_ms"] / 1000
-    if response_format is not None:
-        ensure_schema_enforced(
-            base_url=base_url, model=iface["model"], headers=headers, timeout=timeout
-        )
+        raise exc
     with trace_write():  # both rows exist before any byte is sent
         inv.save(force_insert=True)
         call.save(force_insert=True)
-    return _stream(inv, call, base_url, headers, payload, timeout, judge)
+    with finished_on_error(inv, call):
+        return _stream(inv, call, base_url, headers, payload, timeout, judge)
 
 
 def _stream(
@@ -576,7 +812,8 @@ def _stream(
         failure_class: str, message: str, http_status: int | None = None, body: str = ""
     ) -> SourceFailure:
         flush()
-        text = "".join(parts)
+        text = storable_text(scrub("".join(parts)))
+        message = storable_text(scrub(message))
         now = timezone.now()
         LlmCall.objects.filter(pk=call.pk).update(
             status=InvocationStatus.FAILED,
@@ -603,7 +840,7 @@ def _stream(
             http_meta["http_status"] = response.status_code
             http_meta["response_headers"] = redact_headers(response.headers)
             if response.status_code != 200:
-                body = response.read().decode("utf-8", "replace")[:20_000]
+                body = storable_text(scrub(response.read().decode("utf-8", "replace")[:20_000]))
                 status = response.status_code
                 if status >= 500 or status == 429:
                     raise fail(
@@ -627,11 +864,19 @@ def _stream(
                     body,
                 )
             for event in _sse_events(response.iter_lines()):
-                response_model = event.get("model") or response_model
+                if isinstance(event.get("model"), str) and event["model"]:
+                    response_model = storable_text(event["model"])[:200]
                 if event.get("usage"):
-                    usage = {k: v for k, v in event["usage"].items() if isinstance(v, int)}
+                    usage = {
+                        k: v
+                        for k, v in event["usage"].items()
+                        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31
+                    }
                     details = event["usage"].get("prompt_tokens_details") or {}
-                    if isinstance(details.get("cached_tokens"), int):
+                    if (
+                        isinstance(details.get("cached_tokens"), int)
+                        and 0 <= details["cached_tokens"] < 2**31
+                    ):
                         usage["cached_tokens"] = details["cached_tokens"]
                 for choice in event.get("choices") or []:
                     delta = (choice.get("delta") or {}).get("content")
@@ -642,13 +887,18 @@ def _stream(
                             ttft_ms = offset  # stored at the end; live, it is chunk 0's offset
                         parts.append(delta)
                         pending.append(
-                            LlmChunk(call_id=call.pk, seq=seq, offset_ms=offset, text=delta)
+                            LlmChunk(
+                                call_id=call.pk,
+                                seq=seq,
+                                offset_ms=offset,
+                                text=storable_text(scrub(delta)),
+                            )
                         )
                         seq += 1
                         if len(pending) >= CHUNK_BATCH or now - last_flush >= CHUNK_FLUSH_SECONDS:
                             flush()
-                    if choice.get("finish_reason"):
-                        finish_reason = choice["finish_reason"]
+                    if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
+                        finish_reason = storable_text(choice["finish_reason"])[:40]
     except SourceFailure as exc:
         if exc.invocation_id is None:  # from _sse_events: finish the rows like any failure
             raise fail(exc.failure_class, exc.message) from None
@@ -659,7 +909,11 @@ def _stream(
         ) from None
     except httpx.HTTPError as exc:
         raise fail("transport", f"{type(exc).__name__}: {exc}") from None
-    text = "".join(parts)
+    original = "".join(parts)
+    # What is stored, shown and sent back to the model on a retry: storable, no key in it. The
+    # judge reads the original, so NUL or a lone surrogate in the reply is a model-content
+    # failure for the retry lane, not a database error.
+    text = storable_text(scrub(original))
     if not finish_reason:
         raise fail("transport", "the stream ended without a finish_reason (connection dropped?)")
     if usage.get("completion_tokens") is not None:
@@ -673,7 +927,9 @@ def _stream(
         usage_source = "estimated"
     gen = Generation(text=text, invocation=inv, call=call, finish_reason=finish_reason, usage=usage)
     try:
-        gen.judgement = judge(text) if judge is not None else None
+        # The judge reads the reply without any key in it (an echoed key must not reach a
+        # parsed artifact or the world), but with everything else as the model sent it.
+        gen.judgement = judge(scrub(original)) if judge is not None else None
     finally:
         # One transaction: the last chunks, the finished rows and the verdict.
         now = timezone.now()
@@ -681,6 +937,11 @@ def _stream(
             if pending:
                 LlmChunk.objects.bulk_create(pending)
                 pending.clear()
+            if scrub(original) != original:
+                # A key was echoed into the reply, possibly split across chunks: keep the
+                # chunk record but never the key.
+                LlmChunk.objects.filter(call_id=call.pk).delete()
+                LlmChunk.objects.create(call_id=call.pk, seq=0, offset_ms=ttft_ms or 0, text=text)
             _finish_generation(
                 inv,
                 call,
@@ -745,21 +1006,30 @@ def _finish_generation(
     )
 
 
-def interrupt_running(*, attempt_id: UUID | str, reason: str) -> int:
-    """The reaper's part: running rows of a dead attempt become ``interrupted``."""
+def _close_running(attempt_id: UUID | str, status: str, failure_class: str, reason: str) -> int:
     now = timezone.now()
     ids = list(
         SourceInvocation.objects.filter(
             attempt_id=attempt_id, status=InvocationStatus.RUNNING
         ).values_list("pk", flat=True)
     )
+    if not ids:
+        return 0
     SourceInvocation.objects.filter(pk__in=ids).update(
-        status=InvocationStatus.INTERRUPTED,
-        ended_at=now,
-        failure_class="interrupted",
-        failure_message=reason,
+        status=status, ended_at=now, failure_class=failure_class, failure_message=reason
     )
     LlmCall.objects.filter(invocation_id__in=ids, status=InvocationStatus.RUNNING).update(
-        status=InvocationStatus.INTERRUPTED, ended_at=now, error=reason
+        status=status, ended_at=now, error=reason
     )
     return len(ids)
+
+
+def interrupt_running(*, attempt_id: UUID | str, reason: str) -> int:
+    """The reaper's part: running rows of a dead attempt become ``interrupted``."""
+    return _close_running(attempt_id, InvocationStatus.INTERRUPTED, "interrupted", reason)
+
+
+def finish_running(*, attempt_id: UUID | str, reason: str) -> int:
+    """When an attempt fails, rows it left open become ``failed`` (SPEC §7: every row opened is
+    finished); normally there are none, since each call finishes its own rows."""
+    return _close_running(attempt_id, InvocationStatus.FAILED, "attempt_ended", reason)

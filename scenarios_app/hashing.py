@@ -12,13 +12,21 @@ from typing import Any
 import rfc8785
 
 from chukwa_site.errors import ChukwaError
+from scenarios_app.json_values import UnstorableValue, hashable
 
 
 def canonical_json_bytes(value: Any) -> bytes:
+    """RFC 8785 bytes of a value, numbers read as doubles (see json_values.hashable), so content
+    read back from JSONB hashes to the key it was stored under."""
     try:
-        return rfc8785.dumps(value)
+        return rfc8785.dumps(hashable(value))
+    except UnstorableValue as exc:
+        raise ChukwaError(
+            "not_canonicalizable",
+            f"content{exc.pointer}: {exc.problem}",
+            {"field": f"content{exc.pointer}"},
+        ) from None
     except (rfc8785.CanonicalizationError, UnicodeError) as exc:
-        # e.g. integers beyond ±2^53, which JSON numbers cannot carry exactly
         raise ChukwaError(
             "not_canonicalizable", f"content: cannot be canonicalized (RFC 8785): {exc}"
         ) from None

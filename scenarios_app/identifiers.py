@@ -8,12 +8,18 @@ ENTITY_ID_PATTERN = r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$"
 LABEL_PATTERN = r"^[a-z0-9]$|^[a-z0-9][a-z0-9_-]{0,62}[a-z0-9]$"
 HASH_PATTERN = r"^[0-9a-f]{64}$"
 ENV_VAR_PATTERN = r"^CHUKWA_[A-Z0-9_]+$"
+# Source variables by role (SPEC §5): a URL variable can never name a key and vice versa, and a
+# key is bound to its URL variable's prefix, so a key is only ever sent to its own host.
+URL_ENV_PATTERN = r"^CHUKWA_[A-Z0-9_]+_URL$"
+KEY_ENV_PATTERN = r"^CHUKWA_[A-Z0-9_]+_API_KEY$"
 ENTITY_ID_MAX_LENGTH = 200
 
 _ENTITY_ID_RE = re.compile(ENTITY_ID_PATTERN)
 _LABEL_RE = re.compile(LABEL_PATTERN)
 _HASH_RE = re.compile(HASH_PATTERN)
 _ENV_VAR_RE = re.compile(ENV_VAR_PATTERN)
+_URL_ENV_RE = re.compile(URL_ENV_PATTERN)
+_KEY_ENV_RE = re.compile(KEY_ENV_PATTERN)
 _WHITESPACE_RUN = re.compile(r"\s+")
 _PART_CHAR = re.compile(r"[a-z0-9_-]")
 
@@ -36,6 +42,22 @@ def is_hash(value: object) -> bool:
 
 def is_env_var_name(value: object) -> bool:
     return isinstance(value, str) and _ENV_VAR_RE.fullmatch(value) is not None
+
+
+def is_url_env_name(value: object) -> bool:
+    return isinstance(value, str) and _URL_ENV_RE.fullmatch(value) is not None
+
+
+def is_key_env_name(value: object) -> bool:
+    return isinstance(value, str) and _KEY_ENV_RE.fullmatch(value) is not None
+
+
+def bound_key_env_name(url_env: str) -> str:
+    """The only key variable a source with this URL variable may name:
+    ``<P>_BASE_URL`` or ``<P>_URL`` → ``<P>_API_KEY``."""
+    prefix = url_env.removesuffix("_URL")
+    prefix = prefix.removesuffix("_BASE")
+    return f"{prefix}_API_KEY"
 
 
 def entity_id_problem(value: str) -> str | None:

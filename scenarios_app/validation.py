@@ -6,16 +6,21 @@ field it names, and ``details.field`` holding that field's path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from referencing import Registry
+from referencing.exceptions import NoSuchResource
 
 from chukwa_site.errors import ChukwaError, invalid
 from scenarios_app.identifiers import (
     IdentifierError,
-    is_env_var_name,
+    bound_key_env_name,
+    is_key_env_name,
+    is_url_env_name,
     label_problem,
     normalize_entity_id,
 )
@@ -29,6 +34,34 @@ RESERVED_INTERFACES = frozenset({"mcp_tool"})
 EXECUTABLE_INTERFACES = frozenset({LLM_INTERFACE, HTTP_JSON_INTERFACE})
 SCHEMA_DELIVERIES = frozenset({"response_format", "prompt_only"})
 TIMEOUT_MS_MAX = 600_000
+# Chat Completions parameters an author may set, with the JSON types each accepts. An allowlist,
+# not a denylist: anything else (headers, base URLs, keys, timeouts, tools, n, stream options…)
+# could change where a request goes, what it carries or how Chukwa reads the reply.
+LLM_PARAM_TYPES: dict[str, tuple[type, ...]] = {
+    "temperature": (int, float),
+    "top_p": (int, float),
+    "top_k": (int,),
+    "min_p": (int, float),
+    "max_tokens": (int,),
+    "max_completion_tokens": (int,),
+    "presence_penalty": (int, float),
+    "frequency_penalty": (int, float),
+    "repeat_penalty": (int, float),
+    "seed": (int,),
+    "stop": (str,),
+    "reasoning_effort": (str,),
+}
+# An http_json path: absolute, segments of unreserved URL characters only (RFC 3986), no dot
+# segments. No CR/LF, backslashes, percent-escapes, queries or fragments that could smuggle a
+# header, a host or a traversal past the grammar.
+_HTTP_PATH_RE = re.compile(r"^(/[A-Za-z0-9._~-]+)*/?$")
+# The only meta-schema a stored schema may declare (the one it is validated with).
+DRAFT_2020_12_URIS = frozenset(
+    {
+        "https://json-schema.org/draft/2020-12/schema",
+        "https://json-schema.org/draft/2020-12/schema#",
+    }
+)
 
 
 def type_name(value: object) -> str:
@@ -106,6 +139,7 @@ def validate_json_schema_content(content: object, field: str = "content") -> dic
         raise invalid(
             "invalid_json_schema", field, f"must be a JSON Schema object, got {type_name(content)}"
         )
+    _check_schema_references(content, field)
     try:
         Draft202012Validator.check_schema(content)
     except SchemaError as exc:
@@ -119,15 +153,93 @@ def validate_json_schema_content(content: object, field: str = "content") -> dic
     return content
 
 
+def _refuse_retrieval(uri: str) -> Any:
+    raise NoSuchResource(ref=uri)
+
+
+# jsonschema's default registry still fetches http(s) references (with a deprecation warning);
+# every validator Chukwa builds uses this one, which can never retrieve anything.
+NO_RETRIEVAL = Registry(retrieve=_refuse_retrieval)
+
+
+def schema_validator_for(schema: Mapping[str, Any]) -> Draft202012Validator:
+    """The one way to build a validator for a stored schema: Draft 2020-12, nothing retrieved."""
+    return Draft202012Validator(schema, registry=NO_RETRIEVAL)
+
+
+def _schema_nodes(value: Any, pointer: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every object in a schema document with its JSON pointer (keywords and data alike: a
+    ``$ref`` inside ``const`` is harmless, but rejecting it too keeps the rule one line)."""
+    if isinstance(value, dict):
+        yield pointer, value
+        for key, child in value.items():
+            escaped = str(key).replace("~", "~0").replace("/", "~1")
+            yield from _schema_nodes(child, f"{pointer}/{escaped}")
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            yield from _schema_nodes(child, f"{pointer}/{index}")
+
+
+def _check_schema_references(content: Mapping[str, Any], field: str) -> None:
+    """A stored schema is self-contained (SPEC §5): references only to fragments of the same
+    document, no ``$id`` that would re-base them, no meta-schema but Draft 2020-12. Validation
+    also runs with a registry that refuses retrieval; this rule makes the refusal unreachable."""
+    for pointer, node in _schema_nodes(content):
+        for keyword in ("$ref", "$dynamicRef", "$recursiveRef"):
+            if keyword in node:
+                ref = node[keyword]
+                if not isinstance(ref, str) or not ref.startswith("#"):
+                    raise invalid(
+                        "schema_reference_not_local",
+                        f"{field}{pointer}/{keyword}",
+                        f"{keyword} {ref!r} is not a fragment of this document: only references "
+                        'starting with "#" are allowed, and nothing is ever retrieved',
+                    )
+        if "$id" in node:
+            raise invalid(
+                "schema_id_not_allowed",
+                f"{field}{pointer}/$id",
+                "$id is not allowed: a stored schema is identified by its hash, and an $id would "
+                "change what its references resolve to",
+            )
+        if "$schema" in node and (pointer or node["$schema"] not in DRAFT_2020_12_URIS):
+            raise invalid(
+                "unsupported_meta_schema",
+                f"{field}{pointer}/$schema",
+                "only the root may declare $schema, and only as "
+                '"https://json-schema.org/draft/2020-12/schema" (schemas are Draft 2020-12)',
+            )
+
+
 # --- response_source -----------------------------------------------------------------------
 
 
-def _check_env_name(value: object, field: str) -> None:
-    if not is_env_var_name(value):
+def _check_url_env(value: object, field: str) -> str:
+    if not is_url_env_name(value):
         raise invalid(
             "invalid_env_var_name",
             field,
-            f"{value!r} is not an allowed variable name: names must match ^CHUKWA_[A-Z0-9_]+$",
+            f"{value!r} is not an allowed URL variable name: names must match "
+            "^CHUKWA_[A-Z0-9_]+_URL$",
+        )
+    return value  # type: ignore[return-value]
+
+
+def _check_key_env(value: object, field: str, url_env: str, url_field: str) -> None:
+    if not is_key_env_name(value):
+        raise invalid(
+            "invalid_env_var_name",
+            field,
+            f"{value!r} is not an allowed key variable name: names must match "
+            "^CHUKWA_[A-Z0-9_]+_API_KEY$",
+        )
+    bound = bound_key_env_name(url_env)
+    if value != bound:
+        raise invalid(
+            "key_not_bound_to_url",
+            field,
+            f"{value} is not the key of {url_env} ({url_field}): a key is only sent to its own "
+            f"host, so this source may only name {bound}",
         )
 
 
@@ -175,9 +287,14 @@ def validate_response_source_content(content: object, field: str = "content") ->
             code=code,
         )
         require_string(interface["model"], f"{iface_field}.model", code)
-        _check_env_name(interface["base_url_env"], f"{iface_field}.base_url_env")
+        url_env = _check_url_env(interface["base_url_env"], f"{iface_field}.base_url_env")
         if "api_key_env" in interface:
-            _check_env_name(interface["api_key_env"], f"{iface_field}.api_key_env")
+            _check_key_env(
+                interface["api_key_env"],
+                f"{iface_field}.api_key_env",
+                url_env,
+                f"{iface_field}.base_url_env",
+            )
         delivery = interface["schema_delivery"]
         if not isinstance(delivery, str) or delivery not in SCHEMA_DELIVERIES:
             raise invalid(
@@ -199,12 +316,22 @@ def validate_response_source_content(content: object, field: str = "content") ->
                 )
         params = require_object(interface.get("params", {}), f"{iface_field}.params", code)
         for key, value in params.items():
-            if key in {"messages", "stream", "response_format", "model", "tools"}:
+            types = LLM_PARAM_TYPES.get(key)
+            if types is None:
                 raise invalid(
-                    code, f"{iface_field}.params.{key}", "is set by Chukwa and cannot be authored"
+                    code,
+                    f"{iface_field}.params.{key}",
+                    f"is not a parameter a source may set; allowed: "
+                    f"{', '.join(sorted(LLM_PARAM_TYPES))} (the model, messages, streaming, "
+                    "response format, transport and credentials are set by Chukwa)",
                 )
-            if isinstance(value, dict | list):
-                raise invalid(code, f"{iface_field}.params.{key}", "must be a scalar value")
+            if isinstance(value, bool) or not isinstance(value, types):
+                wanted = "a string" if types == (str,) else "a number"
+                if types == (int,):
+                    wanted = "an integer"
+                raise invalid(
+                    code, f"{iface_field}.params.{key}", f"must be {wanted}, got {type_name(value)}"
+                )
     else:
         check_keys(
             interface,
@@ -217,14 +344,22 @@ def validate_response_source_content(content: object, field: str = "content") ->
             raise invalid(
                 code, f"{iface_field}.method", f'must be "POST", got {interface["method"]!r}'
             )
-        _check_env_name(interface["url_env"], f"{iface_field}.url_env")
+        _check_url_env(interface["url_env"], f"{iface_field}.url_env")
         if "path" in interface:
             path = require_string(interface["path"], f"{iface_field}.path", code)
-            if not path.startswith("/") or "//" in path or "://" in path or "@" in path:
+            segments = path.split("/")
+            if (
+                not _HTTP_PATH_RE.fullmatch(path)
+                or ".." in segments
+                or "." in segments
+                or len(path) > 1024
+            ):
                 raise invalid(
                     code,
                     f"{iface_field}.path",
-                    f'must be an absolute path like "/buy", got {path!r}',
+                    'must be an absolute path like "/buy_candy": segments of letters, digits, '
+                    '".", "_", "~" or "-", no "." or ".." segments, no query, escapes, '
+                    f"backslashes or line breaks (got {path!r})",
                 )
         _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
     return source
@@ -238,6 +373,10 @@ def validate_environment_content(content: object, field: str = "content") -> str
         raise invalid("invalid_environment", field, f"must be a string, got {type_name(content)}")
     if not content.strip():
         raise invalid("empty_environment", field, "environment text must be non-empty")
+    if "\x00" in content:
+        raise invalid(
+            "invalid_character", field, "contains the NUL character U+0000, which cannot be stored"
+        )
     try:
         size = len(content.encode("utf-8"))
     except UnicodeEncodeError as exc:

@@ -290,6 +290,8 @@ def _timeline(data: dict[str, Any]) -> dict[str, Any]:
                 label += f" · round {inv['tool_loop_round']}"
         elif inv["kind"] == "model_elected_tool":
             label = f"tool {inv['tool_name']}"
+        elif inv["kind"] == "conformance_check":
+            label = f"{inv['node_id']} · conformance check of {inv['source_label']}"
         else:
             label = f"ambient {inv['ambient_source_id'] or inv['source_label']}"
         rejected = inv["id"] in rejections

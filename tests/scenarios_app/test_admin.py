@@ -245,7 +245,7 @@ def test_invalid_response_source_shows_the_validator_message_and_writes_nothing(
     response = ops.post(admin_url(ResponseSource, "add"), {"content": json.dumps(bad)})
 
     assert form_errors(response) == {"content": [expected]}
-    assert "content.interface.base_url_env: 'HOME' is not an allowed variable name" in expected
+    assert "content.interface.base_url_env: 'HOME' is not an allowed URL variable name" in expected
     assert escape(expected) in response.content.decode()
     assert ResponseSource.objects.count() == 0
 

@@ -128,10 +128,20 @@ def _one_character_variants(value: Any) -> Iterator[tuple[str, Any]]:
 
 
 def test_canonical_bytes_follow_rfc8785() -> None:
-    value = {"b": 1, "a": [1.0, "é", None, True, 1e21, 0.5], "c": {"z": "x", "y": -0.0}}
+    value = {"b": 1, "a": [1.0, "é", None, True, 1e-7, 0.5], "c": {"z": "x", "y": -0.0}}
     assert hashing.canonical_json_bytes(value) == (
-        '{"a":[1,"é",null,true,1e+21,0.5],"b":1,"c":{"y":0,"z":"x"}}'.encode()
+        '{"a":[1,"é",null,true,1e-7,0.5],"b":1,"c":{"y":0,"z":"x"}}'.encode()
     )
+
+
+@pytest.mark.parametrize("number", [1e21, 2.0**53, -1e300, 9007199254740992.0])
+def test_floats_that_jsonb_would_read_back_as_integers_are_refused(number: float) -> None:
+    # JSONB keeps 1e+21 as the decimal 1000000000000000000000, which reads back as an integer
+    # beyond 2^53: the stored row would no longer hash to its key.
+    with pytest.raises(ChukwaError) as excinfo:
+        hashing.canonical_json_bytes({"n": number})
+    assert excinfo.value.code == "not_canonicalizable"
+    assert excinfo.value.details["field"] == "content/n"
 
 
 def test_canonical_key_order_is_utf16_code_unit_order() -> None:
@@ -381,7 +391,8 @@ def test_integers_beyond_2_53_are_not_canonicalizable(number: int) -> None:
         with pytest.raises(ChukwaError) as excinfo:
             fn({"maximum": number})
         assert excinfo.value.code == "not_canonicalizable"
-        assert excinfo.value.message.startswith("content: ")
+        assert excinfo.value.message.startswith("content/maximum: numbers must lie within")
+        assert excinfo.value.details["field"] == "content/maximum"
     with pytest.raises(ChukwaError) as excinfo:
         hashing.canonical_json_bytes([number])
     assert excinfo.value.code == "not_canonicalizable"

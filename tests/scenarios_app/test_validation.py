@@ -250,7 +250,7 @@ def test_env_var_error_message_names_the_variable_and_rule() -> None:
     with pytest.raises(ChukwaError) as excinfo:
         validate_response_source_content(_with(LLM_SOURCE, "interface.base_url_env", "HOME"))
     assert "'HOME'" in excinfo.value.message
-    assert "^CHUKWA_[A-Z0-9_]+$" in excinfo.value.message
+    assert "^CHUKWA_[A-Z0-9_]+_URL$" in excinfo.value.message
 
 
 # --- response_source: no URLs in authored data -----------------------------------------------

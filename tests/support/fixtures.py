@@ -25,3 +25,12 @@ def scripted_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedLLM]:
         monkeypatch.setenv("CHUKWA_LLM_BASE_URL", llm.base_url)
         monkeypatch.setenv("CHUKWA_LLM_API_KEY", TEST_API_KEY)
         yield llm
+
+
+@pytest.fixture
+def lax_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedLLM]:
+    """A backend that accepts response_format but ignores the schema."""
+    with ScriptedLLM(enforce_schema=False) as llm:
+        monkeypatch.setenv("CHUKWA_LLM_BASE_URL", llm.base_url)
+        monkeypatch.setenv("CHUKWA_LLM_API_KEY", TEST_API_KEY)
+        yield llm

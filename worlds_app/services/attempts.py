@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from chukwa_site.errors import NotFoundError, invalid
@@ -37,7 +37,14 @@ from cognition_app.runner import (
     TurnContext,
     run_subject_workflow,
 )
-from cognition_app.sources import CallContext, SourceFailure, interrupt_running
+from cognition_app.sources import (
+    CallContext,
+    SourceFailure,
+    finish_running,
+    interrupt_running,
+    scrub,
+)
+from scenarios_app.json_values import storable_text
 from worlds_app.kernel import clock
 from worlds_app.kernel.patch import PatchRejected, Transition, apply_patch, validate_patch
 from worlds_app.kernel.state import WorldState
@@ -518,8 +525,32 @@ def _fail(
             )
         )
         AttemptEvent.objects.bulk_create(_event_rows(attempt, events, 1))
+        finish_running(attempt_id=attempt.pk, reason=f"attempt failed: {failure.step}")
         _cancel_rest_of_batch(attempt, f"cancelled: attempt {attempt.pk} of this batch failed")
         _kick_on_commit(attempt.world_id)
+
+
+def _fail_safely(
+    attempt: TurnAttempt, failure: AttemptFailure, events: list[StagedEvent], started: float
+) -> None:
+    """End the attempt as failed even when its staged events cannot be written (they are what
+    failed, e.g. a payload the database refuses): then the failure alone is recorded."""
+    try:
+        _fail(attempt, failure, events, started)
+    except DatabaseError as exc:
+        logger.warning(
+            "attempt %s: could not write its events (%s)", attempt.pk, type(exc).__name__
+        )
+        connection.close_if_unusable_or_obsolete()
+        reason = storable_text(
+            f"{failure.message} (its events could not be stored: {type(exc).__name__})"
+        )
+        _fail(
+            attempt,
+            AttemptFailure(failure.step, reason, subject_id=failure.subject_id),
+            [events[0]] if events else [],
+            started,
+        )
 
 
 def turn_attempt_run(*, attempt_id: str, owner: str) -> str | None:
@@ -555,14 +586,14 @@ def turn_attempt_run(*, attempt_id: str, owner: str) -> str | None:
         logger.warning("attempt %s lost its lease; its outcome is the reaper's", attempt_id)
         return AttemptStatus.INTERRUPTED
     except AttemptFailure as failure:
-        _fail(attempt, failure, events, started)
+        _fail_safely(attempt, failure, events, started)
         return AttemptStatus.FAILED
     except Exception as exc:
         # Unexpected: still end the attempt (never leave it running until the reaper), then
         # re-raise so the worker logs the traceback.
-        _fail(
+        _fail_safely(
             attempt,
-            AttemptFailure("internal_error", f"{type(exc).__name__}: {exc}"),
+            AttemptFailure("internal_error", storable_text(scrub(f"{type(exc).__name__}: {exc}"))),
             events,
             started,
         )

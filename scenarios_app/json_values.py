@@ -1,0 +1,108 @@
+"""What a JSON value must be to be stored and hashed faithfully. Pure: no Django.
+
+PostgreSQL cannot store U+0000 in text or JSONB, nor encode a lone UTF-16 surrogate; JSONB has no
+NaN or Infinity; and JSONB keeps a number as a decimal, so a float written as ``1e+20`` reads back
+as the integer ``100000000000000000000``. RFC 8785 reads every JSON number as an IEEE 754 double.
+:func:`hashable` admits only numbers that survive both exactly, so content read back from the
+database always hashes to the key it was stored under (``manage.py fsck`` checks it).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+# Beyond this, an integer is not exactly a double; RFC 8785 (and the rfc8785 library) refuse it.
+MAX_EXACT_INT = 2**53 - 1
+OUT_OF_RANGE = (
+    "numbers must lie within ±(2^53-1) to be stored and hashed exactly; write larger ones as "
+    "strings"
+)
+
+
+class UnstorableValue(ValueError):
+    """A value PostgreSQL cannot store or RFC 8785 cannot hash; ``pointer`` says where."""
+
+    def __init__(self, pointer: str, problem: str) -> None:
+        super().__init__(f"{pointer or '(root)'}: {problem}")
+        self.pointer = pointer
+        self.problem = problem
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """``json.loads`` without the NaN / Infinity extensions Python accepts by default."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def text_problem(value: str) -> str | None:
+    if "\x00" in value:
+        return "contains the NUL character U+0000, which cannot be stored"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone UTF-16 surrogate, which is not valid Unicode"
+    return None
+
+
+def storable_text(value: str) -> str:
+    """Text as it can be stored: NUL and lone surrogates become U+FFFD (for raw text kept as a
+    record, e.g. a model's reply; the judgement of the reply still sees the original)."""
+    if text_problem(value) is None:
+        return value
+    cleaned = value.replace("\x00", "\ufffd")
+    return cleaned.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def _child(pointer: str, key: object) -> str:
+    return f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}"
+
+
+def check_storable(value: Any) -> None:
+    """Raise :class:`UnstorableValue` for anything JSONB cannot hold faithfully (traces: any
+    finite number is fine there, nothing is hashed)."""
+    _walk(value, "", exact_numbers=False)
+
+
+def hashable(value: Any) -> Any:
+    """The value itself, once checked to be storable and hashable exactly: no NUL, no lone
+    surrogates, no NaN/Infinity, and every number within ±(2^53-1). Beyond that an integer is
+    not exactly a double (RFC 8785 refuses it), and a float such as 1e20 would read back from
+    JSONB as an integer that no longer hashes the same; raises :class:`UnstorableValue`."""
+    _walk(value, "", exact_numbers=True)
+    return value
+
+
+def _walk(value: Any, pointer: str, *, exact_numbers: bool) -> None:
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, int):
+        if exact_numbers and not -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
+            digits = len(str(abs(value)))
+            raise UnstorableValue(pointer, f"{OUT_OF_RANGE} (got an integer of {digits} digits)")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise UnstorableValue(pointer, f"{value} is not a JSON number")
+        if exact_numbers and abs(value) > MAX_EXACT_INT:
+            raise UnstorableValue(pointer, f"{OUT_OF_RANGE} (got {value!r})")
+    elif isinstance(value, str):
+        problem = text_problem(value)
+        if problem:
+            raise UnstorableValue(pointer, problem)
+    elif isinstance(value, dict):
+        for key, child in value.items():
+            if not isinstance(key, str):
+                raise UnstorableValue(pointer, f"object key {key!r} is not a string")
+            problem = text_problem(key)
+            if problem:
+                raise UnstorableValue(_child(pointer, key), f"the key {problem}")
+            _walk(child, _child(pointer, key), exact_numbers=exact_numbers)
+    elif isinstance(value, list | tuple):
+        for index, child in enumerate(value):
+            _walk(child, _child(pointer, index), exact_numbers=exact_numbers)
+    else:
+        raise UnstorableValue(pointer, f"{type(value).__name__} is not a JSON value")

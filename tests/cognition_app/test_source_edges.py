@@ -1,0 +1,293 @@
+"""Source edges at run time (SPEC §5, §7): URL variables that are not URLs, the traced and
+expiring conformance check, model output that parses but cannot be stored, hostile bodies and
+streams — every trace row finished, every failure naming a variable and never its value."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cognition_app.models import InvocationStatus, LlmCall, LlmChunk, SourceInvocation, SourceProbe
+from cognition_app.toys import TOY_ENV_VARS
+from tests.cognition_app.conftest import create_world, run_turn
+from tests.cognition_app.test_llm_retry import ANT_OK, assert_world_unchanged
+from tests.support.fixtures import TEST_API_KEY
+from tests.support.hostile import hostile_json_server
+from tests.support.scripted_llm import Reply, ScriptedLLM
+from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
+
+pytestmark = pytest.mark.django_db
+
+
+def assert_all_finished() -> None:
+    assert not SourceInvocation.objects.filter(status=InvocationStatus.RUNNING).exists()
+    assert not LlmCall.objects.filter(status=InvocationStatus.RUNNING).exists()
+    assert not TurnAttempt.objects.filter(status=AttemptStatus.RUNNING).exists()
+
+
+def kinds(attempt: TurnAttempt) -> list[tuple[str, str]]:
+    return list(
+        SourceInvocation.objects.filter(attempt=attempt)
+        .order_by("seq")
+        .values_list("kind", "status")
+    )
+
+
+# --- URL variables ---------------------------------------------------------------------------
+
+NOT_URLS = [
+    "sk-live-this-is-a-secret-value",
+    "ftp://127.0.0.1/x",
+    "http://user:sk-live-this-is-a-secret-value@127.0.0.1:9/v1",
+    "http://127.0.0.1:9/v1?key=sk-live-this-is-a-secret-value",
+    "javascript:alert(1)",
+    "/v1/chat",
+    "http://",
+    "http://127.0.0.1:9/v1\r\nX: y",
+]
+
+
+@pytest.mark.parametrize("value", NOT_URLS)
+def test_a_url_variable_that_is_not_a_url_fails_naming_it_not_its_value(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHUKWA_LLM_BASE_URL", value)
+    monkeypatch.setenv("CHUKWA_LLM_API_KEY", TEST_API_KEY)
+    create_world("ant_on_plate", "badurl")
+    attempt = run_turn("badurl")
+    assert attempt.status == AttemptStatus.FAILED
+    assert "CHUKWA_LLM_BASE_URL" in attempt.failure_reason
+    (inv,) = SourceInvocation.objects.filter(attempt=attempt)
+    assert inv.status == InvocationStatus.FAILED and inv.failure_class == "config"
+    stored = json.dumps(
+        [
+            attempt.failure_reason,
+            inv.failure_message,
+            inv.request,
+            list(AttemptEvent.objects.filter(attempt=attempt).values_list("payload", flat=True)),
+            list(LlmCall.objects.values_list("base_url", "error")),
+        ]
+    )
+    assert "sk-live" not in stored and "127.0.0.1:9" not in stored and "javascript" not in stored
+    assert_world_unchanged("badurl")
+
+
+# --- the conformance check -------------------------------------------------------------------
+
+
+def test_the_conformance_check_is_a_traced_call_of_the_attempt(scripted_llm: ScriptedLLM) -> None:
+    create_world("ant_on_plate", "probe-traced")
+    scripted_llm.script(ANT_OK)
+    attempt = run_turn("probe-traced")
+    assert attempt.status == AttemptStatus.COMMITTED
+    assert kinds(attempt) == [
+        ("conformance_check", "succeeded"),
+        ("llm_generation", "succeeded"),
+    ]
+    check = SourceInvocation.objects.get(attempt=attempt, kind="conformance_check")
+    assert check.http_status == 200 and check.request["url_env"] == "CHUKWA_LLM_BASE_URL"
+    assert "chukwa-conformance-ok" in check.response_text
+    # the verdict holds: the next attempt sends no second check
+    scripted_llm.script(ANT_OK)
+    second = run_turn("probe-traced")
+    assert [k for k, _ in kinds(second)] == ["llm_generation"]
+    assert len(scripted_llm.probes) == 1
+
+
+def test_a_negative_verdict_is_opened_from_the_attempt_and_expires(
+    lax_llm: ScriptedLLM, settings: Any
+) -> None:
+    create_world("ant_on_plate", "probe-lax")
+    first = run_turn("probe-lax")
+    assert first.status == AttemptStatus.FAILED
+    (check,) = SourceInvocation.objects.filter(attempt=first)
+    assert (check.kind, check.status, check.failure_class) == (
+        "conformance_check",
+        "failed",
+        "backend_not_enforcing",
+    )
+    assert "does not follow the schema" in check.failure_message
+    (failed,) = AttemptEvent.objects.filter(attempt=first, kind="attempt_failed")
+    assert failed.invocation_id == check.pk  # the timeline opens the check
+    # within the retry period: the stored verdict is recorded as this attempt's failed check
+    second = run_turn("probe-lax")
+    (again,) = SourceInvocation.objects.filter(attempt=second)
+    assert again.kind == "conformance_check" and again.failure_class == "backend_not_enforcing"
+    assert "checked again after" in again.failure_message
+    assert len(lax_llm.probes) == 1
+    # the verdict expires: the backend is checked again, and now it enforces
+    settings.CHUKWA_PROBE_RETRY_SECONDS = 0
+    lax_llm.enforce_schema = True
+    lax_llm.script(ANT_OK)
+    third = run_turn("probe-lax")
+    assert third.status == AttemptStatus.COMMITTED
+    assert len(lax_llm.probes) == 2
+    assert SourceProbe.objects.get(base_url=lax_llm.base_url).enforces_schema is True
+    assert_all_finished()
+
+
+def test_a_backend_that_was_down_is_checked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    llm = ScriptedLLM().start()
+    base_url = llm.base_url
+    llm.stop()  # the port is closed now: the check cannot connect
+    monkeypatch.setenv("CHUKWA_LLM_BASE_URL", base_url)
+    monkeypatch.setenv("CHUKWA_LLM_API_KEY", TEST_API_KEY)
+    create_world("ant_on_plate", "probe-down")
+    down = run_turn("probe-down")
+    assert down.status == AttemptStatus.FAILED
+    (check,) = SourceInvocation.objects.filter(attempt=down)
+    assert (check.kind, check.failure_class) == ("conformance_check", "transport")
+    assert not SourceProbe.objects.exists()  # no verdict from an outage
+    with ScriptedLLM() as up:
+        monkeypatch.setenv("CHUKWA_LLM_BASE_URL", up.base_url)
+        up.script(ANT_OK)
+        assert run_turn("probe-down").status == AttemptStatus.COMMITTED
+    assert_all_finished()
+
+
+# --- model output that parses but cannot be stored -------------------------------------------
+
+
+def _patch_with_narration(narration_json: str) -> str:
+    """A final patch whose narration is given as raw JSON text (escapes kept as written)."""
+    return (
+        '{"kind": "final_patch", "tool_call": null, "patch": {"narration": '
+        + narration_json
+        + ', "effects": []}}'
+    )
+
+
+UNSTORABLE = [
+    pytest.param(_patch_with_narration('"nul \\u0000 here"'), "U+0000", id="nul-escape"),
+    pytest.param(_patch_with_narration('"lone \\ud800 surrogate"'), "surrogate", id="surrogate"),
+    pytest.param(_patch_with_narration("NaN"), "not valid JSON", id="nan"),
+    pytest.param(_patch_with_narration("Infinity"), "not valid JSON", id="infinity"),
+    pytest.param(
+        '{"kind": "final_patch", "tool_call": null, "patch": {"narration": "x", '
+        '"effects": [], "n": 1e400}}',
+        "not a JSON number",
+        id="overflow",
+    ),
+    pytest.param(_patch_with_narration('"raw nul \x00 byte"'), "not valid JSON", id="raw-nul"),
+]
+
+
+@pytest.mark.parametrize(("reply", "complaint"), UNSTORABLE)
+def test_unstorable_model_output_goes_to_the_retry_lane(
+    reply: str, complaint: str, scripted_llm: ScriptedLLM
+) -> None:
+    create_world("ant_on_plate", "unstorable")
+    scripted_llm.script(Reply(text=reply), ANT_OK)
+    attempt = run_turn("unstorable")
+    assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
+    gens = list(
+        SourceInvocation.objects.filter(attempt=attempt, kind="llm_generation").order_by("seq")
+    )
+    assert [g.validation_status for g in gens] == ["invalid", "valid"]
+    (rejected,) = AttemptEvent.objects.filter(attempt=attempt, kind="generation_rejected")
+    assert complaint in json.dumps(rejected.payload["rejection"], ensure_ascii=False)
+    # what the model is told on the retry names the problem
+    corrective = scripted_llm.requests[1]["messages"][-1]["content"]
+    assert complaint in corrective
+    first_call = LlmCall.objects.get(invocation=gens[0])
+    assert "\x00" not in first_call.raw_text
+    assert "\x00" not in "".join(
+        LlmChunk.objects.filter(call=first_call).values_list("text", flat=True)
+    )
+    assert_all_finished()
+
+
+def test_a_stream_event_of_the_wrong_shape_is_a_transport_failure(
+    scripted_llm: ScriptedLLM,
+) -> None:
+    create_world("ant_on_plate", "badshape")
+    scripted_llm.script(Reply(raw_body=b'data: {"choices": "nope"}\n\ndata: [DONE]\n\n'))
+    attempt = run_turn("badshape")
+    assert attempt.status == AttemptStatus.FAILED
+    gen = SourceInvocation.objects.get(attempt=attempt, kind="llm_generation")
+    assert (gen.status, gen.failure_class) == ("failed", "transport")
+    assert "unexpected shape" in gen.failure_message
+    assert_all_finished()
+
+
+def test_a_model_name_or_usage_the_database_cannot_hold_is_not_an_error(
+    scripted_llm: ScriptedLLM,
+) -> None:
+    body = ANT_OK | {}
+    text = json.dumps(body)
+    events = [
+        {"model": "m\x00" + "x" * 500, "choices": [{"delta": {"content": text}}]},
+        {"choices": [{"delta": {}, "finish_reason": "stop"}]},
+        {"choices": [], "usage": {"prompt_tokens": 2**70, "completion_tokens": 3}},
+    ]
+    raw = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    create_world("ant_on_plate", "oddmeta")
+    scripted_llm.script(Reply(raw_body=raw.encode()))
+    attempt = run_turn("oddmeta")
+    assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
+    call = LlmCall.objects.get(invocation__attempt=attempt)
+    assert "\x00" not in call.response_model and len(call.response_model) <= 200
+    assert call.prompt_tokens is None or call.prompt_tokens < 2**31
+    assert_all_finished()
+
+
+# --- hostile http_json bodies ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (b'{"temperature_c": NaN, "condition": "x"}', "not JSON"),
+        (b'{"temperature_c": 3, "condition": "a\\u0000b"}', "cannot be stored"),
+        (b'{"temperature_c": 1e400, "condition": "x"}', "cannot be stored"),
+    ],
+)
+def test_an_http_json_body_that_cannot_be_stored_fails_the_invocation(
+    body: bytes, expected: str, scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with hostile_json_server(body) as url:
+        for name in TOY_ENV_VARS:
+            monkeypatch.setenv(name, url)
+        create_world("park", "hostile-body")
+        attempt = run_turn("hostile-body")
+    assert attempt.status == AttemptStatus.FAILED
+    failed = SourceInvocation.objects.get(attempt=attempt, status="failed")
+    assert failed.failure_class == "non_json"
+    assert expected in failed.failure_message
+    assert all(
+        "\x00" not in t for t in SourceInvocation.objects.values_list("response_text", flat=True)
+    )
+    assert_all_finished()
+
+
+# --- argument schemas with local references, embedded in the schema sent to the model -------
+
+
+def test_an_argument_schema_with_local_references_keeps_its_meaning_when_embedded() -> None:
+    from cognition_app.llm_nodes import embedded_schema
+    from scenarios_app.validation import schema_validator_for
+
+    arguments = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$defs": {"item": {"type": "string", "enum": ["candy_bar"]}},
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["item"],
+        "properties": {"item": {"$ref": "#/$defs/item"}},
+    }
+    defs: dict[str, Any] = {}
+    outer = {
+        "type": "object",
+        "properties": {
+            "tool_call": {"anyOf": [{"type": "null"}, embedded_schema(arguments, "tool_0", defs)]}
+        },
+        "$defs": defs,
+    }
+    validator = schema_validator_for(outer)
+    assert validator.is_valid({"tool_call": {"item": "candy_bar"}})
+    assert not validator.is_valid({"tool_call": {"item": "gum"}})
+    assert not validator.is_valid({"tool_call": {"other": 1}})
+    plain = {"type": "object"}
+    assert embedded_schema(plain, "tool_1", defs) is plain
