@@ -98,7 +98,7 @@ def _prop_id(i: int) -> str:
 
 
 def _workflow() -> dict[str, Any]:
-    from worlds_app.patch_schema import world_patch_schema_hash
+    from chukwa_core.patch_schema import world_patch_schema_hash
 
     source = {
         "version": 1,

@@ -199,7 +199,7 @@ class Row:
 
 
 def _run_size(size: int, world_patch_hash: str, show_sql: bool) -> Row:
-    from scenarios_app import hashing
+    from chukwa_core import hashing
     from scenarios_app.services import scenario_assemble, scenario_fork
 
     data = _scenario_input(size, world_patch_hash)
@@ -340,7 +340,7 @@ def main() -> int:
         from django.core.management import call_command
         from django.db import connection
 
-        from worlds_app.patch_schema import world_patch_schema_hash
+        from chukwa_core.patch_schema import world_patch_schema_hash
 
         print(f"bench database {BENCH_DB_NAME!r} (dev database {original_name!r} untouched)")
         started = time.perf_counter()

@@ -193,7 +193,7 @@ class BenchWorld:
 
 
 def _make_world(agents: int, props: int) -> BenchWorld:
-    from scenarios_app.hashing import canonical_json_bytes
+    from chukwa_core.hashing import canonical_json_bytes
     from scenarios_app.services import scenario_assemble
     from worlds_app.services import world_create
 

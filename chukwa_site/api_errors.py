@@ -10,7 +10,7 @@ from rest_framework import exceptions as drf_exceptions
 from rest_framework import status
 from rest_framework.response import Response
 
-from chukwa_site.errors import ChukwaError, NotFoundError
+from chukwa_core.errors import ChukwaError, NotFoundError
 from chukwa_site.signin_throttle import SigninThrottled
 
 

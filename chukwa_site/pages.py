@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 
-from chukwa_site.errors import ChukwaError
+from chukwa_core.errors import ChukwaError
 from chukwa_site.permissions import is_operator
 
 View = Callable[..., HttpResponse]

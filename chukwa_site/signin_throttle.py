@@ -25,7 +25,7 @@ from rest_framework import exceptions as drf_exceptions
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.request import Request
 
-from chukwa_site.errors import ChukwaError
+from chukwa_core.errors import ChukwaError
 
 RETRY_AFTER_ATTRIBUTE = "_chukwa_signin_retry_after"
 

@@ -10,7 +10,7 @@ from django.shortcuts import render
 from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 
-from chukwa_site.errors import NotFoundError
+from chukwa_core.errors import NotFoundError
 
 
 def _database_status() -> dict[str, object]:

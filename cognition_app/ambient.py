@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from chukwa_core.pointers import pointer_get, unescape
 from cognition_app import sources
-from cognition_app.pointers import pointer_get, unescape
 from cognition_app.sources import CallContext, SourceFailure
 
 

@@ -14,13 +14,13 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, text_problem
+from chukwa_core.kernel.patch import PatchRejected, validate_patch
+from chukwa_core.kernel.render import environment_rendered, subject_rendered, world_projection
+from chukwa_core.kernel.state import memory_of
+from chukwa_core.patch_schema import PATCH_OPS
 from cognition_app import sources
 from cognition_app.sources import CallContext, Generation, Judgement, SourceFailure
-from scenarios_app.json_values import UnstorableValue, check_storable, loads_strict, text_problem
-from worlds_app.kernel.patch import PatchRejected, validate_patch
-from worlds_app.kernel.render import environment_rendered, subject_rendered, world_projection
-from worlds_app.kernel.state import memory_of
-from worlds_app.patch_schema import PATCH_OPS
 
 if TYPE_CHECKING:
     from cognition_app.runner import SubjectRun

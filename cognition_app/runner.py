@@ -12,12 +12,12 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from chukwa_core.kernel.state import WorldState
+from chukwa_core.rule_policy import RuleContext, ToolResultMissing, evaluate_rule_policy
+from chukwa_core.workflow_validation import PATCH_NODE_TYPES
 from cognition_app import sources
 from cognition_app.llm_nodes import run_llm_text, run_llm_tool_loop
-from cognition_app.rule_policy import RuleContext, ToolResultMissing, evaluate_rule_policy
 from cognition_app.sources import CallContext, SourceFailure
-from cognition_app.workflow_validation import PATCH_NODE_TYPES
-from worlds_app.kernel.state import WorldState
 
 
 class AttemptFailure(Exception):

@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 from uuid import UUID
 
-from chukwa_site.errors import NotFoundError, invalid
+from chukwa_core.errors import NotFoundError, invalid
 from cognition_app.models import LlmCall, LlmChunk, SourceInvocation
 
 SUMMARY_FIELDS = (

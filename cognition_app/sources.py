@@ -28,6 +28,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
+from chukwa_core.component_validation import schema_validator_for
+from chukwa_core.ids import bound_key_env_name, is_key_env_name, is_url_env_name
+from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, storable_text
 from cognition_app.models import (
     InvocationKind,
     InvocationStatus,
@@ -36,10 +39,7 @@ from cognition_app.models import (
     SourceInvocation,
     SourceProbe,
 )
-from scenarios_app.identifiers import bound_key_env_name, is_key_env_name, is_url_env_name
-from scenarios_app.json_values import UnstorableValue, check_storable, loads_strict, storable_text
 from scenarios_app.models import JsonSchema, ResponseSource
-from scenarios_app.validation import schema_validator_for
 
 logger = logging.getLogger(__name__)
 

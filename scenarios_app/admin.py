@@ -24,7 +24,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from chukwa_site.errors import ChukwaError
+from chukwa_core.errors import ChukwaError
+from chukwa_core.patch_schema import world_patch_schema_hash
 from chukwa_site.permissions import is_operator
 from scenarios_app import selectors, services
 from scenarios_app.forms import (
@@ -49,7 +50,6 @@ from scenarios_app.models import (
     ScenarioName,
     ScenarioNameHistory,
 )
-from worlds_app.patch_schema import world_patch_schema_hash
 
 FORM_TEMPLATE = "admin/scenarios_app/service_form.html"
 _DETAIL_CACHE_ATTR = "_chukwa_detail"

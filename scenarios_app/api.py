@@ -15,11 +15,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from chukwa_site.errors import invalid
+from chukwa_core.component_validation import type_name
+from chukwa_core.errors import invalid
+from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA, world_patch_schema_hash
 from scenarios_app import selectors, services
 from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind
-from scenarios_app.validation import type_name
-from worlds_app.patch_schema import WORLD_PATCH_SCHEMA, world_patch_schema_hash
 
 ERROR_SCHEMA = inline_serializer(
     "Error",

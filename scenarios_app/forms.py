@@ -13,7 +13,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from chukwa_site.errors import ChukwaError
+from chukwa_core.errors import ChukwaError
 from scenarios_app.services import UNSET
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
-from chukwa_site.errors import ChukwaError
-from scenarios_app import hashing
+from chukwa_core import hashing
+from chukwa_core.errors import ChukwaError
 from scenarios_app.models import (
     CognitionProfile,
     CognitionWorkflow,

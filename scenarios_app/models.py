@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from scenarios_app.identifiers import ENTITY_ID_PATTERN, HASH_PATTERN, LABEL_PATTERN
+from chukwa_core.ids import ENTITY_ID_PATTERN, HASH_PATTERN, LABEL_PATTERN
 
 
 def _hash_check(field: str, name: str) -> models.CheckConstraint:

@@ -10,8 +10,9 @@ from typing import Any
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from chukwa_site.errors import NotFoundError, invalid
-from scenarios_app.identifiers import is_hash, label_problem
+from chukwa_core.errors import NotFoundError, invalid
+from chukwa_core.ids import is_hash, label_problem
+from chukwa_core.kernel import clock  # pure calendar helpers (no Django), shared with worlds
 from scenarios_app.models import (
     CognitionProfile,
     CognitionWorkflow,
@@ -30,7 +31,6 @@ from scenarios_app.models import (
     ScenarioNameHistory,
     WorkflowComponentRef,
 )
-from worlds_app.kernel import clock  # pure calendar helpers (no Django), shared with worlds
 
 MODEL_BY_KIND = {
     ComponentKind.JSON_SCHEMA: JsonSchema,

@@ -8,9 +8,9 @@ from urllib.parse import urlencode
 from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import mark_safe
 
-from chukwa_site.errors import NotFoundError
+from chukwa_core.errors import NotFoundError
+from chukwa_core.workflow_validation import REF_KINDS
 from chukwa_site.pages import page, respond
-from cognition_app.workflow_validation import REF_KINDS
 from scenarios_app import selectors
 from scenarios_app.lineage_svg import lineage_svg
 from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind

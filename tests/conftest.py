@@ -12,7 +12,7 @@ from django.contrib.auth.models import Group, User
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from worlds_app.patch_schema import world_patch_schema_hash
+from chukwa_core.patch_schema import world_patch_schema_hash
 
 pytest_plugins = ["tests.support.fixtures"]
 
@@ -27,8 +27,8 @@ def _migration_rows_in_transactional_tests(request: pytest.FixtureRequest) -> No
     request.getfixturevalue("transactional_db")
     from django.contrib.auth.models import Group
 
+    from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA
     from scenarios_app.models import JsonSchema
-    from worlds_app.patch_schema import WORLD_PATCH_SCHEMA
 
     JsonSchema.objects.get_or_create(
         hash=world_patch_schema_hash(), defaults={"content": WORLD_PATCH_SCHEMA}

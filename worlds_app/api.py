@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from chukwa_site.errors import invalid
+from chukwa_core.errors import invalid
 from scenarios_app.api import ERRORS, PAGING, PageSerializer, body_object
 from worlds_app import selectors, services
 

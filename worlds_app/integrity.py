@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from chukwa_site.errors import ChukwaError
-from scenarios_app.hashing import json_hash
+from chukwa_core.errors import ChukwaError
+from chukwa_core.hashing import json_hash
 from scenarios_app.integrity import CHUNK, Mismatch
 from worlds_app.models import Turn
 

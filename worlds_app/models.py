@@ -14,7 +14,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from scenarios_app.identifiers import HASH_PATTERN, LABEL_PATTERN
+from chukwa_core.ids import HASH_PATTERN, LABEL_PATTERN
 from scenarios_app.models import Scenario
 
 

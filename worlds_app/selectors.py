@@ -7,8 +7,8 @@ from typing import Any
 
 from django.db.models import Count, Q
 
-from chukwa_site.errors import NotFoundError, invalid
-from scenarios_app.identifiers import is_hash, label_problem
+from chukwa_core.errors import NotFoundError, invalid
+from chukwa_core.ids import is_hash, label_problem
 from scenarios_app.selectors import parse_paging
 from worlds_app.models import AttemptEvent, PatchTransition, Turn, TurnAttempt, World
 

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from chukwa_site.errors import ChukwaError, NotFoundError
+from chukwa_core.errors import ChukwaError, NotFoundError
 from chukwa_site.pages import page, respond, wants_json
 from chukwa_site.permissions import is_operator
 from worlds_app import selectors

@@ -8,7 +8,7 @@ from django.db import migrations
 
 
 def forwards(apps, schema_editor):
-    from worlds_app.patch_schema import WORLD_PATCH_SCHEMA, world_patch_schema_hash
+    from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA, world_patch_schema_hash
 
     JsonSchema = apps.get_model("scenarios_app", "JsonSchema")
     JsonSchema.objects.get_or_create(

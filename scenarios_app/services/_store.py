@@ -12,8 +12,18 @@ from typing import Any
 from django.db import connection, models
 from psycopg.types.json import Jsonb
 
-from chukwa_site.errors import ChukwaError, invalid
-from cognition_app.workflow_validation import (
+from chukwa_core import hashing
+from chukwa_core.component_validation import (
+    normalize_entity_content,
+    type_name,
+    validate_environment_content,
+    validate_json_schema_content,
+    validate_response_source_content,
+)
+from chukwa_core.errors import ChukwaError, invalid
+from chukwa_core.ids import is_hash
+from chukwa_core.patch_schema import world_patch_schema_hash
+from chukwa_core.workflow_validation import (
     JSON_SCHEMA,
     OPAQUE_KEYS,
     REF_KINDS,
@@ -22,8 +32,6 @@ from cognition_app.workflow_validation import (
     iter_refs,
     validate_workflow,
 )
-from scenarios_app import hashing
-from scenarios_app.identifiers import is_hash
 from scenarios_app.models import (
     CognitionProfile,
     CognitionWorkflow,
@@ -34,14 +42,6 @@ from scenarios_app.models import (
     ResponseSource,
     WorkflowComponentRef,
 )
-from scenarios_app.validation import (
-    normalize_entity_content,
-    type_name,
-    validate_environment_content,
-    validate_json_schema_content,
-    validate_response_source_content,
-)
-from worlds_app.patch_schema import world_patch_schema_hash
 
 # Counts of new rows by table, as reported in assemble/fork results.
 NEW_COMPONENT_KEYS = (

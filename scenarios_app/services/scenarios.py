@@ -8,10 +8,19 @@ from typing import Any, TypedDict
 
 from django.db import connection, transaction
 
-from chukwa_site.errors import ChukwaError, ConflictError, NotFoundError, invalid
-from cognition_app.rule_policy import rule_policy_references
-from scenarios_app import hashing
-from scenarios_app.identifiers import is_hash, label_problem
+from chukwa_core import hashing
+from chukwa_core.component_validation import (
+    check_keys,
+    check_scenario_size,
+    require_label,
+    require_object,
+    type_name,
+    validate_scenario_bindings,
+    validate_scenario_scalars,
+)
+from chukwa_core.errors import ChukwaError, ConflictError, NotFoundError, invalid
+from chukwa_core.ids import is_hash, label_problem
+from chukwa_core.rule_policy import rule_policy_references
 from scenarios_app.models import (
     CognitionProfile,
     ComponentKind,
@@ -27,15 +36,6 @@ from scenarios_app.models import (
     ScenarioNameHistory,
 )
 from scenarios_app.services._store import Resolver, insert_missing, parse_ref, reject_nul
-from scenarios_app.validation import (
-    check_keys,
-    check_scenario_size,
-    require_label,
-    require_object,
-    type_name,
-    validate_scenario_bindings,
-    validate_scenario_scalars,
-)
 
 ASSEMBLE_FIELDS = (
     "scenario_slug",

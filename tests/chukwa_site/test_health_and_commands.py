@@ -15,10 +15,10 @@ from django.core.management.base import CommandError
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
+from chukwa_core.patch_schema import world_patch_schema_hash
 from scenarios_app.fixture_files import fixture_names, load_fixture
 from scenarios_app.models import Scenario, ScenarioName
 from tests.support.worker import worker_process
-from worlds_app.patch_schema import world_patch_schema_hash
 
 
 @pytest.fixture(scope="module")

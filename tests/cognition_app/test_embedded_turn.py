@@ -9,12 +9,12 @@ from collections.abc import Iterator
 import pytest
 from jsonschema import Draft202012Validator
 
+from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA
 from cognition_app import embedded_llm
 from cognition_app.models import LlmCall, LlmChunk, SourceProbe
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
 from worlds_app import selectors
-from worlds_app.patch_schema import WORLD_PATCH_SCHEMA
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_run, world_create
 
 # transaction=True: the lease heartbeat runs on its own connection and must see the attempt row

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from chukwa_site.errors import ChukwaError
-from cognition_app.rule_policy import (
+from chukwa_core.errors import ChukwaError
+from chukwa_core.kernel.patch import apply_patch, validate_patch
+from chukwa_core.kernel.state import WorldState
+from chukwa_core.rule_policy import (
     RuleContext,
     RuleOutcome,
     evaluate_rule_policy,
@@ -22,9 +24,7 @@ from cognition_app.rule_policy import (
     rule_policy_references,
     seed_for,
 )
-from cognition_app.workflow_validation import EXTRA_NODE_VALIDATORS, validate_workflow
-from worlds_app.kernel.patch import apply_patch, validate_patch
-from worlds_app.kernel.state import WorldState
+from chukwa_core.workflow_validation import EXTRA_NODE_VALIDATORS, validate_workflow
 
 WORLD_PATCH = "a" * 64
 

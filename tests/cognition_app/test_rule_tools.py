@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from chukwa_site.errors import ChukwaError
+from chukwa_core.errors import ChukwaError
 from cognition_app import toys
 from cognition_app.models import SourceInvocation
 from scenarios_app.services import scenario_assemble

@@ -266,8 +266,8 @@ def test_an_http_json_body_that_cannot_be_stored_fails_the_invocation(
 
 
 def test_an_argument_schema_with_local_references_keeps_its_meaning_when_embedded() -> None:
+    from chukwa_core.component_validation import schema_validator_for
     from cognition_app.llm_nodes import embedded_schema
-    from scenarios_app.validation import schema_validator_for
 
     arguments = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from chukwa_site.errors import ChukwaError
-from cognition_app import workflow_validation
-from cognition_app.workflow_validation import (
+from chukwa_core import workflow_validation
+from chukwa_core.errors import ChukwaError
+from chukwa_core.hashing import json_schema_hash, response_source_hash
+from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA, world_patch_schema_hash
+from chukwa_core.workflow_validation import (
     STATIC_PLACEHOLDERS,
     StoredRef,
     validate_workflow,
 )
-from scenarios_app.hashing import json_schema_hash, response_source_hash
-from worlds_app.patch_schema import WORLD_PATCH_SCHEMA, world_patch_schema_hash
 
 LLM_SOURCE: dict[str, Any] = {
     "version": 1,

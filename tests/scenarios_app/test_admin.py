@@ -19,8 +19,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils.html import escape
 
-from chukwa_site.errors import ChukwaError
-from scenarios_app import hashing, services
+from chukwa_core import hashing
+from chukwa_core.errors import ChukwaError
+from scenarios_app import services
 from scenarios_app.forms import pretty_json
 from scenarios_app.models import (
     CognitionProfile,

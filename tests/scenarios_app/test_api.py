@@ -20,10 +20,11 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.response import Response
 from rest_framework.test import APIClient
 
-from scenarios_app import hashing, services
+from chukwa_core import hashing
+from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA
+from scenarios_app import services
 from scenarios_app.models import Environment, ScenarioName
 from tests.conftest import HTTP_SOURCE, LLM_SOURCE
-from worlds_app.patch_schema import WORLD_PATCH_SCHEMA
 
 pytestmark = pytest.mark.django_db
 

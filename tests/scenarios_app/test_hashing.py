@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from chukwa_site.errors import ChukwaError
-from scenarios_app import hashing
-from scenarios_app.identifiers import is_hash
+from chukwa_core import hashing
+from chukwa_core.errors import ChukwaError
+from chukwa_core.ids import is_hash
 
 H1 = "1" * 64
 H2 = "2" * 64

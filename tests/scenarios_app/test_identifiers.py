@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scenarios_app.identifiers import (
+from chukwa_core.ids import (
     IdentifierError,
     entity_id_problem,
     is_entity_id,

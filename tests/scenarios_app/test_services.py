@@ -18,8 +18,9 @@ from django.apps import apps
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from chukwa_site.errors import ChukwaError
-from scenarios_app import hashing, selectors, services
+from chukwa_core import hashing
+from chukwa_core.errors import ChukwaError
+from scenarios_app import selectors, services
 from scenarios_app.models import (
     CognitionProfile,
     CognitionWorkflow,

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from referencing.exceptions import Unresolvable
 
-from chukwa_site.errors import ChukwaError
-from scenarios_app.identifiers import bound_key_env_name
-from scenarios_app.validation import (
+from chukwa_core.component_validation import (
     schema_validator_for,
     validate_json_schema_content,
     validate_response_source_content,
 )
+from chukwa_core.errors import ChukwaError
+from chukwa_core.ids import bound_key_env_name
 from tests.scenarios_app.test_validation import HTTP_SOURCE, LLM_SOURCE
 
 LLM = LLM_SOURCE

@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from rest_framework.test import APIClient
 
-from scenarios_app import hashing
+from chukwa_core import hashing
 from scenarios_app.integrity import store_verify
 from scenarios_app.models import Entity, JsonSchema, ResponseSource
 from tests.cognition_app.conftest import create_world

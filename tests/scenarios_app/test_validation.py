@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from chukwa_site.errors import ChukwaError
-from scenarios_app import hashing
-from scenarios_app.validation import (
+from chukwa_core import hashing
+from chukwa_core.component_validation import (
     CHRONON_MAX_SECONDS,
     ENVIRONMENT_MAX_BYTES,
     SCENARIO_MAX_BYTES,
@@ -25,6 +24,7 @@ from scenarios_app.validation import (
     validate_scenario_bindings,
     validate_scenario_scalars,
 )
+from chukwa_core.errors import ChukwaError
 
 LLM_SOURCE: dict[str, Any] = {
     "version": 1,

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from scenarios_app.hashing import json_schema_hash
-from scenarios_app.validation import validate_json_schema_content
-from worlds_app.patch_schema import PATCH_OPS, WORLD_PATCH_SCHEMA, world_patch_schema_hash
+from chukwa_core.component_validation import validate_json_schema_content
+from chukwa_core.hashing import json_schema_hash
+from chukwa_core.patch_schema import PATCH_OPS, WORLD_PATCH_SCHEMA, world_patch_schema_hash
 
 SPEC_EXAMPLE: dict[str, Any] = {
     "narration": "Bob buys a candy bar.",

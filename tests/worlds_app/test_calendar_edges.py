@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from chukwa_core.kernel import clock
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
-from worlds_app.kernel import clock
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt, World
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_run, world_create
 

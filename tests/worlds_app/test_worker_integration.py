@@ -13,8 +13,8 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from chukwa_core.hashing import canonical_json_bytes
 from scenarios_app.fixture_files import load_fixture
-from scenarios_app.hashing import canonical_json_bytes
 from scenarios_app.services import scenario_assemble
 from worlds_app import selectors
 from worlds_app.models import AttemptStatus, PatchTransition, Turn, TurnAttempt, World

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, ProgrammingError, connection, transaction
 
-from chukwa_site.errors import ChukwaError
+from chukwa_core.errors import ChukwaError
+from chukwa_core.rule_policy import RuleContext, seed_for
 from cognition_app.models import SourceInvocation
-from cognition_app.rule_policy import RuleContext, seed_for
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.models import Scenario, ScenarioName
 from scenarios_app.services import scenario_assemble, scenario_name_set

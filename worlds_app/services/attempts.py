@@ -22,7 +22,11 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from chukwa_site.errors import NotFoundError, invalid
+from chukwa_core.errors import NotFoundError, invalid
+from chukwa_core.json_values import storable_text
+from chukwa_core.kernel import clock
+from chukwa_core.kernel.patch import PatchRejected, Transition, apply_patch, validate_patch
+from chukwa_core.kernel.state import WorldState
 from cognition_app.ambient import (
     AmbientResult,
     inject,
@@ -44,10 +48,6 @@ from cognition_app.sources import (
     interrupt_running,
     scrub,
 )
-from scenarios_app.json_values import storable_text
-from worlds_app.kernel import clock
-from worlds_app.kernel.patch import PatchRejected, Transition, apply_patch, validate_patch
-from worlds_app.kernel.state import WorldState
 from worlds_app.models import (
     AttemptEvent,
     AttemptStatus,

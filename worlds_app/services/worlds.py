@@ -7,15 +7,15 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from chukwa_site.errors import ConflictError, NotFoundError, invalid
+from chukwa_core.component_validation import check_keys, require_object, type_name
+from chukwa_core.errors import ConflictError, NotFoundError, invalid
+from chukwa_core.ids import is_hash, label_problem
+from chukwa_core.kernel import clock
+from chukwa_core.kernel.state import WorldState
 from scenarios_app import selectors as scenario_selectors
-from scenarios_app.identifiers import is_hash, label_problem
 from scenarios_app.models import ScenarioName
 from scenarios_app.services import scenario_assemble_within
 from scenarios_app.services._store import reject_nul
-from scenarios_app.validation import check_keys, require_object, type_name
-from worlds_app.kernel import clock
-from worlds_app.kernel.state import WorldState
 from worlds_app.models import AttemptStatus, DeletedWorld, Turn, TurnAttempt, World
 from worlds_app.selectors import require_slug
 

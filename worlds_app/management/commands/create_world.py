@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from chukwa_site.errors import ChukwaError
+from chukwa_core.errors import ChukwaError
 from worlds_app.services import world_create
 
 

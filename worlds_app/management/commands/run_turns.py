@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from chukwa_site.errors import ChukwaError
+from chukwa_core.errors import ChukwaError
 from worlds_app import selectors
 from worlds_app.models import AttemptStatus, TurnAttempt
 from worlds_app.services import turn_attempt_enqueue

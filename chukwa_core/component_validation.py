@@ -15,8 +15,8 @@ from jsonschema.exceptions import SchemaError
 from referencing import Registry
 from referencing.exceptions import NoSuchResource
 
-from chukwa_site.errors import ChukwaError, invalid
-from scenarios_app.identifiers import (
+from chukwa_core.errors import ChukwaError, invalid
+from chukwa_core.ids import (
     IdentifierError,
     bound_key_env_name,
     is_key_env_name,

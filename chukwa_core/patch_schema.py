@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scenarios_app.hashing import json_schema_hash
+from chukwa_core.hashing import json_schema_hash
 
 _NON_EMPTY = {"type": "string", "minLength": 1}
 

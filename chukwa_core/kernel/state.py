@@ -6,7 +6,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from scenarios_app.hashing import json_hash
+from chukwa_core.hashing import json_hash
 
 
 @dataclass

@@ -11,9 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chukwa_site.errors import invalid
-from scenarios_app.identifiers import is_entity_id, is_hash
-from scenarios_app.validation import (
+from chukwa_core.component_validation import (
     HTTP_JSON_INTERFACE,
     LLM_INTERFACE,
     check_keys,
@@ -23,6 +21,8 @@ from scenarios_app.validation import (
     require_string,
     type_name,
 )
+from chukwa_core.errors import invalid
+from chukwa_core.ids import is_entity_id, is_hash
 
 JSON_SCHEMA = "json_schema"
 RESPONSE_SOURCE = "response_source"
@@ -506,6 +506,6 @@ def validate_workflow(content: Any, *, lookup: RefLookup, world_patch_hash: str)
 
 
 # The rule policy registers here (imported last: it needs nothing from this module at runtime).
-from cognition_app.rule_policy import validate_rule_policy_node  # noqa: E402
+from chukwa_core.rule_policy import validate_rule_policy_node  # noqa: E402
 
 EXTRA_NODE_VALIDATORS["rule_policy"] = validate_rule_policy_node

@@ -16,15 +16,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from chukwa_site.errors import invalid
-from cognition_app.pointers import pointer_get
-from scenarios_app.identifiers import is_entity_id, is_label
-from scenarios_app.validation import check_keys, require_label, require_object, type_name
-from worlds_app.kernel.state import WorldState, memory_of
-from worlds_app.patch_schema import PATCH_OPS
+from chukwa_core.component_validation import check_keys, require_label, require_object, type_name
+from chukwa_core.errors import invalid
+from chukwa_core.ids import is_entity_id, is_label
+from chukwa_core.kernel.state import WorldState, memory_of
+from chukwa_core.patch_schema import PATCH_OPS
+from chukwa_core.pointers import pointer_get
 
 if TYPE_CHECKING:
-    from cognition_app.workflow_validation import RefLookup
+    from chukwa_core.workflow_validation import RefLookup
 
 TEXT_CONDITIONS = {
     "subject_state_contains": ("text",),
@@ -174,7 +174,7 @@ def _validate_tool_call(value: Any, fieldname: str, tool_names: set[str]) -> Non
 
 
 def validate_rule_policy_node(node: Mapping[str, Any], fieldname: str, lookup: RefLookup) -> None:
-    from cognition_app.workflow_validation import validate_tools  # loaded by now (see its end)
+    from chukwa_core.workflow_validation import validate_tools  # loaded by now (see its end)
 
     check_keys(
         node,

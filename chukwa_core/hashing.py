@@ -11,8 +11,8 @@ from typing import Any
 
 import rfc8785
 
-from chukwa_site.errors import ChukwaError
-from scenarios_app.json_values import UnstorableValue, hashable
+from chukwa_core.errors import ChukwaError
+from chukwa_core.json_values import UnstorableValue, hashable
 
 
 def canonical_json_bytes(value: Any) -> bytes:
