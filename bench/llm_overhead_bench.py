@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     import httpx
 
     from cognition_app.embedded_llm import EmbeddedLLMServer
-    from cognition_app.runner import SubjectRun
+    from cognition_app.subject_run import SubjectRun
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 if str(PROJECT_DIR) not in sys.path:

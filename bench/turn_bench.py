@@ -245,7 +245,7 @@ def _turn_in_pieces(slug: str, *, capture: bool = False) -> PieceTiming:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from cognition_app.runner import AttemptFailure, StagedEvent
+    from cognition_app.subject_run import AttemptFailure, StagedEvent
     from worlds_app.models import Turn
     from worlds_app.services.attempts import _commit, turn_attempt_execute
 

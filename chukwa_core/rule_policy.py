@@ -14,17 +14,16 @@ import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chukwa_core.component_validation import check_keys, require_label, require_object, type_name
 from chukwa_core.errors import invalid
 from chukwa_core.ids import is_entity_id, is_label
-from chukwa_core.kernel.state import WorldState, memory_of
 from chukwa_core.patch_schema import PATCH_OPS
 from chukwa_core.pointers import pointer_get
-
-if TYPE_CHECKING:
-    from chukwa_core.workflow_validation import RefLookup
+from chukwa_core.prompt_templates import PLACEHOLDER_RE
+from chukwa_core.workflow_refs import NodeCheck, validate_tools
+from chukwa_core.world_state import WorldState, memory_of
 
 TEXT_CONDITIONS = {
     "subject_state_contains": ("text",),
@@ -50,7 +49,6 @@ TEMPLATE_NAMES = frozenset(
         "rule.id",
     }
 )
-_PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}")
 SUBJECT_ID = "{{subject.id}}"
 SUBJECT_ENVIRONMENT = "{{subject.environment}}"
 RULE_FIELDS = ("id", "when", "intent", "plan", "memory", "narration")
@@ -65,7 +63,7 @@ _TOOL_RESULT = re.compile(r"tool\.result(\.[A-Za-z0-9_-]+)?")
 def _check_template(value: Any, fieldname: str, *, allow_tool: bool = False) -> str:
     if not isinstance(value, str) or not value.strip():
         raise invalid("invalid_template", fieldname, "must be a non-empty string template")
-    for match in _PLACEHOLDER.finditer(value):
+    for match in PLACEHOLDER_RE.finditer(value):
         name = match.group(1)
         if name in TEMPLATE_NAMES or (allow_tool and _TOOL_RESULT.fullmatch(name)):
             continue
@@ -77,7 +75,7 @@ def _check_template(value: Any, fieldname: str, *, allow_tool: bool = False) -> 
         raise invalid(
             "invalid_template", fieldname, f"unknown placeholder {{{{{name}}}}}; known: {known}"
         )
-    if "{{" in _PLACEHOLDER.sub("", value) or "}}" in _PLACEHOLDER.sub("", value):
+    if "{{" in PLACEHOLDER_RE.sub("", value) or "}}" in PLACEHOLDER_RE.sub("", value):
         raise invalid("invalid_template", fieldname, "has an unbalanced {{ or }}")
     return value
 
@@ -173,8 +171,7 @@ def _validate_tool_call(value: Any, fieldname: str, tool_names: set[str]) -> Non
     walk(arguments, f"{fieldname}.arguments")
 
 
-def validate_rule_policy_node(node: Mapping[str, Any], fieldname: str, lookup: RefLookup) -> None:
-    from chukwa_core.workflow_validation import validate_tools  # loaded by now (see its end)
+def validate_rule_policy_node(node: Mapping[str, Any], fieldname: str, check: NodeCheck) -> None:
 
     check_keys(
         node,
@@ -184,7 +181,9 @@ def validate_rule_policy_node(node: Mapping[str, Any], fieldname: str, lookup: R
         code="invalid_node",
     )
     tool_names = set(
-        validate_tools(node.get("available_tools", []), f"{fieldname}.available_tools", lookup)
+        validate_tools(
+            node.get("available_tools", []), f"{fieldname}.available_tools", check.lookup
+        )
     )
     rules = node["rules"]
     if not isinstance(rules, list) or not rules:
@@ -351,7 +350,7 @@ def _render(template: str, values: Mapping[str, str]) -> str:
             )
         return values[name]
 
-    return _PLACEHOLDER.sub(lookup, template)
+    return PLACEHOLDER_RE.sub(lookup, template)
 
 
 def _render_json(value: Any, values: Mapping[str, str]) -> Any:

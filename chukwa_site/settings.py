@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "scenarios_app",
     "worlds_app",
     "cognition_app",
+    "surfaces",
 ]
 
 MIDDLEWARE = [
@@ -56,7 +57,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "chukwa_site.signin_throttle.signin_throttle_middleware",
+    "surfaces.signin_throttle.signin_throttle_middleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -75,7 +76,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "chukwa_site.context_processors.roles",
+                "surfaces.pages.context_processors.roles",
             ],
         },
     },
@@ -109,7 +110,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Sign-in throttling (SPEC §11): the backend refuses a username+address after
 # CHUKWA_SIGNIN_FAILURE_LIMIT failures within CHUKWA_SIGNIN_WINDOW_SECONDS.
-AUTHENTICATION_BACKENDS = ["chukwa_site.signin_throttle.ThrottledModelBackend"]
+AUTHENTICATION_BACKENDS = ["surfaces.signin_throttle.ThrottledModelBackend"]
 CHUKWA_SIGNIN_FAILURE_LIMIT = int(os.environ.get("CHUKWA_SIGNIN_FAILURE_LIMIT", "5"))
 CHUKWA_SIGNIN_WINDOW_SECONDS = int(os.environ.get("CHUKWA_SIGNIN_WINDOW_SECONDS", "900"))
 # The database cache (table created by chukwa_site's migration) keeps the failure counts shared
@@ -151,14 +152,14 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "chukwa_site.signin_throttle.ThrottledTokenAuthentication",
+        "surfaces.signin_throttle.ThrottledTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["chukwa_site.permissions.ReadAnyWriteOperators"],
+    "DEFAULT_PERMISSION_CLASSES": ["surfaces.permissions.ReadAnyWriteOperators"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "chukwa_site.api_errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "surfaces.api.errors.api_exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["chukwa_site.parsers.ChukwaJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["surfaces.api.parsers.ChukwaJSONParser"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 

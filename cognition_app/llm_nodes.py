@@ -10,22 +10,19 @@ content: they fail the attempt at once.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, text_problem
-from chukwa_core.kernel.patch import PatchRejected, validate_patch
-from chukwa_core.kernel.render import environment_rendered, subject_rendered, world_projection
-from chukwa_core.kernel.state import memory_of
 from chukwa_core.patch_schema import PATCH_OPS
+from chukwa_core.patching import PatchRejected, validate_patch
+from chukwa_core.prompt_templates import PLACEHOLDER_RE
+from chukwa_core.rendering import environment_rendered, subject_rendered, world_projection
+from chukwa_core.world_state import memory_of
 from cognition_app import sources
 from cognition_app.sources import CallContext, Generation, Judgement, SourceFailure
+from cognition_app.subject_run import AttemptFailure, StagedEvent, SubjectRun
 
-if TYPE_CHECKING:
-    from cognition_app.runner import SubjectRun
-
-_PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}")
 CORRECTIVE = (
     "Your previous response was rejected. {complaint}\n\n"
     "Return a corrected JSON object matching the same schema. Keep everything else about your "
@@ -83,7 +80,10 @@ def placeholder_values(run: SubjectRun, tools: list[dict[str, Any]]) -> dict[str
 def render_messages(template: Mapping[str, Any], values: Mapping[str, str]) -> list[dict[str, str]]:
     """Plain replacement; validation guarantees every placeholder is known."""
     return [
-        {"role": m["role"], "content": _PLACEHOLDER.sub(lambda g: values[g.group(1)], m["content"])}
+        {
+            "role": m["role"],
+            "content": PLACEHOLDER_RE.sub(lambda g: values[g.group(1)], m["content"]),
+        }
         for m in template["messages"]
     ]
 
@@ -263,7 +263,6 @@ def _reject(
     exc: ModelContentRejected,
     attempt_no: int,
 ) -> None:
-    from cognition_app.runner import StagedEvent
 
     # The verdict itself was written with the finished trace rows (see sources.Judgement).
     run.events.append(
@@ -357,7 +356,6 @@ def _call_ctx(run: SubjectRun, node: Mapping[str, Any], **extra: Any) -> CallCon
 def _budget_exhausted(
     node: Mapping[str, Any], run: SubjectRun, failures: int, complaint: str
 ) -> Exception:
-    from cognition_app.runner import AttemptFailure
 
     return AttemptFailure(
         "model_output",
@@ -369,7 +367,6 @@ def _budget_exhausted(
 
 
 def _source_failure(node: Mapping[str, Any], run: SubjectRun, exc: SourceFailure) -> Exception:
-    from cognition_app.runner import AttemptFailure
 
     return AttemptFailure(
         "source",
@@ -413,7 +410,6 @@ def run_llm_text(node: Mapping[str, Any], run: SubjectRun) -> str:
 
 
 def run_llm_tool_loop(node: Mapping[str, Any], run: SubjectRun) -> dict[str, Any]:
-    from cognition_app.runner import StagedEvent
 
     tools = list(node["available_tools"])
     by_name = {t["name"]: t for t in tools}

@@ -7,87 +7,14 @@ call sources through the traced source layer.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
-from uuid import UUID
 
-from chukwa_core.kernel.state import WorldState
+from chukwa_core.node_types import NODE_TYPES, PATCH_NODE_TYPES
 from chukwa_core.rule_policy import RuleContext, ToolResultMissing, evaluate_rule_policy
-from chukwa_core.workflow_validation import PATCH_NODE_TYPES
 from cognition_app import sources
 from cognition_app.llm_nodes import run_llm_text, run_llm_tool_loop
-from cognition_app.sources import CallContext, SourceFailure
-
-
-class AttemptFailure(Exception):
-    """Fails the whole attempt before commit: nothing of the turn is kept but its traces."""
-
-    def __init__(
-        self,
-        step: str,
-        message: str,
-        *,
-        subject_id: str = "",
-        node_id: str = "",
-        invocation_id: UUID | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.step = step
-        self.message = message
-        self.subject_id = subject_id
-        self.node_id = node_id
-        self.invocation_id = invocation_id
-
-
-@dataclass
-class StagedEvent:
-    kind: str
-    payload: dict[str, Any] = field(default_factory=dict)
-    subject_id: str = ""
-    node_id: str = ""
-    workflow_hash: str = ""
-    patch_seq: int | None = None
-    content_hash: str = ""
-    invocation_id: UUID | None = None
-    llm_call_id: UUID | None = None
-    at: datetime = field(default_factory=lambda: datetime.now(UTC))
-
-
-@dataclass(frozen=True)
-class TurnContext:
-    world_slug: str
-    turn: int
-    attempted_turn: int
-    simulation_time: str
-
-
-@dataclass
-class SubjectRun:
-    subject_id: str
-    workflow: Mapping[str, Any]
-    workflow_hash: str
-    world: WorldState
-    ctx: TurnContext
-    events: list[StagedEvent]
-    outputs: dict[str, Any] = field(default_factory=dict)
-    # the ambient results this subject may see (the tree under /ambient)
-    ambient: dict[str, Any] = field(default_factory=dict)
-    # builds the trace context of a source call made while this subject runs
-    make_call_context: Callable[..., CallContext] | None = None
-    # the generation whose patch was accepted (links transitions to the LLM call)
-    last_invocation_id: UUID | None = None
-    last_llm_call_id: UUID | None = None
-
-    def call_context(self, **fields: Any) -> CallContext:
-        if self.make_call_context is None:
-            raise AttemptFailure(
-                "source", "this run has no source layer context", subject_id=self.subject_id
-            )
-        return self.make_call_context(
-            workflow_hash=self.workflow_hash, subject_id=self.subject_id, **fields
-        )
-
+from cognition_app.sources import SourceFailure
+from cognition_app.subject_run import AttemptFailure, StagedEvent, SubjectRun
 
 NodeExecutor = Callable[[Mapping[str, Any], SubjectRun], Any]
 
@@ -181,11 +108,16 @@ def _run_rule_policy(node: Mapping[str, Any], run: SubjectRun) -> dict[str, Any]
     return outcome.patch
 
 
+# One executor for each type of the core's node registry, and no other.
 NODE_EXECUTORS: dict[str, NodeExecutor] = {
     "rule_policy": _run_rule_policy,
     "llm_text": run_llm_text,
     "llm_tool_loop": run_llm_tool_loop,
 }
+if set(NODE_EXECUTORS) != set(NODE_TYPES):
+    raise ImportError(
+        f"node executors {sorted(NODE_EXECUTORS)} do not match the node types {sorted(NODE_TYPES)}"
+    )
 
 
 def run_subject_workflow(run: SubjectRun) -> tuple[dict[str, Any], str]:

@@ -10,9 +10,9 @@ from typing import Any
 from django.db.models import Count, Exists, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
+from chukwa_core import clock  # pure calendar helpers (no Django), shared with worlds
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
-from chukwa_core.kernel import clock  # pure calendar helpers (no Django), shared with worlds
 from scenarios_app.models import (
     CognitionProfile,
     CognitionWorkflow,
@@ -163,13 +163,13 @@ def component_uses(*, kind: str, hash: str) -> dict[str, Any]:
 
 
 def _world_counts(hashes: Iterable[str]) -> dict[str, int]:
-    from worlds_app.models import World  # worlds build on the store, not the other way round
-
+    # Through the reverse relation the worlds app declares (World.scenario, related_name
+    # "worlds"): the store counts the worlds built on it without importing the worlds app,
+    # which sits above it.
     rows = (
-        World.objects.filter(scenario_id__in=list(hashes))
-        .values("scenario_id")
-        .annotate(n=Count("pk"))
-        .values_list("scenario_id", "n")
+        Scenario.objects.filter(pk__in=list(hashes))
+        .annotate(n=Count("worlds"))
+        .values_list("pk", "n")
     )
     return dict(rows)
 

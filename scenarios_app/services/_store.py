@@ -23,15 +23,15 @@ from chukwa_core.component_validation import (
 from chukwa_core.errors import ChukwaError, invalid
 from chukwa_core.ids import is_hash
 from chukwa_core.patch_schema import world_patch_schema_hash
-from chukwa_core.workflow_validation import (
+from chukwa_core.workflow_refs import (
     JSON_SCHEMA,
     OPAQUE_KEYS,
     REF_KINDS,
     RESPONSE_SOURCE,
     StoredRef,
     iter_refs,
-    validate_workflow,
 )
+from chukwa_core.workflow_validation import validate_workflow
 from scenarios_app.models import (
     CognitionProfile,
     CognitionWorkflow,

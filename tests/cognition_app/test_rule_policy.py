@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from chukwa_core.errors import ChukwaError
-from chukwa_core.kernel.patch import apply_patch, validate_patch
-from chukwa_core.kernel.state import WorldState
+from chukwa_core.node_types import NODE_TYPES
+from chukwa_core.patching import apply_patch, validate_patch
 from chukwa_core.rule_policy import (
     RuleContext,
     RuleOutcome,
@@ -23,8 +23,10 @@ from chukwa_core.rule_policy import (
     monologue_hash,
     rule_policy_references,
     seed_for,
+    validate_rule_policy_node,
 )
-from chukwa_core.workflow_validation import EXTRA_NODE_VALIDATORS, validate_workflow
+from chukwa_core.workflow_validation import validate_workflow
+from chukwa_core.world_state import WorldState
 
 WORLD_PATCH = "a" * 64
 
@@ -533,7 +535,8 @@ FULL_POLICY = node(
 
 
 def test_rule_policy_is_a_registered_node_type() -> None:
-    assert "rule_policy" in EXTRA_NODE_VALIDATORS
+    assert NODE_TYPES["rule_policy"].validate is validate_rule_policy_node
+    assert NODE_TYPES["rule_policy"].produces_patch
 
 
 def test_a_complete_policy_is_valid() -> None:

@@ -9,15 +9,14 @@ from typing import Any
 
 import pytest
 
-from chukwa_core import workflow_validation
+from chukwa_core import node_types
 from chukwa_core.errors import ChukwaError
 from chukwa_core.hashing import json_schema_hash, response_source_hash
+from chukwa_core.node_types import NodeType
 from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA, world_patch_schema_hash
-from chukwa_core.workflow_validation import (
-    STATIC_PLACEHOLDERS,
-    StoredRef,
-    validate_workflow,
-)
+from chukwa_core.prompt_templates import STATIC_PLACEHOLDERS
+from chukwa_core.workflow_refs import StoredRef
+from chukwa_core.workflow_validation import validate_workflow
 
 LLM_SOURCE: dict[str, Any] = {
     "version": 1,
@@ -435,11 +434,13 @@ def test_registered_node_validator_is_called_and_may_produce_the_patch(
 ) -> None:
     calls: list[tuple[str, str]] = []
 
-    def rule_policy_validator(node: Mapping[str, Any], field: str, lookup: Any) -> None:
+    def rule_policy_validator(node: Mapping[str, Any], field: str, check: Any) -> None:
         calls.append((node["id"], field))
 
     monkeypatch.setitem(
-        workflow_validation.EXTRA_NODE_VALIDATORS, "rule_policy", rule_policy_validator
+        node_types.NODE_TYPES,
+        "rule_policy",
+        NodeType(rule_policy_validator, text_output=False, produces_patch=True),
     )
     workflow = tool_loop_workflow()
     workflow["nodes"] = [{"id": "decide", "type": "rule_policy", "rules": []}]

@@ -22,7 +22,6 @@ from django.utils.html import escape
 from chukwa_core import hashing
 from chukwa_core.errors import ChukwaError
 from scenarios_app import services
-from scenarios_app.forms import pretty_json
 from scenarios_app.models import (
     CognitionProfile,
     CognitionWorkflow,
@@ -35,6 +34,7 @@ from scenarios_app.models import (
     ScenarioName,
     ScenarioNameHistory,
 )
+from surfaces.forms import pretty_json
 from tests.conftest import HTTP_SOURCE, LLM_SOURCE
 
 WEATHER_SCHEMA: dict[str, Any] = {

@@ -14,9 +14,9 @@ from django.urls import reverse
 
 from scenarios_app import services
 from scenarios_app.fixture_files import fixture_names, load_fixture
-from scenarios_app.lineage_svg import lineage_svg
 from scenarios_app.models import Entity, Environment, ScenarioName
-from scenarios_app.views import SEGMENTS
+from surfaces.pages.lineage_svg import lineage_svg
+from surfaces.pages.store import SEGMENTS
 
 pytestmark = pytest.mark.django_db
 

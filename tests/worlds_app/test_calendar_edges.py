@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from chukwa_core.kernel import clock
+from chukwa_core import clock
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt, World

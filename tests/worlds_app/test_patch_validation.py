@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from chukwa_core.kernel.patch import PatchRejected, apply_patch, validate_patch
-from chukwa_core.kernel.state import WorldState
 from chukwa_core.patch_schema import PATCH_OPS
+from chukwa_core.patching import PatchRejected, apply_patch, validate_patch
+from chukwa_core.world_state import WorldState
 
 
 def agent(entity_id: str, name: str, environment: str, memory: str = "") -> dict[str, Any]:

@@ -22,11 +22,11 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
+from chukwa_core import clock
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.json_values import storable_text
-from chukwa_core.kernel import clock
-from chukwa_core.kernel.patch import PatchRejected, Transition, apply_patch, validate_patch
-from chukwa_core.kernel.state import WorldState
+from chukwa_core.patching import PatchRejected, Transition, apply_patch, validate_patch
+from chukwa_core.world_state import WorldState
 from cognition_app.ambient import (
     AmbientResult,
     inject,
@@ -34,13 +34,7 @@ from cognition_app.ambient import (
     runs_for_subject,
     visible_tree,
 )
-from cognition_app.runner import (
-    AttemptFailure,
-    StagedEvent,
-    SubjectRun,
-    TurnContext,
-    run_subject_workflow,
-)
+from cognition_app.runner import run_subject_workflow
 from cognition_app.sources import (
     CallContext,
     SourceFailure,
@@ -48,6 +42,7 @@ from cognition_app.sources import (
     interrupt_running,
     scrub,
 )
+from cognition_app.subject_run import AttemptFailure, StagedEvent, SubjectRun, TurnContext
 from worlds_app.models import (
     AttemptEvent,
     AttemptStatus,

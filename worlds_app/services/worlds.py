@@ -7,11 +7,11 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from chukwa_core import clock
 from chukwa_core.component_validation import check_keys, require_object, type_name
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
-from chukwa_core.kernel import clock
-from chukwa_core.kernel.state import WorldState
+from chukwa_core.world_state import WorldState
 from scenarios_app import selectors as scenario_selectors
 from scenarios_app.models import ScenarioName
 from scenarios_app.services import scenario_assemble_within

@@ -15,7 +15,8 @@ from worlds_app.services import turn_attempt_enqueue
 
 
 def _worker_names() -> list[str]:
-    from chukwa_site.celery import app
+    # the project's Celery app, registered as current by chukwa_site on import
+    from celery import current_app as app
 
     replies = app.control.ping(timeout=1.0) or []
     return [name for reply in replies for name in reply]

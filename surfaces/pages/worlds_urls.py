@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path
 
-from worlds_app import views
+from surfaces.pages import worlds as views
 
 urlpatterns: list[URLPattern] = [
     path("worlds/", views.world_list_page, name="page-world-list"),

@@ -9,7 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from cognition_app import selectors
-from scenarios_app.api import ERRORS
+from surfaces.api.store import ERRORS
 
 
 class SourceInvocationDetailApi(APIView):

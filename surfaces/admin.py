@@ -26,18 +26,7 @@ from django.utils.safestring import SafeString
 
 from chukwa_core.errors import ChukwaError
 from chukwa_core.patch_schema import world_patch_schema_hash
-from chukwa_site.permissions import is_operator
 from scenarios_app import selectors, services
-from scenarios_app.forms import (
-    AssembleForm,
-    ComponentJsonForm,
-    EnvironmentForm,
-    ForkForm,
-    NameSetForm,
-    NameUnsetForm,
-    add_service_error,
-    pretty_json,
-)
 from scenarios_app.models import (
     CognitionProfile,
     CognitionWorkflow,
@@ -50,6 +39,17 @@ from scenarios_app.models import (
     ScenarioName,
     ScenarioNameHistory,
 )
+from surfaces.forms import (
+    AssembleForm,
+    ComponentJsonForm,
+    EnvironmentForm,
+    ForkForm,
+    NameSetForm,
+    NameUnsetForm,
+    add_service_error,
+    pretty_json,
+)
+from surfaces.permissions import is_operator
 
 FORM_TEMPLATE = "admin/scenarios_app/service_form.html"
 _DETAIL_CACHE_ATTR = "_chukwa_detail"

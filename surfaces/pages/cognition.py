@@ -6,9 +6,9 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from chukwa_site.pages import page, respond
 from cognition_app import selectors
 from cognition_app.models import LlmCall, SourceInvocation
+from surfaces.pages.rendering import page, respond
 
 
 @page

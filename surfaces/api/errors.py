@@ -11,7 +11,7 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from chukwa_core.errors import ChukwaError, NotFoundError
-from chukwa_site.signin_throttle import SigninThrottled
+from surfaces.signin_throttle import SigninThrottled
 
 
 def _flatten_drf_detail(detail: Any, prefix: str = "") -> list[tuple[str, str]]:

@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path
 
-from cognition_app import views
+from surfaces.pages import cognition as views
 
 urlpatterns: list[URLPattern] = [
     path("invocations/<str:invocation_id>/", views.invocation_page, name="page-invocation"),

@@ -9,11 +9,11 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import mark_safe
 
 from chukwa_core.errors import NotFoundError
-from chukwa_core.workflow_validation import REF_KINDS
-from chukwa_site.pages import page, respond
+from chukwa_core.workflow_refs import REF_KINDS
 from scenarios_app import selectors
-from scenarios_app.lineage_svg import lineage_svg
 from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind
+from surfaces.pages.lineage_svg import lineage_svg
+from surfaces.pages.rendering import page, respond
 
 SEGMENTS: dict[str, ComponentKind] = COLLECTION_SEGMENTS
 SEGMENT_BY_KIND: dict[str, str] = {kind.value: segment for segment, kind in SEGMENTS.items()}

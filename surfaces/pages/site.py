@@ -37,7 +37,8 @@ def _redis_status() -> dict[str, object]:
 
 
 def _worker_status() -> dict[str, object]:
-    from chukwa_site.celery import app
+    # the project's Celery app, registered as current by chukwa_site on import
+    from celery import current_app as app
 
     try:
         replies = app.control.ping(timeout=1.0) or []

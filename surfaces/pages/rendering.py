@@ -13,7 +13,7 @@ from django.shortcuts import render
 from django.utils.cache import patch_vary_headers
 
 from chukwa_core.errors import ChukwaError
-from chukwa_site.permissions import is_operator
+from surfaces.permissions import is_operator
 
 View = Callable[..., HttpResponse]
 

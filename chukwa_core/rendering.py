@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chukwa_core.kernel.state import WorldState, is_agent
+from chukwa_core.world_state import WorldState, is_agent
 
 
 def render_entity(entity: dict[str, Any], *, with_mind: bool = False) -> str:

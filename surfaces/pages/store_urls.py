@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path
 
-from scenarios_app import views
+from surfaces.pages import store as views
 
 # <str:…> rather than a hash converter: a malformed hash must reach the selector and become a
 # 400 page, not a resolver 404.

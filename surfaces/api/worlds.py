@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chukwa_core.errors import invalid
-from scenarios_app.api import ERRORS, PAGING, PageSerializer, body_object
+from surfaces.api.store import ERRORS, PAGING, PageSerializer, body_object
 from worlds_app import selectors, services
 
 

@@ -12,8 +12,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from chukwa_core.errors import ChukwaError, NotFoundError
-from chukwa_site.pages import page, respond, wants_json
-from chukwa_site.permissions import is_operator
+from surfaces.pages.rendering import page, respond, wants_json
+from surfaces.permissions import is_operator
 from worlds_app import selectors
 from worlds_app.models import ACTIVE_STATUSES, AttemptEvent, PatchTransition, Turn, World
 from worlds_app.services import turn_attempt_enqueue

@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path
 
-from cognition_app import authoring
+from surfaces.pages import authoring
 
 urlpatterns: list[URLPattern] = [
     path("workflows/author/", authoring.workflow_author, name="page-workflow-author"),

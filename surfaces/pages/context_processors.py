@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
-from chukwa_site.permissions import is_operator
+from surfaces.permissions import is_operator
 
 
 def roles(request: HttpRequest) -> dict[str, bool]:

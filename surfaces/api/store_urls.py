@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scenarios_app import api
+from surfaces.api import store as api
 
 urlpatterns = []
 for segment, kind in api.COLLECTIONS.items():

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from cognition_app import api
+from surfaces.api import cognition as api
 
 urlpatterns = [
     path(

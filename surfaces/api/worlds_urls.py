@@ -1,6 +1,6 @@
 from django.urls import path
 
-from worlds_app import api
+from surfaces.api import worlds as api
 
 urlpatterns = [
     path("worlds/", api.WorldCollectionApi.as_view(), name="api-world-list"),

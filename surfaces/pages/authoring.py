@@ -17,21 +17,21 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.views.decorators.http import require_GET, require_POST
 
+from chukwa_core import clock
 from chukwa_core.errors import ChukwaError, NotFoundError
 from chukwa_core.ids import is_hash, label_problem
-from chukwa_core.kernel import clock
-from chukwa_core.kernel.state import WorldState, is_agent
 from chukwa_core.patch_schema import world_patch_schema_hash
-from chukwa_site.pages import page, respond
-from chukwa_site.permissions import is_operator
+from chukwa_core.world_state import WorldState, is_agent
 from cognition_app import sources
 from cognition_app.ambient import inject, resolve_template, runs_for_subject, visible_to
 from cognition_app.llm_nodes import placeholder_values, render_messages, tool_loop_schema
-from cognition_app.runner import SubjectRun, TurnContext
 from cognition_app.sources import SourceFailure
+from cognition_app.subject_run import SubjectRun, TurnContext
 from scenarios_app.models import CognitionWorkflow, ResponseSource
 from scenarios_app.services import cognition_workflow_put, scenario_fork
 from scenarios_app.services._store import Resolver
+from surfaces.pages.rendering import page, respond
+from surfaces.permissions import is_operator
 from worlds_app.models import Turn, World
 
 T = TypeVar("T")

@@ -12,8 +12,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from chukwa_core.ids import IdentifierError, normalize_entity_id
-from chukwa_core.kernel.state import WorldState, is_agent
 from chukwa_core.patch_schema import PATCH_OPS, WORLD_PATCH_SCHEMA
+from chukwa_core.world_state import WorldState, is_agent
 
 _VALIDATOR = Draft202012Validator(WORLD_PATCH_SCHEMA)
 

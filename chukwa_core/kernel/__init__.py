@@ -1,1 +1,0 @@
-"""The world kernel: world state, WorldPatch validation and application, rendering. Pure."""
