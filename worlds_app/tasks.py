@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
 
 @shared_task(
@@ -14,8 +18,15 @@ from celery.exceptions import SoftTimeLimitExceeded
     # redelivered task finds the attempt no longer queued and returns quietly (the reaper marks
     # it interrupted when its lease expires).
     reject_on_worker_lost=True,
-    soft_time_limit=900,
-    time_limit=960,
+    # The database was unreachable (usually during the claim, before anything was written): try
+    # again shortly rather than wait for the periodic re-drive. A retry that finds the attempt
+    # already claimed or finished claims nothing.
+    autoretry_for=(OperationalError, InterfaceError),
+    max_retries=5,
+    retry_backoff=2,
+    retry_backoff_max=30,
+    soft_time_limit=settings.CHUKWA_ATTEMPT_SOFT_TIME_LIMIT,
+    time_limit=settings.CHUKWA_ATTEMPT_TIME_LIMIT,
 )
 def run_turn_attempt(self, attempt_id: str) -> str | None:
     from worlds_app.services import turn_attempt_run
@@ -27,8 +38,12 @@ def run_turn_attempt(self, attempt_id: str) -> str | None:
         return "failed"
 
 
+# Routed to the control queue (settings.CELERY_TASK_ROUTES), so it never waits behind attempts.
 @shared_task(name="worlds.reap_expired_attempts", acks_late=True, time_limit=120)
-def reap_expired_attempts() -> list[str]:
-    from worlds_app.services import turn_attempt_reap
+def reap_expired_attempts() -> dict[str, Any]:
+    """The periodic safety net: interrupt attempts whose worker died, then re-send the next
+    attempt of every world left with queued attempts and nothing running."""
+    from worlds_app.services import turn_attempt_reap, turn_attempt_redrive
 
-    return turn_attempt_reap()
+    reaped = turn_attempt_reap()
+    return {"reaped": reaped, "redriven": turn_attempt_redrive()}
