@@ -84,9 +84,16 @@ class _ToolHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+class _ToolServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # The worker calling us was killed mid-call: expected here, nothing to report.
+        return
+
+
 def start_tool_server() -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ToolHandler)
-    server.daemon_threads = True
+    server = _ToolServer(("127.0.0.1", 0), _ToolHandler)
     threading.Thread(target=server.serve_forever, daemon=True, name="tool-server").start()
     return server
 
@@ -221,10 +228,12 @@ class Workers:
         self._logs.append(log)
         command = [sys.executable, "-m", "celery", "-A", "chukwa_site", "worker", *args]
         command += ["--hostname", f"{name}@%h", "--loglevel", "WARNING"]
+        # Workers log their warnings (deferred dispatches, lease renewals that failed).
+        env = {**os.environ, "CHUKWA_LOG_LEVEL": "WARNING"}
         return subprocess.Popen(
             command,
             cwd=PROJECT_DIR,
-            env=os.environ.copy(),
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -433,17 +442,35 @@ def kill_once(workers: Workers, figures: Figures, moment: str, rng: random.Rando
     time.sleep(rng.uniform(0.2, 1.0))  # let some turns commit between kills
 
 
+def _attempt_running() -> bool:
+    from worlds_app.models import AttemptStatus, TurnAttempt
+
+    return TurnAttempt.objects.filter(status=AttemptStatus.RUNNING).exists()
+
+
+def _enqueue_everywhere(worlds: list[str]) -> int:
+    """One more turn for every world, now (during an outage)."""
+    from worlds_app.services import turn_attempt_enqueue
+
+    for slug in worlds:
+        turn_attempt_enqueue(slug=slug, count=1, requested_by="fault")
+    return len(worlds)
+
+
 def restart_redis(feeder: Feeder, figures: Figures, rng: random.Random) -> None:
-    """Clean shutdown or kill -9 (then up to a second of appended writes may be lost)."""
+    """Clean shutdown or kill -9 (then up to a second of appended writes may be lost), while
+    an attempt runs; turns are enqueued while Redis is away (their dispatch must not be lost)."""
     from chukwa_site import embedded
 
     kind = "kill" if figures.redis_restarts % 2 else "shutdown"
+    _poll(_attempt_running, timeout=15.0)
     feeder.broker_down.set()
     if kind == "kill":
         pid = int((embedded.data_dir() / "redis" / "redis.pid").read_text().strip())
         os.kill(pid, signal.SIGKILL)
     else:
         embedded.redis_stop()
+    figures.enqueued_while_broker_down += _enqueue_everywhere(feeder.worlds)
     time.sleep(rng.uniform(1.0, 3.0))  # the feeder keeps enqueueing meanwhile
     embedded.redis_ensure()
     feeder.broker_down.clear()
@@ -452,10 +479,12 @@ def restart_redis(feeder: Feeder, figures: Figures, rng: random.Random) -> None:
 
 
 def restart_postgres(figures: Figures, rng: random.Random) -> None:
-    """A fast shutdown (clients disconnected) or an immediate one (a crash, with recovery)."""
+    """A fast shutdown (clients disconnected) or an immediate one (a crash, with recovery),
+    while an attempt runs (its heartbeat must outlive the outage or the reaper settle it)."""
     from chukwa_site import embedded
 
     kind = "immediate" if figures.pg_restarts % 2 else "fast"
+    _poll(_attempt_running, timeout=15.0)
     embedded.postgres_stop(mode=kind)
     time.sleep(rng.uniform(1.0, 3.0))
     embedded.postgres_ensure()
@@ -600,7 +629,7 @@ def main(argv: list[str] | None = None) -> int:
         embedded.redis_stop()
         embedded.postgres_stop()
         if not args.keep:
-            shutil.rmtree(data_dir, ignore_errors=True)
+            shutil.rmtree(data_dir)
     figures.wall_seconds = time.monotonic() - started
     report(figures)
     if args.keep:
