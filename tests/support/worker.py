@@ -78,3 +78,13 @@ def routed_to(queue: str) -> Iterator[None]:
         yield
     finally:
         settings.CELERY_TASK_DEFAULT_QUEUE = previous
+
+
+def delete_queue(queue: str) -> None:
+    """Remove a test queue, its messages and its bindings from the shared broker."""
+    from chukwa_site.celery import app
+
+    with app.connection_for_write() as conn:
+        bound = app.amqp.queues[queue].bind(conn.default_channel)
+        bound.declare()  # the transport deletes only bindings it knows of
+        bound.delete()
