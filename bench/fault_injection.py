@@ -214,14 +214,22 @@ def create_worlds(per_kind: int) -> dict[str, str]:
 
 class Workers:
     """The control worker (reaper/re-drive + beat; left alone) and the attempt worker (killed
-    and restarted). Each has a session of its own so a kill takes its whole process group."""
+    and restarted). Each has a session of its own so a kill takes its whole process group.
+
+    Like a real deployment's process supervisor, a thread restarts the attempt worker whenever
+    it is gone: after a kill of the whole group, and when Celery exits by itself (a pool
+    process killed while the pool is still starting makes the worker give up)."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.generation = 0
         self.attempts: subprocess.Popen[bytes] | None = None
         self.control: subprocess.Popen[bytes] | None = None
+        self.exits_by_themselves = 0
         self._logs: list[IO[bytes]] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._supervisor = threading.Thread(target=self._supervise, daemon=True, name="supervisor")
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = (self.log_dir / f"{name}.log").open("ab")
@@ -239,14 +247,17 @@ class Workers:
             start_new_session=True,
         )
 
-    def start_control(self) -> None:
+    def start(self) -> None:
         schedule = self.log_dir / "celerybeat-schedule"
         self.control = self._spawn(
             "control",
             ["--pool", "solo", "-Q", CONTROL_QUEUE, "--beat", "--schedule", str(schedule)],
         )
+        with self._lock:
+            self._start_attempts()
+        self._supervisor.start()
 
-    def start_attempts(self) -> None:
+    def _start_attempts(self) -> None:
         self.generation += 1
         # A new hostname per start: a lease names the worker process that holds it.
         self.attempts = self._spawn(
@@ -254,28 +265,41 @@ class Workers:
             ["--pool", "prefork", "--concurrency", "2", "-Q", ATTEMPT_QUEUE],
         )
 
-    def ensure_attempts(self) -> None:
-        if self.attempts is None or self.attempts.poll() is not None:
-            self.start_attempts()
+    def _supervise(self) -> None:
+        while not self._stopping.wait(0.25):
+            with self._lock:
+                if self.attempts is not None and self.attempts.poll() is not None:
+                    self.exits_by_themselves += 1
+                    self._start_attempts()
 
-    def kill_group(self) -> None:
+    def kill_group(self, restart_after: float) -> None:
         """kill -9 of the whole worker (main process and pool children): a machine dying."""
-        assert self.attempts is not None
-        os.killpg(self.attempts.pid, signal.SIGKILL)
-        self.attempts.wait(timeout=30)
+        with self._lock:
+            assert self.attempts is not None
+            os.killpg(self.attempts.pid, signal.SIGKILL)
+            self.attempts.wait(timeout=30)
+            time.sleep(restart_after)
+            self._start_attempts()
 
     def kill_child(self) -> bool:
         """kill -9 of one pool process: the main process survives and replaces it."""
         import psutil
 
-        assert self.attempts is not None
-        children = psutil.Process(self.attempts.pid).children()
-        if not children:
-            return False
-        random.choice(children).send_signal(signal.SIGKILL)
-        return True
+        with self._lock:
+            assert self.attempts is not None
+            try:
+                children = psutil.Process(self.attempts.pid).children()
+            except psutil.NoSuchProcess:
+                return False  # it exited by itself just now; the supervisor restarts it
+            if not children:
+                return False
+            random.choice(children).send_signal(signal.SIGKILL)
+            return True
 
     def stop(self) -> None:
+        self._stopping.set()
+        if self._supervisor.is_alive():
+            self._supervisor.join(timeout=5)
         for proc in (self.attempts, self.control):
             if proc is None or proc.poll() is not None:
                 continue
@@ -302,6 +326,7 @@ class Figures:
     pg_restarts: int = 0
     pg_restarts_by_kind: Counter[str] = field(default_factory=Counter)
     worker_starts: int = 0
+    worker_exits_by_themselves: int = 0
     batches_enqueued: int = 0
     enqueued_while_broker_down: int = 0
     enqueue_refused_database_down: int = 0
@@ -420,7 +445,6 @@ def _moment_reached(moment: str) -> Any:
 
 
 def kill_once(workers: Workers, figures: Figures, moment: str, rng: random.Random) -> None:
-    workers.ensure_attempts()
     if moment == "random":
         time.sleep(rng.uniform(0.0, 2.5))
         reached = True
@@ -431,14 +455,10 @@ def kill_once(workers: Workers, figures: Figures, moment: str, rng: random.Rando
     if kind == "child" and not workers.kill_child():
         kind = "group"
     if kind == "group":
-        workers.kill_group()
+        workers.kill_group(restart_after=rng.uniform(0.0, 0.5))
     figures.kills += 1
     figures.kills_by_moment[moment if reached else f"{moment}-not-reached"] += 1
     figures.kills_by_kind[kind] += 1
-    if kind == "group":
-        time.sleep(rng.uniform(0.0, 0.5))
-        workers.start_attempts()
-        figures.worker_starts += 1
     time.sleep(rng.uniform(0.2, 1.0))  # let some turns commit between kills
 
 
@@ -509,11 +529,10 @@ def _schedule(args: argparse.Namespace, rng: random.Random) -> list[str]:
     return plan
 
 
-def settle(workers: Workers, timeout: float) -> bool:
+def settle(timeout: float) -> bool:
     """Wait until no attempt is queued or running (the reaper settles dead workers' ones)."""
     from worlds_app.models import AttemptStatus, TurnAttempt
 
-    workers.ensure_attempts()
     return _poll(
         lambda: (
             not TurnAttempt.objects.filter(
@@ -542,7 +561,8 @@ def report(figures: Figures) -> None:
     lines = [
         f"kills:                 {figures.kills}  by moment {dict(figures.kills_by_moment)}  "
         f"by kind {dict(figures.kills_by_kind)}",
-        f"worker starts:         {figures.worker_starts}",
+        f"worker starts:         {figures.worker_starts}  (exits by themselves, restarted by "
+        f"the supervisor: {figures.worker_exits_by_themselves})",
         f"Redis restarts:        {figures.redis_restarts}  {dict(figures.redis_restarts_by_kind)}",
         f"PostgreSQL restarts:   {figures.pg_restarts}  {dict(figures.pg_restarts_by_kind)}",
         f"batches enqueued:      {figures.batches_enqueued}  "
@@ -592,8 +612,10 @@ def main(argv: list[str] | None = None) -> int:
     from tests.support.scripted_llm import ScriptedLLM
 
     figures = Figures()
-    logging.getLogger("worlds_app.services.attempts").addHandler(_DeferredDispatches(figures))
-    logging.getLogger("worlds_app.services.attempts").setLevel(logging.WARNING)
+    attempts_log = logging.getLogger("worlds_app.services.attempts")
+    attempts_log.addHandler(_DeferredDispatches(figures))
+    attempts_log.setLevel(logging.WARNING)
+    attempts_log.propagate = False  # counted, not printed: one line per deferred dispatch
     llm = ScriptedLLM().start()
     llm.script(*([llm_reply] * 100_000))
     os.environ["CHUKWA_LLM_BASE_URL"] = llm.base_url
@@ -603,9 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         call_command("migrate", verbosity=0)
         worlds = create_worlds(args.worlds)
-        workers.start_control()
-        workers.start_attempts()
-        figures.worker_starts += 1
+        workers.start()
         feeder = Feeder(list(worlds), figures, rng)
         feeder.start()
         for event in _schedule(args, rng):
@@ -617,8 +637,10 @@ def main(argv: list[str] | None = None) -> int:
                 kill_once(workers, figures, event, rng)
         feeder.stopping.set()
         feeder.join(timeout=30)
-        figures.settled = settle(workers, args.settle_timeout)
+        figures.settled = settle(args.settle_timeout)
         collect(figures)
+        figures.worker_starts = workers.generation
+        figures.worker_exits_by_themselves = workers.exits_by_themselves
     finally:
         if feeder is not None:
             feeder.stopping.set()

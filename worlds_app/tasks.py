@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(
@@ -45,5 +48,12 @@ def reap_expired_attempts() -> dict[str, Any]:
     attempt of every world left with queued attempts and nothing running."""
     from worlds_app.services import turn_attempt_reap, turn_attempt_redrive
 
-    reaped = turn_attempt_reap()
-    return {"reaped": reaped, "redriven": turn_attempt_redrive()}
+    try:
+        reaped = turn_attempt_reap()
+        return {"reaped": reaped, "redriven": turn_attempt_redrive()}
+    except (OperationalError, InterfaceError) as exc:
+        # The database is down: nothing to reap or re-drive until it is back, and the next
+        # period (seconds away) is the retry. Each step commits on its own, so nothing is
+        # left half-done.
+        logger.warning("reaper skipped this period: database unavailable (%s)", type(exc).__name__)
+        return {"reaped": [], "redriven": [], "skipped": "database unavailable"}
