@@ -612,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.support.scripted_llm import ScriptedLLM
 
     figures = Figures()
-    attempts_log = logging.getLogger("worlds_app.services.attempts")
+    attempts_log = logging.getLogger("worlds_app.services.dispatch")
     attempts_log.addHandler(_DeferredDispatches(figures))
     attempts_log.setLevel(logging.WARNING)
     attempts_log.propagate = False  # counted, not printed: one line per deferred dispatch

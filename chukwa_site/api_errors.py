@@ -13,7 +13,7 @@ from rest_framework import status
 from rest_framework.response import Response
 
 from chukwa_site.errors import ChukwaError, NotFoundError
-from worlds_app.services.attempts import BROKER_ERRORS
+from worlds_app.services.dispatch import BROKER_ERRORS
 
 logger = logging.getLogger(__name__)
 

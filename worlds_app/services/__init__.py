@@ -4,9 +4,9 @@ from worlds_app.services.attempts import (
     turn_attempt_claim,
     turn_attempt_enqueue,
     turn_attempt_reap,
-    turn_attempt_redrive,
     turn_attempt_run,
 )
+from worlds_app.services.dispatch import turn_attempt_redrive
 from worlds_app.services.worlds import scenario_snapshot, world_create, world_delete
 
 __all__ = [
