@@ -306,3 +306,23 @@ def test_real_postgres_outage_answers_503_and_the_web_process_recovers(
     # Only the attempt queued after the outage exists: the refused write left nothing behind.
     attempts = api.get("/api/worlds/w/").json()["recent_attempts"]
     assert [a["id"] for a in attempts] == write.json()["attempt_ids"]
+
+
+def test_a_broker_error_that_escapes_is_a_503_naming_the_broker(tmp_path: Path) -> None:
+    """Enqueue never lets one escape (the re-drive delivers later), but any other code path
+    that publishes answers 503 too; the error comes from a real publish to a dead socket."""
+    from kombu import Connection
+    from kombu.exceptions import OperationalError as BrokerOperationalError
+
+    from chukwa_site.api_errors import api_exception_handler
+
+    dead = f"redis+socket://{tmp_path / 'no-redis.sock'}?password=broker-secret"
+    with Connection(dead) as conn, pytest.raises(BrokerOperationalError) as caught:
+        conn.ensure_connection(max_retries=1)
+    response = api_exception_handler(caught.value, {})
+    assert response is not None
+    assert response.status_code == 503
+    assert response.data["error"]["code"] == "unavailable"
+    assert response.data["error"]["details"]["service"] == "broker"
+    assert "broker-secret" not in json.dumps(response.data)
+    assert "no-redis.sock" not in json.dumps(response.data)
