@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import quote
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 if str(PROJECT_DIR) not in sys.path:
@@ -505,12 +506,38 @@ def restart_postgres(figures: Figures, rng: random.Random) -> None:
 
     kind = "immediate" if figures.pg_restarts % 2 else "fast"
     _poll(_attempt_running, timeout=15.0)
-    embedded.postgres_stop(mode=kind)
+    try:
+        embedded.postgres_stop(mode=kind)
+    except subprocess.CalledProcessError:
+        _show_postgres_state()
+        raise
     time.sleep(rng.uniform(1.0, 3.0))
     embedded.postgres_ensure()
     _reset_connection()
     figures.pg_restarts += 1
     figures.pg_restarts_by_kind[kind] += 1
+
+
+def _show_postgres_state() -> None:
+    """What kept PostgreSQL from stopping: its log and its processes (for the operator)."""
+    import psutil
+
+    from chukwa_site import embedded
+
+    pgdata = embedded.data_dir() / "postgres"
+    print("--- PostgreSQL log tail ---", file=sys.stderr)
+    print("\n".join((pgdata / "log").read_text().splitlines()[-60:]), file=sys.stderr)
+    print("--- PostgreSQL processes ---", file=sys.stderr)
+    for proc in psutil.process_iter(["pid", "ppid", "cmdline", "status"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if "postgres" in cmdline and (str(pgdata) in cmdline or proc.info["ppid"] > 1):
+            print(
+                proc.info["pid"],
+                proc.info["ppid"],
+                proc.info["status"],
+                cmdline[:160],
+                file=sys.stderr,
+            )
 
 
 def _schedule(args: argparse.Namespace, rng: random.Random) -> list[str]:
@@ -601,14 +628,21 @@ def main(argv: list[str] | None = None) -> int:
             "CHUKWA_TOY_VENDING_URL": f"http://127.0.0.1:{tools.server_address[1]}",
         }
     )
-    os.environ.pop("DATABASE_URL", None)
-    os.environ.pop("REDIS_URL", None)
+    from chukwa_site import embedded
+
+    # Start the throwaway servers here and hand their URLs to everyone: with no DATABASE_URL a
+    # process "finds or starts" the embedded PostgreSQL when it loads its settings, so a worker
+    # booting while the bench holds PostgreSQL down would start it again behind the bench's
+    # back (and a stop waiting for the old server would wait for the new one).
+    pg = embedded.postgres_ensure()
+    socket_dir = quote(pg.socket_dir, safe="")
+    os.environ["DATABASE_URL"] = f"postgres://{pg.user}@{socket_dir}:{pg.port}/{pg.database}"
+    os.environ["REDIS_URL"] = embedded.redis_ensure()
     import django
 
     django.setup()
     from django.core.management import call_command
 
-    from chukwa_site import embedded
     from tests.support.scripted_llm import ScriptedLLM
 
     figures = Figures()
