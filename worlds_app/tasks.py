@@ -2,20 +2,34 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(
     bind=True,
-    name="worlds.run_turn_attempt",
+    name="worlds.run_turn_attempt",  # = services.dispatch.RUN_TURN_ATTEMPT_TASK
     acks_late=True,
     # A worker that dies mid-attempt leaves the message unacknowledged for redelivery; the
     # redelivered task finds the attempt no longer queued and returns quietly (the reaper marks
     # it interrupted when its lease expires).
     reject_on_worker_lost=True,
-    soft_time_limit=900,
-    time_limit=960,
+    # The database was unreachable (usually during the claim, before anything was written): try
+    # again shortly rather than wait for the periodic re-drive. A retry that finds the attempt
+    # already claimed or finished claims nothing.
+    autoretry_for=(OperationalError, InterfaceError),
+    max_retries=5,
+    retry_backoff=2,
+    retry_backoff_max=30,
+    soft_time_limit=settings.CHUKWA_ATTEMPT_SOFT_TIME_LIMIT,
+    time_limit=settings.CHUKWA_ATTEMPT_TIME_LIMIT,
 )
 def run_turn_attempt(self, attempt_id: str) -> str | None:
     from worlds_app.services import turn_attempt_run
@@ -27,8 +41,19 @@ def run_turn_attempt(self, attempt_id: str) -> str | None:
         return "failed"
 
 
+# Routed to the control queue (settings.CELERY_TASK_ROUTES), so it never waits behind attempts.
 @shared_task(name="worlds.reap_expired_attempts", acks_late=True, time_limit=120)
-def reap_expired_attempts() -> list[str]:
-    from worlds_app.services import turn_attempt_reap
+def reap_expired_attempts() -> dict[str, Any]:
+    """The periodic safety net: interrupt attempts whose worker died, then re-send the next
+    attempt of every world left with queued attempts and nothing running."""
+    from worlds_app.services import turn_attempt_reap, turn_attempt_redrive
 
-    return turn_attempt_reap()
+    try:
+        reaped = turn_attempt_reap()
+        return {"reaped": reaped, "redriven": turn_attempt_redrive()}
+    except (OperationalError, InterfaceError) as exc:
+        # The database is down: nothing to reap or re-drive until it is back, and the next
+        # period (seconds away) is the retry. Each step commits on its own, so nothing is
+        # left half-done.
+        logger.warning("reaper skipped this period: database unavailable (%s)", type(exc).__name__)
+        return {"reaped": [], "redriven": [], "skipped": "database unavailable"}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import status
@@ -12,6 +14,16 @@ from rest_framework.response import Response
 
 from chukwa_core.errors import ChukwaError, NotFoundError
 from surfaces.signin_throttle import SigninThrottled
+from worlds_app.services.dispatch import BROKER_ERRORS
+
+logger = logging.getLogger(__name__)
+
+# Clients may retry after this long; an outage usually outlasts a single request.
+RETRY_AFTER_SECONDS = 5
+_UNAVAILABLE_MESSAGES = {
+    "database": "The database is unavailable; try again shortly.",
+    "broker": "The task broker is unavailable; try again shortly.",
+}
 
 
 def _flatten_drf_detail(detail: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -39,10 +51,39 @@ def error_response(error: ChukwaError) -> Response:
     return Response({"error": error.as_dict()}, status=error.status_code)
 
 
+def outage_of(exc: BaseException) -> str | None:
+    """Which backing service an exception says is unreachable: "database", "broker" or None.
+
+    Every psycopg OperationalError/InterfaceError counts (connection refused or lost, server
+    shutting down, too many connections…): each is transient and the request may be retried."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        return "database"
+    if isinstance(exc, BROKER_ERRORS):
+        return "broker"
+    return None
+
+
+def unavailable_error(service: str, exc: BaseException) -> ChukwaError:
+    """The 503 for an outage. The message is fixed: the driver's text (socket paths, hosts)
+    stays in the server log, and no DSN or broker URL can leak into a response."""
+    logger.warning("%s unavailable: %s: %s", service, type(exc).__name__, str(exc).strip())
+    return ChukwaError(
+        "unavailable",
+        _UNAVAILABLE_MESSAGES[service],
+        {"service": service, "retry_after_seconds": RETRY_AFTER_SECONDS},
+        status_code=503,
+    )
+
+
 def api_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Every API error leaves as {"error": {"code", "message", "details"}}."""
     if isinstance(exc, ChukwaError):
         return error_response(exc)
+    service = outage_of(exc)
+    if service is not None:
+        response = error_response(unavailable_error(service, exc))
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
     if isinstance(exc, RequestDataTooBig):
         return error_response(
             ChukwaError(

@@ -634,7 +634,7 @@ def test_slow_generation_keeps_its_lease_and_is_not_reaped(
         hash=world_patch_schema_hash(), defaults={"content": WORLD_PATCH_SCHEMA}
     )
     settings.CHUKWA_ATTEMPT_LEASE_SECONDS = 2
-    monkeypatch.setattr(attempts, "_kick_on_commit", lambda world_id: None)  # no Celery here
+    monkeypatch.setattr(attempts, "kick_on_commit", lambda world_id: None)  # no Celery here
     reaped: list[str] = []
 
     def slow_reply(body: dict[str, Any]) -> dict[str, Any]:

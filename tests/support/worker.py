@@ -24,8 +24,9 @@ def worker_process(
     timeout: float = 90.0,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Start ``celery worker`` (hostname ``<name>@host``), wait until it answers a ping, and
-    stop it afterwards. ``queue`` is also exported as CHUKWA_CELERY_QUEUE to the worker; its log
-    is var/<name>.log."""
+    stop it afterwards. ``queue`` is also exported as CHUKWA_CELERY_QUEUE to the worker, and the
+    worker consumes ``control_queue(queue)`` too (exported as CHUKWA_CELERY_CONTROL_QUEUE), so a
+    test can drive the periodic reaper/re-drive on it. Its log is var/<name>.log."""
     from chukwa_site.celery import app
 
     full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "chukwa_site.settings", **(env or {})}
@@ -34,7 +35,8 @@ def worker_process(
         command += ["--concurrency", str(concurrency)]
     if queue is not None:
         full_env["CHUKWA_CELERY_QUEUE"] = queue
-        command += ["-Q", queue]
+        full_env["CHUKWA_CELERY_CONTROL_QUEUE"] = control_queue(queue)
+        command += ["-Q", f"{queue},{control_queue(queue)}"]
     command += ["--hostname", f"{name}@%h", "--loglevel", "INFO"]
     log_path = PROJECT / "var" / f"{name}.log"
     log_path.parent.mkdir(exist_ok=True)
@@ -60,6 +62,11 @@ def worker_process(
                 proc.wait(timeout=30)
 
 
+def control_queue(queue: str) -> str:
+    """The reaper/re-drive queue that goes with a test worker's attempt queue."""
+    return f"{queue}-control"
+
+
 @contextmanager
 def routed_to(queue: str) -> Iterator[None]:
     """Attempt tasks queued meanwhile go to ``queue`` (read at send time)."""
@@ -71,3 +78,13 @@ def routed_to(queue: str) -> Iterator[None]:
         yield
     finally:
         settings.CELERY_TASK_DEFAULT_QUEUE = previous
+
+
+def delete_queue(queue: str) -> None:
+    """Remove a test queue, its messages and its bindings from the shared broker."""
+    from chukwa_site.celery import app
+
+    with app.connection_for_write() as conn:
+        bound = app.amqp.queues[queue].bind(conn.default_channel)
+        bound.declare()  # the transport deletes only bindings it knows of
+        bound.delete()

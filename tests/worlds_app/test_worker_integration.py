@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 from chukwa_core.hashing import canonical_json_bytes
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
+from tests.support.worker import control_queue
 from worlds_app import selectors
 from worlds_app.models import AttemptStatus, PatchTransition, Turn, TurnAttempt, World
 from worlds_app.services import (
@@ -251,7 +252,8 @@ def test_expired_lease_is_interrupted_and_a_later_attempt_succeeds(celery_worker
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
 
-    reap_expired_attempts.apply_async(queue=celery_worker)  # the periodic task, on the worker
+    # the periodic task, on the control queue the test worker consumes besides its own
+    reap_expired_attempts.apply_async(queue=control_queue(celery_worker))
     assert _wait([dead, follower]) == {dead: "interrupted", follower: "cancelled"}
     world = World.objects.get(slug="lease")
     assert world.current_turn == 0

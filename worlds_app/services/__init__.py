@@ -6,6 +6,7 @@ from worlds_app.services.attempts import (
     turn_attempt_reap,
     turn_attempt_run,
 )
+from worlds_app.services.dispatch import turn_attempt_redrive
 from worlds_app.services.worlds import scenario_snapshot, world_create, world_delete
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "turn_attempt_claim",
     "turn_attempt_enqueue",
     "turn_attempt_reap",
+    "turn_attempt_redrive",
     "turn_attempt_run",
     "world_create",
     "world_delete",

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from chukwa_core import clock
@@ -52,6 +52,7 @@ from worlds_app.models import (
     World,
 )
 from worlds_app.selectors import require_slug
+from worlds_app.services.dispatch import kick_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -108,27 +109,8 @@ def turn_attempt_enqueue(*, slug: str, count: Any = 1, requested_by: str = "") -
         TurnAttempt.objects.bulk_create(attempts)
         world.next_attempt_seq = first_seq + count
         world.save(update_fields=["next_attempt_seq"])
-        _kick_on_commit(world.pk)
+        kick_on_commit(world.pk)
     return {"batch_id": str(batch_id), "attempt_ids": [str(a.id) for a in attempts]}
-
-
-def _kick_on_commit(world_id: int) -> None:
-    """After commit, hand the world's next queued attempt to a worker."""
-
-    def kick() -> None:
-        from worlds_app.tasks import run_turn_attempt
-
-        head = (
-            TurnAttempt.objects.filter(world_id=world_id, status=AttemptStatus.QUEUED)
-            .order_by("seq")
-            .values_list("id", flat=True)
-            .first()
-        )
-        if head is not None:
-            # The queue is read at send time so tests can route to their own worker.
-            run_turn_attempt.apply_async(args=[str(head)], queue=settings.CELERY_TASK_DEFAULT_QUEUE)
-
-    transaction.on_commit(kick)
 
 
 # --- claim ---------------------------------------------------------------------------------
@@ -152,7 +134,7 @@ def turn_attempt_claim(*, attempt_id: str, owner: str) -> TurnAttempt | None:
             .first()
         )
         if str(head) != str(attempt_id):
-            _kick_on_commit(world.pk)  # the head's message may be lost: hand it out again
+            kick_on_commit(world.pk)  # the head's message may be lost: hand it out again
             return None
         now = _now()
         claimed = TurnAttempt.objects.filter(pk=attempt_id, status=AttemptStatus.QUEUED).update(
@@ -231,6 +213,16 @@ class _Heartbeat:
                 except LeaseLost:
                     self.lost = True
                     return
+                except (OperationalError, InterfaceError) as exc:
+                    # A database blip must not silence the heartbeat: the attempt may well
+                    # survive it, and a dead heartbeat would let the reaper interrupt a live
+                    # attempt. Drop the broken connection so the next beat opens a fresh one.
+                    logger.warning(
+                        "attempt %s: lease renewal failed (%s); retrying at the next beat",
+                        self.attempt.pk,
+                        type(exc).__name__,
+                    )
+                    connection.close()
         finally:
             connection.close()  # this thread's own connection
 
@@ -460,7 +452,7 @@ def _commit(
             ended_at=_now(),
             duration_ms=int((time.monotonic() - started) * 1000),
         )
-        _kick_on_commit(world.pk)
+        kick_on_commit(world.pk)
     return turn
 
 
@@ -522,7 +514,7 @@ def _fail(
         AttemptEvent.objects.bulk_create(_event_rows(attempt, events, 1))
         finish_running(attempt_id=attempt.pk, reason=f"attempt failed: {failure.step}")
         _cancel_rest_of_batch(attempt, f"cancelled: attempt {attempt.pk} of this batch failed")
-        _kick_on_commit(attempt.world_id)
+        kick_on_commit(attempt.world_id)
 
 
 def _fail_safely(
@@ -644,6 +636,6 @@ def turn_attempt_reap(*, now: datetime | None = None) -> list[str]:
             _cancel_rest_of_batch(
                 attempt, f"cancelled: attempt {attempt.pk} of this batch was interrupted"
             )
-            _kick_on_commit(attempt.world_id)
+            kick_on_commit(attempt.world_id)
         reaped.append(str(attempt_id))
     return reaped

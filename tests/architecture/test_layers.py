@@ -1,0 +1,158 @@
+"""The house (STYLE.md, docs/architecture.md): one straight line of dependencies and no import
+cycles, counting imports inside functions. Reads the source; imports nothing it checks."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[2]
+# Lowest first: a package may import itself and the packages before it, never one after it.
+LAYERS = ["chukwa_core", "scenarios_app", "cognition_app", "worlds_app", "surfaces", "chukwa_site"]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PROJECT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for layer in LAYERS:
+        for path in sorted((PROJECT / layer).rglob("*.py")):
+            found[_module_name(path)] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: set[str]) -> Iterator[tuple[str, int]]:
+    """Project modules imported anywhere in the file (functions included), with line numbers."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        for target in targets:
+            # the longest known module the target names (``from a import b`` may name a module)
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                yield target, node.lineno
+
+
+def _graph() -> dict[str, dict[str, int]]:
+    modules = _modules()
+    known = set(modules)
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in modules.items():
+        edges: dict[str, int] = {}
+        for target, line in _imports(name, path, known):
+            edges.setdefault(target, line)
+        graph[name] = edges
+    return graph
+
+
+def test_each_layer_imports_only_the_layers_below_it() -> None:
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    upward = [
+        f"{name} (line {line}) imports {target}"
+        for name, edges in _graph().items()
+        for target, line in edges.items()
+        if rank[target.split(".")[0]] > rank[name.split(".")[0]]
+    ]
+    assert upward == [], "\n".join(upward)
+
+
+def test_the_core_imports_no_django() -> None:
+    modules = _modules()
+    offenders = []
+    for name, path in modules.items():
+        if not name.startswith("chukwa_core"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            offenders += [
+                f"{name} imports {n}"
+                for n in names
+                if n.split(".")[0] in {"django", "rest_framework", "celery", "drf_spectacular"}
+            ]
+    assert offenders == []
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_no_package_import_cycles() -> None:
+    """Between the top-level packages (apps), which the layer order above also implies; within
+    them, module cycles are caught below."""
+    packages: dict[str, set[str]] = {}
+    for name, edges in _graph().items():
+        source = name.split(".")[0]
+        packages.setdefault(source, set())
+        packages[source].update(t.split(".")[0] for t in edges if t.split(".")[0] != source)
+    assert _cycles(packages) == []
+
+
+def test_no_module_import_cycles() -> None:
+    graph = {name: set(edges) for name, edges in _graph().items()}
+    assert _cycles(graph) == []
+
+
+def test_the_checker_sees_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
