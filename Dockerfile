@@ -1,8 +1,10 @@
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
-COPY requirements.txt .
-RUN pip install --no-cache-dir -r requirements.txt
+# The runtime only: no test tools, no embedded PostgreSQL/Redis, no embedded model (and so no
+# llama.cpp compile). A deployment sets DATABASE_URL, REDIS_URL and CHUKWA_LLM_BASE_URL.
+COPY requirements-runtime.txt .
+RUN pip install --no-cache-dir -r requirements-runtime.txt
 COPY . .
 RUN DATABASE_URL=postgres://x@localhost/x REDIS_URL=redis://localhost DJANGO_SECRET_KEY=build \
     python manage.py collectstatic --noinput -v 0

@@ -2,35 +2,29 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import dj_database_url
+from environs import Env
 
 from chukwa_site import embedded
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
-def _env_bool(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+# Every variable is parsed strictly: a typo in a boolean or a number stops the process with
+# a message naming the variable, instead of silently meaning False or a default.
+env = Env()
 
-
-# Safe by default (SPEC §11): debug pages, a secret key and the hosts served are opt-in.
-DEBUG = _env_bool("CHUKWA_DEBUG", False)
+DEBUG = env.bool("CHUKWA_DEBUG", False)
 # Without DJANGO_SECRET_KEY, a random key generated once and kept (0600) in the data folder.
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or embedded.secret_key()
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", "") or embedded.secret_key()
 ALLOWED_HOSTS = [
     h.strip()
-    for h in os.environ.get("CHUKWA_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+    for h in env.list("CHUKWA_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
     if h.strip()
 ]
-CSRF_TRUSTED_ORIGINS = [
-    o for o in os.environ.get("CHUKWA_CSRF_TRUSTED_ORIGINS", "").split(",") if o
-]
+CSRF_TRUSTED_ORIGINS = [o for o in env.list("CHUKWA_CSRF_TRUSTED_ORIGINS", []) if o]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -85,10 +79,10 @@ TEMPLATES = [
 ]
 
 # PostgreSQL only. With no DATABASE_URL, the embedded server is found or started.
-if os.environ.get("DATABASE_URL"):
+if env.str("DATABASE_URL", ""):
     DATABASES = {
         "default": dj_database_url.parse(
-            os.environ["DATABASE_URL"], conn_max_age=60, conn_health_checks=True
+            env.str("DATABASE_URL"), conn_max_age=60, conn_health_checks=True
         )
     }
 else:
@@ -97,7 +91,7 @@ else:
         "default": {
             "ENGINE": "django.db.backends.postgresql",
             # CHUKWA_DB_NAME points a process (e.g. a test's Celery worker) at another database.
-            "NAME": os.environ.get("CHUKWA_DB_NAME", _pg.database),
+            "NAME": env.str("CHUKWA_DB_NAME", _pg.database),
             "USER": _pg.user,
             "HOST": _pg.socket_dir,
             "PORT": str(_pg.port),
@@ -107,21 +101,21 @@ else:
             "CONN_HEALTH_CHECKS": True,
         }
     }
-if os.environ.get("CHUKWA_TEST_DB_NAME"):
+if env.str("CHUKWA_TEST_DB_NAME", ""):
     # Lets several test runs share one server without sharing a test database.
-    DATABASES["default"]["TEST"] = {"NAME": os.environ["CHUKWA_TEST_DB_NAME"]}
+    DATABASES["default"]["TEST"] = {"NAME": env.str("CHUKWA_TEST_DB_NAME")}
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise RuntimeError("Chukwa runs on PostgreSQL only; DATABASE_URL must be postgres://…")
 
-REDIS_URL = os.environ.get("REDIS_URL") or embedded.redis_ensure()
+REDIS_URL = env.str("REDIS_URL", "") or embedded.redis_ensure()
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Sign-in throttling (SPEC §11): the backend refuses a username+address after
 # CHUKWA_SIGNIN_FAILURE_LIMIT failures within CHUKWA_SIGNIN_WINDOW_SECONDS.
 AUTHENTICATION_BACKENDS = ["surfaces.signin_throttle.ThrottledModelBackend"]
-CHUKWA_SIGNIN_FAILURE_LIMIT = int(os.environ.get("CHUKWA_SIGNIN_FAILURE_LIMIT", "5"))
-CHUKWA_SIGNIN_WINDOW_SECONDS = int(os.environ.get("CHUKWA_SIGNIN_WINDOW_SECONDS", "900"))
+CHUKWA_SIGNIN_FAILURE_LIMIT = env.int("CHUKWA_SIGNIN_FAILURE_LIMIT", 5)
+CHUKWA_SIGNIN_WINDOW_SECONDS = env.int("CHUKWA_SIGNIN_WINDOW_SECONDS", 900)
 # The database cache (table created by chukwa_site's migration) keeps the failure counts shared
 # by every web process. MAX_ENTRIES is high so a flood of made-up usernames cannot cull the
 # counter of the one under attack.
@@ -209,13 +203,13 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "interval_step": 0.2,
     "interval_max": 0.5,
 }
-CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CHUKWA_CELERY_QUEUE", "chukwa")
+CELERY_TASK_DEFAULT_QUEUE = env.str("CHUKWA_CELERY_QUEUE", "chukwa")
 # The periodic reaper/re-drive has a queue of its own, consumed by a worker that runs no turn
 # attempts, so it never waits behind them (SPEC §6).
-CHUKWA_CONTROL_QUEUE = os.environ.get("CHUKWA_CELERY_CONTROL_QUEUE", "chukwa-control")
+CHUKWA_CONTROL_QUEUE = env.str("CHUKWA_CELERY_CONTROL_QUEUE", "chukwa-control")
 CELERY_TASK_ROUTES = {"worlds.reap_expired_attempts": {"queue": CHUKWA_CONTROL_QUEUE}}
 # How often the reaper/re-drive runs: a lost dispatch delays an attempt by at most this long.
-CHUKWA_REAPER_PERIOD_SECONDS = float(os.environ.get("CHUKWA_REAPER_PERIOD_SECONDS", "15"))
+CHUKWA_REAPER_PERIOD_SECONDS = env.float("CHUKWA_REAPER_PERIOD_SECONDS", 15)
 CELERY_BEAT_SCHEDULE = {
     # Safety net for dead workers and lost dispatches: interrupt attempts whose lease expired,
     # then re-send the next attempt of every world with queued attempts and nothing running.
@@ -227,15 +221,15 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 # At most this many idle worlds are re-driven per period (the longest-waiting first).
-CHUKWA_REDRIVE_LIMIT = int(os.environ.get("CHUKWA_REDRIVE_LIMIT", "500"))
+CHUKWA_REDRIVE_LIMIT = env.int("CHUKWA_REDRIVE_LIMIT", 500)
 # A running attempt renews its lease while it works; one that stops renewing for this long is
 # considered dead and is marked interrupted by the reaper.
-CHUKWA_ATTEMPT_LEASE_SECONDS = int(os.environ.get("CHUKWA_ATTEMPT_LEASE_SECONDS", "60"))
+CHUKWA_ATTEMPT_LEASE_SECONDS = env.int("CHUKWA_ATTEMPT_LEASE_SECONDS", 60)
 
 # How long a conformance-check verdict on an LLM backend stands (SPEC §5): trusted for hours
 # when the backend enforces response_format schemas, checked again soon when it did not.
-CHUKWA_PROBE_TTL_SECONDS = int(os.environ.get("CHUKWA_PROBE_TTL_SECONDS", "21600"))
-CHUKWA_PROBE_RETRY_SECONDS = int(os.environ.get("CHUKWA_PROBE_RETRY_SECONDS", "60"))
+CHUKWA_PROBE_TTL_SECONDS = env.int("CHUKWA_PROBE_TTL_SECONDS", 21600)
+CHUKWA_PROBE_RETRY_SECONDS = env.int("CHUKWA_PROBE_RETRY_SECONDS", 60)
 
 OPERATORS_GROUP = "operators"
 
@@ -243,5 +237,5 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("CHUKWA_LOG_LEVEL", "WARNING")},
+    "root": {"handlers": ["console"], "level": env.log_level("CHUKWA_LOG_LEVEL", "WARNING")},
 }

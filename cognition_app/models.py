@@ -3,6 +3,13 @@
 Rows are written in their own transactions while the attempt runs (never inside the turn commit),
 so they survive a failed or crashed attempt: the invocation and LLM call rows exist, status
 ``running``, before the first byte is sent; streamed chunks are appended in small batches.
+
+Why cognition owns these tables, not worlds: they are written by the source layer while a
+subject thinks — before, and independently of, whatever the attempt's outcome will be — and
+everything that writes or reads them (sources, ambient, LLM nodes, trace selectors) lives here.
+Each row belongs to an attempt of a world, so it carries real foreign keys to
+``worlds_app.TurnAttempt`` and ``worlds_app.World``; they are lazy model references (strings),
+a link in the database schema only: no module here imports the worlds app, which stays above.
 """
 
 from __future__ import annotations

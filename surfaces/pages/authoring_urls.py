@@ -1,4 +1,4 @@
-"""Workflow authoring pages (see cognition_app/authoring.py)."""
+"""Workflow authoring pages (see surfaces/pages/authoring.py)."""
 
 from django.urls import URLPattern, path
 

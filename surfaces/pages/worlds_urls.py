@@ -1,4 +1,4 @@
-"""Server-rendered pages (see chukwa_site/pages.py)."""
+"""Server-rendered pages (see surfaces/pages/rendering.py)."""
 
 from django.urls import URLPattern, path
 

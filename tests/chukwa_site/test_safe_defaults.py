@@ -192,3 +192,24 @@ def test_impossible_token_is_a_401_not_a_lookup(token: str) -> None:
     response = client.get("/api/worlds/")
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "not_authenticated"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("CHUKWA_DEBUG", "ture"),
+        ("CHUKWA_ATTEMPT_LEASE_SECONDS", "60s"),
+        ("CHUKWA_LOG_LEVEL", "LOUD"),
+    ],
+)
+def test_a_typo_in_a_setting_is_an_error_naming_it(name: str, value: str) -> None:
+    """Settings are parsed strictly (environs): a mistyped boolean is not silently False."""
+    result = subprocess.run(
+        [sys.executable, "-c", "import chukwa_site.settings"],
+        env={**os.environ, name: value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert name in result.stderr
