@@ -154,12 +154,12 @@ def validate_json_schema_content(content: object, field: str = "content") -> dic
 
 
 def _refuse_retrieval(uri: str) -> Any:
-    raise NoSuchResource(ref=uri)
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # attrs alias mypy misses
 
 
 # jsonschema's default registry still fetches http(s) references (with a deprecation warning);
 # every validator Chukwa builds uses this one, which can never retrieve anything.
-NO_RETRIEVAL = Registry(retrieve=_refuse_retrieval)
+NO_RETRIEVAL: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
 
 
 def schema_validator_for(schema: Mapping[str, Any]) -> Draft202012Validator:
@@ -362,7 +362,7 @@ def validate_response_source_content(content: object, field: str = "content") ->
                     f"backslashes or line breaks (got {path!r})",
                 )
         _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
-    return source
+    return dict(source)
 
 
 # --- environment ---------------------------------------------------------------------------

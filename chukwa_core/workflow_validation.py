@@ -191,7 +191,9 @@ def validate_workflow(content: Any, *, lookup: RefLookup, world_patch_hash: str)
     nodes = workflow["nodes"]
     if not isinstance(nodes, list) or not nodes:
         raise invalid(code, "nodes", "must be a non-empty array of nodes")
-    all_ids = {n.get("id") for n in nodes if isinstance(n, dict) and isinstance(n.get("id"), str)}
+    all_ids: set[str] = {
+        n["id"] for n in nodes if isinstance(n, dict) and isinstance(n.get("id"), str)
+    }
     seen: set[str] = set()
     earlier_text_nodes: set[str] = set()
     check = NodeCheck(lookup, world_patch_hash, earlier_text_nodes, all_ids)

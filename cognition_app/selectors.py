@@ -42,7 +42,7 @@ def _uuid(value: str, field: str) -> UUID:
         raise invalid("invalid_id", field, f"{value!r} is not a UUID") from None
 
 
-def invocation_summaries(*, attempt_id: UUID | str) -> list[dict[str, Any]]:
+def invocation_summaries(*, attempt_id: UUID) -> list[dict[str, Any]]:
     rows = list(
         SourceInvocation.objects.filter(attempt_id=attempt_id)
         .order_by("seq")

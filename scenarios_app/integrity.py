@@ -4,6 +4,7 @@ content that hashes to its key. Reads only; reports mismatches instead of raisin
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +44,7 @@ def _scan(
     kind: str, rows: QuerySet[Any], compute: Callable[[Any], str]
 ) -> Iterator[tuple[str, Mismatch | None]]:
     for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
-        actual = _rehash(lambda row=row: compute(row))
+        actual = _rehash(partial(compute, row))
         key = str(row.pk)
         yield kind, (None if actual == key else Mismatch(kind, key, actual))
 

@@ -80,7 +80,7 @@ class EnvironmentTextField(forms.CharField):
         )
 
     def to_python(self, value: Any) -> str:
-        text = super().to_python(value)
+        text = super().to_python(value) or ""
         # Browsers submit every textarea newline as CRLF (HTML form submission rules), so without
         # this the same prose would hash differently when typed in the admin and sent to the API.
         return text.replace("\r\n", "\n")
@@ -95,7 +95,7 @@ class EnvironmentForm(forms.Form):
 
 
 class AssembleForm(forms.Form):
-    data = JsonTextField(
+    data = JsonTextField(  # type: ignore[assignment]  # a field named "data", as the API names it
         label="Assembly input",
         rows=32,
         help_text=(

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -96,7 +96,7 @@ class ThrottledModelBackend(ModelBackend):
         username: str | None = None,
         password: str | None = None,
         **kwargs: Any,
-    ) -> AbstractBaseUser | None:
+    ) -> User | None:
         if username is None:
             username = kwargs.get(self._username_field(), "")
         name = str(username or "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
     soft_time_limit=settings.CHUKWA_ATTEMPT_SOFT_TIME_LIMIT,
     time_limit=settings.CHUKWA_ATTEMPT_TIME_LIMIT,
 )
-def run_turn_attempt(self, attempt_id: str) -> str | None:
+def run_turn_attempt(self: Task, attempt_id: str) -> str | None:
     from worlds_app.services import turn_attempt_run
 
     try:

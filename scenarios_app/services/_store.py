@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from django.db import connection, models
 from psycopg.types.json import Jsonb
@@ -61,7 +61,7 @@ _MODEL_BY_KIND: dict[str, type[models.Model]] = {
     ComponentKind.ENVIRONMENT: Environment,
     ComponentKind.ENTITY: Entity,
 }
-_COUNTER_KEY = {
+_COUNTER_KEY: dict[str, str] = {
     ComponentKind.JSON_SCHEMA: "json_schemas",
     ComponentKind.RESPONSE_SOURCE: "response_sources",
     ComponentKind.COGNITION_WORKFLOW: "cognition_workflows",
@@ -144,13 +144,15 @@ def insert_missing(model: type[models.Model], rows: list[dict[str, Any]]) -> set
     for row in rows:
         unique.setdefault(row[pk_name], row)
     names = list(rows[0])
-    fields = [model._meta.get_field(n) for n in names]
+    fields = [cast("models.Field[Any, Any]", model._meta.get_field(n)) for n in names]
     has_created = any(f.name == "created_at" for f in model._meta.fields)
     qn = connection.ops.quote_name
-    columns = [qn(f.column) for f in fields] + ([qn("created_at")] if has_created else [])
+    columns = [qn(str(f.column)) for f in fields] + ([qn("created_at")] if has_created else [])
     row_sql = (
         "(" + ", ".join(["%s"] * len(fields) + (["clock_timestamp()"] if has_created else [])) + ")"
     )
+    assert model._meta.pk is not None  # every store model has a hash primary key
+    pk_column = qn(str(model._meta.pk.column))
     per_batch = max(1, _MAX_PARAMS // len(fields))
     inserted: set[str] = set()
     values = list(unique.values())
@@ -167,8 +169,8 @@ def insert_missing(model: type[models.Model], rows: list[dict[str, Any]]) -> set
             sql = (
                 f"INSERT INTO {table} ({', '.join(columns)}) VALUES "  # noqa: S608
                 f"{', '.join([row_sql] * len(batch))} "
-                f"ON CONFLICT ({qn(model._meta.pk.column)}) DO NOTHING "
-                f"RETURNING {qn(model._meta.pk.column)}"
+                f"ON CONFLICT ({pk_column}) DO NOTHING "
+                f"RETURNING {pk_column}"
             )
             cursor.execute(sql, params)
             inserted.update(r[0] for r in cursor.fetchall())
@@ -179,7 +181,7 @@ def existing_hashes(model: type[models.Model], hashes: Iterable[str]) -> set[str
     wanted = set(hashes)
     if not wanted:
         return set()
-    return set(model.objects.filter(pk__in=wanted).values_list("pk", flat=True))
+    return set(model._default_manager.filter(pk__in=wanted).values_list("pk", flat=True))
 
 
 @dataclass

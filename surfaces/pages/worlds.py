@@ -10,6 +10,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.middleware import HtmxDetails
 
 from chukwa_core.errors import ChukwaError, NotFoundError
 from surfaces.pages.rendering import page, respond, wants_json
@@ -17,6 +18,13 @@ from surfaces.permissions import is_operator
 from worlds_app import selectors
 from worlds_app.models import ACTIVE_STATUSES, AttemptEvent, PatchTransition, Turn, World
 from worlds_app.services import turn_attempt_enqueue
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request after django-htmx's middleware (typing only)."""
+
+    htmx: HtmxDetails
+
 
 FINISHED = ("committed", "failed", "interrupted", "cancelled")
 TURN_HISTORY = 50
@@ -38,11 +46,12 @@ def world_list_page(request: HttpRequest) -> HttpResponse:
 
 def _turn_history(world: World) -> list[dict[str, Any]]:
     """The newest committed turns with their narrations: two queries whatever the history length."""
-    turns = list(
-        Turn.objects.filter(world=world)
+    turns: list[dict[str, Any]] = [
+        dict(t)
+        for t in Turn.objects.filter(world=world)
         .order_by("-number")
         .values("number", "simulation_time", "attempt_id", "state_hash")[:TURN_HISTORY]
-    )
+    ]
     narrations: dict[Any, list[dict[str, Any]]] = {}
     events = AttemptEvent.objects.filter(
         attempt_id__in=[t["attempt_id"] for t in turns if t["attempt_id"]],
@@ -106,7 +115,7 @@ def world_detail_page(request: HttpRequest, slug: str) -> HttpResponse:
 
 @page
 @require_POST
-def world_run_turns(request: HttpRequest, slug: str) -> HttpResponse:
+def world_run_turns(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """Queue 1-100 attempts (operators only). HTMX swaps the queue partial; plain forms redirect."""
     if not is_operator(request.user):
         raise ChukwaError(
@@ -149,8 +158,8 @@ def world_run_turns(request: HttpRequest, slug: str) -> HttpResponse:
 @page
 def turn_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     data = selectors.turn_get(slug=slug, number=number)
-    links = {
-        (t["patch_seq"], t["effect_index"]): t
+    links: dict[tuple[int, int], dict[str, Any]] = {
+        (t["patch_seq"], t["effect_index"]): dict(t)
         for t in PatchTransition.objects.filter(world__slug=slug, turn_number=number).values(
             "patch_seq", "effect_index", "llm_call_id", "invocation_id"
         )
@@ -183,8 +192,11 @@ def world_diff_page(request: HttpRequest, slug: str) -> HttpResponse:
 
 def _provenance(slug: str, kinds: tuple[str, ...], target_id: str) -> list[dict[str, Any]]:
     """Every change to one value, oldest first, with what decided it: an LLM call or a rule."""
-    rows = list(
-        PatchTransition.objects.filter(world__slug=slug, target_kind__in=kinds, target_id=target_id)
+    rows: list[dict[str, Any]] = [
+        dict(r)
+        for r in PatchTransition.objects.filter(
+            world__slug=slug, target_kind__in=kinds, target_id=target_id
+        )
         .order_by("turn_number", "patch_seq", "effect_index")
         .values(
             "turn_number",
@@ -200,7 +212,7 @@ def _provenance(slug: str, kinds: tuple[str, ...], target_id: str) -> list[dict[
             "llm_call_id",
             "invocation_id",
         )
-    )
+    ]
     rule_attempts = {r["attempt_id"] for r in rows if not r["llm_call_id"]}
     monologues: dict[tuple[Any, str, str], dict[str, Any]] = {}
     for attempt_id, subject, node, payload in AttemptEvent.objects.filter(
@@ -238,7 +250,11 @@ def entity_page(request: HttpRequest, slug: str, entity_id: str) -> HttpResponse
         )
     history = _provenance(slug, ("entity_state", "entity_memory"), entity_id)
     data = {"world": slug, "entity": entity, "history": history}
-    context = {"world": world, "title": entity.get("name", entity_id), "kind": "Entity"}
+    context: dict[str, Any] = {
+        "world": world,
+        "title": entity.get("name", entity_id),
+        "kind": "Entity",
+    }
     context.update(target_id=entity_id, current=entity.get("state", ""), history=history)
     return respond(request, "worlds_app/provenance.html", context, data)
 
@@ -253,7 +269,7 @@ def environment_page(request: HttpRequest, slug: str, label: str) -> HttpRespons
         )
     history = _provenance(slug, ("environment",), label)
     data = {"world": slug, "label": label, "content": environments[label], "history": history}
-    context = {"world": world, "title": label, "kind": "Environment"}
+    context: dict[str, Any] = {"world": world, "title": label, "kind": "Environment"}
     context.update(target_id=label, current=environments[label], history=history)
     return respond(request, "worlds_app/provenance.html", context, data)
 
@@ -354,7 +370,7 @@ def _timeline(data: dict[str, Any]) -> dict[str, Any]:
     # Tool calls sit directly under the generation that asked for them.
     children: dict[Any, list[dict[str, Any]]] = {}
     parents = {inv["id"]: inv["parent_id"] for inv in invocations}
-    top = []
+    top: list[dict[str, Any]] = []
     for row in rows:
         parent = parents.get(row.get("invocation_id")) if row["type"] == "invocation" else None
         (children.setdefault(parent, []) if parent else top).append(row)
