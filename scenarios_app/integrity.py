@@ -4,8 +4,8 @@ content that hashes to its key. Reads only; reports mismatches instead of raisin
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet

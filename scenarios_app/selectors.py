@@ -221,9 +221,22 @@ def scenario_hash_for_ref(*, ref: str) -> str:
         raise invalid(
             "invalid_reference", "scenario", f"{ref!r} is neither a hash nor a name ({problem})"
         )
-    current = ScenarioName.objects.filter(pk=ref).values_list("scenario_id", flat=True).first()
+    return scenario_name_resolve(name=ref, field="name")
+
+
+def scenario_name_resolve(*, name: str, field: str) -> str:
+    """The scenario hash a name points to now; the one place names are resolved. ``field``
+    is where the name came from, for the error."""
+    problem = label_problem(name)
+    if problem is not None:
+        raise invalid("invalid_name", field, f"{name!r} {problem}")
+    current = ScenarioName.objects.filter(pk=name).values_list("scenario_id", flat=True).first()
     if current is None:
-        raise NotFoundError("name_not_found", f"name: no scenario is named {ref!r}", {"name": ref})
+        raise NotFoundError(
+            "name_not_found",
+            f"{field}: no scenario is named {name!r}",
+            {"field": field, "name": name},
+        )
     return current
 
 

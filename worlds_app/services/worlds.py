@@ -13,7 +13,6 @@ from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
 from chukwa_core.world_state import WorldState
 from scenarios_app import selectors as scenario_selectors
-from scenarios_app.models import ScenarioName
 from scenarios_app.services import scenario_assemble_within
 from scenarios_app.services._store import reject_nul
 from worlds_app.models import AttemptStatus, DeletedWorld, Turn, TurnAttempt, World
@@ -43,18 +42,7 @@ def _scenario_hash_from_ref(ref: Any) -> tuple[str, dict[str, Any]]:
             )
         return scenario_selectors.scenario_hash_for_ref(ref=value), {"hash": value}
     if mode == "name":
-        problem = label_problem(value)
-        if problem is not None:
-            raise invalid("invalid_name", "scenario_ref.name", f"{value!r} {problem}")
-        current = (
-            ScenarioName.objects.filter(pk=value).values_list("scenario_id", flat=True).first()
-        )
-        if current is None:
-            raise NotFoundError(
-                "name_not_found",
-                f"scenario_ref.name: no scenario is named {value!r}",
-                {"field": "scenario_ref.name", "name": value},
-            )
+        current = scenario_selectors.scenario_name_resolve(name=value, field="scenario_ref.name")
         return current, {"name": value, "resolved_hash": current}
     result = scenario_assemble_within(data=value)
     return result["scenario_hash"], {"data": "assembled", "resolved_hash": result["scenario_hash"]}
