@@ -25,6 +25,12 @@ ALLOWED_HOSTS = [
     for h in env.list("CHUKWA_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
     if h.strip()
 ]
+# Behind TLS (a deployment sets CHUKWA_HTTPS=true): secure cookies, HSTS, redirects to https,
+# and the proxy's X-Forwarded-Proto trusted for telling the two apart.
+if env.bool("CHUKWA_HTTPS", False):
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_SSL_REDIRECT = True
+    SECURE_HSTS_SECONDS = env.int("CHUKWA_HSTS_SECONDS", 31_536_000)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 CSRF_TRUSTED_ORIGINS = [o for o in env.list("CHUKWA_CSRF_TRUSTED_ORIGINS", [], subcast=str) if o]
 
 INSTALLED_APPS = [
