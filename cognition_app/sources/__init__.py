@@ -1,0 +1,41 @@
+"""The source layer (being split into modules by part; see ``llm``)."""
+
+from cognition_app.sources.llm import (
+    CHUNK_BATCH,
+    CHUNK_FLUSH_SECONDS,
+    CallContext,
+    Generation,
+    Judge,
+    Judgement,
+    SourceFailure,
+    finish_running,
+    http_client,
+    interrupt_running,
+    invoke_http_json,
+    invoke_llm,
+    schema_content,
+    schema_errors,
+    schema_validator,
+    scrub,
+    source_content,
+)
+
+__all__ = [
+    "CHUNK_BATCH",
+    "CHUNK_FLUSH_SECONDS",
+    "CallContext",
+    "Generation",
+    "Judge",
+    "Judgement",
+    "SourceFailure",
+    "finish_running",
+    "http_client",
+    "interrupt_running",
+    "invoke_http_json",
+    "invoke_llm",
+    "schema_content",
+    "schema_errors",
+    "schema_validator",
+    "scrub",
+    "source_content",
+]
