@@ -718,6 +718,7 @@ def _part_one(
 
     from cognition_app import runner, sources
     from cognition_app.models import LlmCall
+    from cognition_app.sources import llm as llm_source
 
     db_name = settings.DATABASES["default"]["NAME"]
     if db_name != BENCH_DB_NAME:
@@ -739,10 +740,10 @@ def _part_one(
         f"{insert_ms:.2f} ms (medians of 100; synchronous_commit={synchronous_commit})"
     )
 
-    original_batch = sources.CHUNK_BATCH
+    original_batch = llm_source.CHUNK_BATCH
     if chunk_batch is not None:
-        print(f"what-if: sources.CHUNK_BATCH overridden {sources.CHUNK_BATCH} → {chunk_batch}")
-        sources.CHUNK_BATCH = chunk_batch
+        print(f"what-if: CHUNK_BATCH overridden {llm_source.CHUNK_BATCH} → {chunk_batch}")
+        llm_source.CHUNK_BATCH = chunk_batch
 
     probe = NodeProbe()
     original_node = runner.NODE_EXECUTORS["llm_tool_loop"]
@@ -768,8 +769,8 @@ def _part_one(
             f"(no tools, max_tool_calls 0), llm_chat_completions, schema_delivery response_format"
         )
         print(
-            f"chunk persistence: CHUNK_BATCH {sources.CHUNK_BATCH}, "
-            f"CHUNK_FLUSH_SECONDS {sources.CHUNK_FLUSH_SECONDS}"
+            f"chunk persistence: CHUNK_BATCH {llm_source.CHUNK_BATCH}, "
+            f"CHUNK_FLUSH_SECONDS {llm_source.CHUNK_FLUSH_SECONDS}"
         )
 
         for _ in range(WARMUP_TURNS):  # the first also runs the conformance probe
@@ -869,7 +870,7 @@ def _part_one(
     finally:
         runner.NODE_EXECUTORS["llm_tool_loop"] = original_node
         sources.invoke_llm = original_invoke
-        sources.CHUNK_BATCH = original_batch
+        llm_source.CHUNK_BATCH = original_batch
         if llm is not None:
             llm.stop()
 
@@ -1052,7 +1053,7 @@ def main() -> int:
         "--chunk-batch",
         type=int,
         default=None,
-        help="what-if: override sources.CHUNK_BATCH in this process (default: the code's value)",
+        help="what-if: override cognition_app.sources.llm.CHUNK_BATCH in this process (default: the code's value)",
     )
     parser.add_argument(
         "--async-commit",
