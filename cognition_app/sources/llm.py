@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 from django.utils import timezone
+from httpx_sse import SSEError
 
 from chukwa_core.json_values import storable_text
 from cognition_app.models import (
@@ -257,7 +258,7 @@ def _stream(
                     status,
                     body,
                 )
-            for event in chunk_events(response.iter_lines()):
+            for event in chunk_events(response):
                 if isinstance(event.get("model"), str) and event["model"]:
                     response_model = storable_text(event["model"])[:200]
                 if event.get("usage"):
@@ -297,6 +298,8 @@ def _stream(
         if exc.invocation_id is None:  # from chunk_events: finish the rows like any failure
             raise fail(exc.failure_class, exc.message) from None
         raise
+    except SSEError as exc:  # an HTTP 200 that is not an event stream (``stream`` ignored?)
+        raise fail("transport", f"the LLM endpoint's reply is not an event stream: {exc}") from None
     except httpx.TimeoutException as exc:
         raise fail(
             "transport", f"the LLM endpoint timed out after {timeout:.0f} s: {exc}"
