@@ -8,12 +8,11 @@ from django import forms
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.db.models import Model
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from chukwa_core.errors import ChukwaError
 from chukwa_core.patch_schema import world_patch_schema_hash
 from scenarios_app import selectors, services
 from scenarios_app.models import (
@@ -28,7 +27,7 @@ from scenarios_app.models import (
 )
 from surfaces.admin.rendering import abbreviate, admin_url, hash_link, json_block, links_list
 from surfaces.admin.store import StoreAdmin
-from surfaces.forms import ComponentJsonForm, EnvironmentForm, add_service_error
+from surfaces.forms import ComponentJsonForm, EnvironmentForm
 
 
 def _put_message(kind_label: str, result: services.PutResult) -> str:
@@ -85,16 +84,16 @@ class ComponentAdmin(StoreAdmin):
         self.require_operator(request)
         if request.method == "POST":
             form = self.form_class(request.POST)
-            if form.is_valid():
-                try:
-                    result = services.component_put(
-                        kind=self.kind, content=form.cleaned_data["content"]
-                    )
-                except ChukwaError as exc:
-                    add_service_error(form, exc, {}, default="content")
-                else:
-                    self.message_user(request, _put_message(self.opts.verbose_name, result))
-                    return HttpResponseRedirect(admin_url(self.model, result["hash"]))
+
+            def put() -> tuple[str, str]:
+                content = form.cleaned_data["content"]
+                result = services.component_put(kind=self.kind, content=content)
+                message = _put_message(self.opts.verbose_name, result)
+                return message, admin_url(self.model, result["hash"])
+
+            done = self.submit_service_form(request, form, put, {}, default="content")
+            if done is not None:
+                return done
         elif original is not None:
             form = self.form_class(initial={"content": self.initial_content(original)})
         else:

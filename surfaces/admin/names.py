@@ -6,18 +6,20 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from chukwa_core.errors import ChukwaError
 from scenarios_app import selectors, services
 from scenarios_app.models import Scenario, ScenarioName, ScenarioNameHistory
 from surfaces.admin.rendering import admin_url, hash_link, links_list
 from surfaces.admin.store import StoreAdmin
-from surfaces.forms import NameSetForm, NameUnsetForm, add_service_error
+from surfaces.forms import NameSetForm, NameUnsetForm
+
+# Where a name service's error shows on the set and unset forms (by its ``details["field"]``).
+_CAS_FIELDS = {"expected_current_hash": "expected_current_hash", "note": "note"}
 
 
 @admin.register(ScenarioName)
@@ -52,39 +54,29 @@ class ScenarioNameAdmin(StoreAdmin):
         self.require_operator(request)
         if request.method == "POST":
             form = NameSetForm(request.POST)
-            if form.is_valid():
+
+            def set_name() -> tuple[str, str]:
                 cleaned = form.cleaned_data
-                try:
-                    result = services.scenario_name_set(
-                        name=cleaned["name"],
-                        scenario_hash=cleaned["scenario_hash"],
-                        expected_current_hash=form.expected(),
-                        note=cleaned["note"],
-                        operator=request.user.get_username(),
-                    )
-                except ChukwaError as exc:
-                    add_service_error(
-                        form,
-                        exc,
-                        {
-                            "name": "name",
-                            "hash": "scenario_hash",
-                            "expected_current_hash": "expected_current_hash",
-                            "note": "note",
-                        },
-                    )
+                result = services.scenario_name_set(
+                    name=cleaned["name"],
+                    scenario_hash=cleaned["scenario_hash"],
+                    expected_current_hash=form.expected(),
+                    note=cleaned["note"],
+                    operator=request.user.get_username(),
+                )
+                if result["previous_hash"] == result["hash"]:
+                    text = f"name {result['name']} already points to {result['hash']}; unchanged"
                 else:
-                    if result["previous_hash"] == result["hash"]:
-                        text = (
-                            f"name {result['name']} already points to {result['hash']}; unchanged"
-                        )
-                    else:
-                        text = (
-                            f"name {result['name']} now points to {result['hash']} "
-                            f"(was {result['previous_hash'] or 'unset'})"
-                        )
-                    self.message_user(request, text)
-                    return HttpResponseRedirect(admin_url(ScenarioName, result["name"]))
+                    text = (
+                        f"name {result['name']} now points to {result['hash']} "
+                        f"(was {result['previous_hash'] or 'unset'})"
+                    )
+                return text, admin_url(ScenarioName, result["name"])
+
+            fields = {"name": "name", "hash": "scenario_hash", **_CAS_FIELDS}
+            done = self.submit_service_form(request, form, set_name, fields)
+            if done is not None:
+                return done
         else:
             keys = ("name", "scenario_hash", "expected_current_hash")
             form = NameSetForm(initial={k: request.GET[k] for k in keys if k in request.GET})
@@ -100,27 +92,22 @@ class ScenarioNameAdmin(StoreAdmin):
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         if request.method == "POST":
             form = NameUnsetForm(request.POST)
-            if form.is_valid():
-                try:
-                    result = services.scenario_name_unset(
-                        name=original.pk,
-                        expected_current_hash=form.expected(),
-                        note=form.cleaned_data["note"],
-                        operator=request.user.get_username(),
-                    )
-                except ChukwaError as exc:
-                    add_service_error(
-                        form,
-                        exc,
-                        {"expected_current_hash": "expected_current_hash", "note": "note"},
-                    )
-                else:
-                    self.message_user(
-                        request, f"name {result['name']} unset (was {result['previous_hash']})"
-                    )
-                    history = reverse("admin:scenarios_app_scenarionamehistory_changelist")
-                    query = urlencode({"name": result["name"]})
-                    return HttpResponseRedirect(f"{history}?{query}")
+
+            def unset_name() -> tuple[str, str]:
+                result = services.scenario_name_unset(
+                    name=original.pk,
+                    expected_current_hash=form.expected(),
+                    note=form.cleaned_data["note"],
+                    operator=request.user.get_username(),
+                )
+                history = reverse("admin:scenarios_app_scenarionamehistory_changelist")
+                query = urlencode({"name": result["name"]})
+                text = f"name {result['name']} unset (was {result['previous_hash']})"
+                return text, f"{history}?{query}"
+
+            done = self.submit_service_form(request, form, unset_name, _CAS_FIELDS)
+            if done is not None:
+                return done
         else:
             form = NameUnsetForm(initial={"expected_current_hash": original.scenario_id})
         return self.render_service_form(

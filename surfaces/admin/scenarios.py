@@ -13,7 +13,6 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 
-from chukwa_core.errors import ChukwaError
 from scenarios_app import selectors, services
 from scenarios_app.models import (
     CognitionProfile,
@@ -25,7 +24,7 @@ from scenarios_app.models import (
 )
 from surfaces.admin.rendering import abbreviate, admin_url, hash_link, json_block, links_list
 from surfaces.admin.store import StoreAdmin
-from surfaces.forms import AssembleForm, ForkForm, add_service_error
+from surfaces.forms import AssembleForm, ForkForm
 
 _DETAIL_CACHE_ATTR = "_chukwa_detail"
 
@@ -104,17 +103,18 @@ class ScenarioAdmin(StoreAdmin):
         self.require_operator(request)
         if request.method == "POST":
             form = AssembleForm(request.POST)
-            if form.is_valid():
+
+            def assemble() -> tuple[str, str]:
                 data = form.cleaned_data["data"]
                 if isinstance(data, dict) and "operator" not in data:
                     data = {**data, "operator": request.user.get_username()}
-                try:
-                    result = services.scenario_assemble(data=data)
-                except ChukwaError as exc:
-                    add_service_error(form, exc, {}, default="data")
-                else:
-                    self.message_user(request, _scenario_message("assembled", result))
-                    return HttpResponseRedirect(admin_url(Scenario, result["scenario_hash"]))
+                result = services.scenario_assemble(data=data)
+                message = _scenario_message("assembled", result)
+                return message, admin_url(Scenario, result["scenario_hash"])
+
+            done = self.submit_service_form(request, form, assemble, {}, default="data")
+            if done is not None:
+                return done
         else:
             form = AssembleForm(initial={"data": ASSEMBLE_SKELETON})
         return self.render_service_form(
@@ -129,7 +129,8 @@ class ScenarioAdmin(StoreAdmin):
             return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
         if request.method == "POST":
             form = ForkForm(request.POST)
-            if form.is_valid():
+
+            def fork() -> tuple[str, str]:
                 cleaned = form.cleaned_data
                 data: dict[str, Any] = {
                     "primary_parent": {"hash": parent.pk},
@@ -141,22 +142,14 @@ class ScenarioAdmin(StoreAdmin):
                     data["additional_parents"] = cleaned["additional_parents"]
                 if cleaned["name"]:
                     data["name"] = cleaned["name"]
-                try:
-                    result = services.scenario_fork(data=data)
-                except ChukwaError as exc:
-                    add_service_error(
-                        form,
-                        exc,
-                        {
-                            "changes": "changes",
-                            "additional_parents": "additional_parents",
-                            "name": "name",
-                            "note": "note",
-                        },
-                    )
-                else:
-                    self.message_user(request, _scenario_message("forked", result))
-                    return HttpResponseRedirect(admin_url(Scenario, result["scenario_hash"]))
+                result = services.scenario_fork(data=data)
+                message = _scenario_message("forked", result)
+                return message, admin_url(Scenario, result["scenario_hash"])
+
+            fields = {k: k for k in ("changes", "additional_parents", "name", "note")}
+            done = self.submit_service_form(request, form, fork, fields)
+            if done is not None:
+                return done
         else:
             form = ForkForm(initial={"changes": FORK_SKELETON})
         detail = _scenario_detail(parent)

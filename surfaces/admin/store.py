@@ -3,6 +3,7 @@ service forms."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from django import forms
@@ -10,10 +11,12 @@ from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Model
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils.safestring import SafeString
 
+from chukwa_core.errors import ChukwaError
+from surfaces.forms import add_service_error
 from surfaces.permissions import is_operator
 
 FORM_TEMPLATE = "admin/scenarios_app/service_form.html"
@@ -86,6 +89,28 @@ class StoreAdmin(admin.ModelAdmin):
         tools = self.object_tools(request, unquote(object_id)) if is_operator(request.user) else []
         context = {"chukwa_tools": tools, **(extra_context or {})}
         return super().change_view(request, object_id, form_url, context)
+
+    def submit_service_form(
+        self,
+        request: HttpRequest,
+        form: forms.Form,
+        call: Callable[[], tuple[str, str]],
+        error_fields: Mapping[str, str],
+        *,
+        default: str | None = None,
+    ) -> HttpResponse | None:
+        """A POSTed form through its service: ``call`` (run only when the form is valid) returns
+        the message to show and the URL to go to. None means show the form again, with the
+        service's error on the field ``error_fields`` maps it to (``add_service_error``)."""
+        if not form.is_valid():
+            return None
+        try:
+            message, url = call()
+        except ChukwaError as exc:
+            add_service_error(form, exc, error_fields, default=default)
+            return None
+        self.message_user(request, message)
+        return HttpResponseRedirect(url)
 
     def render_service_form(
         self,
