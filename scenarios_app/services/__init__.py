@@ -11,7 +11,7 @@ from scenarios_app.services.components import (
     json_schema_put,
     response_source_put,
 )
-from scenarios_app.services.scenarios import (
+from scenarios_app.services.manifest import (
     UNSET,
     AssembleResult,
     NameResult,
