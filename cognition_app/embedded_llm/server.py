@@ -28,7 +28,6 @@ import os
 import re
 import secrets
 import signal
-import sys
 import threading
 import time
 import uuid
@@ -676,7 +675,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     server.shutdown()
     server.server_close()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
