@@ -7,8 +7,8 @@ folder; DATABASE_URL must be unset. Part 1 (re)creates the throwaway database
 one LLM agent (a single ``llm_tool_loop`` node, no tools, an ``llm_chat_completions`` source
 with ``schema_delivery: response_format``) and ten props, and runs turns in-process
 (``turn_attempt_enqueue`` + ``turn_attempt_run``) with DEBUG off, against
-``tests.support.scripted_llm.ScriptedLLM`` run in a child process (this file with
-``--serve-scripted``), so that its time does not share the GIL with the code measured. The
+``tests.support.scripted_llm.ScriptedLLM`` run in a child process (``llm_overhead_scripted.py``
+beside this file), so that its time does not share the GIL with the code measured. The
 ``llm_tool_loop`` executor is wrapped with a timer: each sample is one generation's whole path
 (prompt rendering, model schema, the SourceInvocation/LlmCall/LlmChunk rows, the SSE stream,
 judging, patch validation, the judgement rows). The same request and reply through a bare HTTP
@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -34,11 +33,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import benchdb  # bench/ is the script's own folder, first on sys.path
+from llm_overhead_model import part_two
+from llm_overhead_scripted import CHUNK_SIZE, ChildProcessServer, InProcessServer, ScriptedServer
+from llm_overhead_world import PROPS, WORLD_SLUG, make_world, patch_reply
 
 if TYPE_CHECKING:
     import httpx
 
-    from cognition_app.embedded_llm import EmbeddedLLMServer
     from cognition_app.subject_run import SubjectRun
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -53,26 +54,12 @@ os.environ["CHUKWA_DB_NAME"] = BENCH_DB_NAME
 os.environ["CHUKWA_CELERY_QUEUE"] = BENCH_QUEUE
 
 OWNER = "bench"
-WORLD_SLUG = "llm-overhead"
-AGENT = "keeper"
-PROPS = 10
-ROOM = "storeroom"
-MAX_STRING = 200  # the source's max_string_length (as in the ant_on_plate fixture)
-CHUNK_SIZE = 8
 TIMED_REPLY_CHARS = 400  # "a few hundred characters"
 SHORT_REPLY_CHARS = 100
 LONG_REPLY_CHARS = 2000
 WARMUP_TURNS = 5
 GENERATION_TARGET_MS = 15.0
 API_KEY = "bench-key"
-FILLER = (
-    "The keeper walks the aisle between the shelves, checks each crate against the ledger, "
-    "and pauses to listen to the rain on the tin roof. "
-)
-# Part 2: the embedded model.
-MODEL_REQUESTS = 3
-MODEL_MAX_TOKENS = 256
-MODEL_TIMEOUT_S = 300.0
 
 
 def _recreate_database(*, create: bool, async_commit: bool = False) -> None:
@@ -88,328 +75,6 @@ def _queue_delete() -> None:
 
 
 # --- the throwaway database and the Celery queue (as in bench/turn_bench.py) ------------------
-
-
-# --- the scenario -----------------------------------------------------------------------------
-
-
-def _prop_id(i: int) -> str:
-    return f"p{i:02d}"
-
-
-def _workflow() -> dict[str, Any]:
-    from chukwa_core.patch_schema import world_patch_schema_hash
-
-    source = {
-        "version": 1,
-        "label": "chat",
-        "interface": {
-            "name": "llm_chat_completions",
-            "model": "bench-model",
-            "base_url_env": "CHUKWA_LLM_BASE_URL",
-            "api_key_env": "CHUKWA_LLM_API_KEY",
-            "schema_delivery": "response_format",
-            "timeout_ms": 60000,
-            "params": {"temperature": 0.7, "max_tokens": 800, "seed": 7},
-            "max_string_length": MAX_STRING,
-        },
-    }
-    system = (
-        "You are the simulation director. Decide what actually happens this turn for the acting "
-        "subject. Return JSON only. Never create or delete entities. Only change the acting "
-        "subject, existing entities listed in the world, or existing environments listed in the "
-        "world, using their exact ids and labels.\n\nRules for the WorldPatch you return:\n"
-        "- `narration` is one or two past-tense sentences saying what happened.\n"
-        "- Use `set_entity_state` for the acting subject's resulting physical state and for every "
-        "entity that changed.\n"
-        "- Every `entity_id` and `environment_label` must be copied exactly from the world."
-    )
-    user = (
-        "Simulation time: {{world.simulation_time}} (turn {{world.attempted_turn}})\n\n"
-        "World:\n{{world.projection}}\n\nWhere the subject is:\n{{environment.rendered}}\n\n"
-        "Acting subject:\n{{subject.rendered}}\n\nDecide the outcome for exactly one turn."
-    )
-    node = {
-        "id": "act",
-        "type": "llm_tool_loop",
-        "llm_source_ref": {"inline": source},
-        "prompt_template": {
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}]
-        },
-        "available_tools": [],
-        "max_generation_attempts": 3,
-        "max_tool_calls": 0,
-        "final_schema_ref": {"hash": world_patch_schema_hash()},
-    }
-    return {
-        "version": 1,
-        "execution": "per_subject_ordered",
-        "ambient_sources": [],
-        "nodes": [node],
-        "apply": {"from": "act.final"},
-    }
-
-
-def _scenario_input() -> dict[str, Any]:
-    entities: list[dict[str, Any]] = [
-        {
-            "inline": {
-                "id": AGENT,
-                "name": "Keeper",
-                "state": "standing at the storeroom door with a lantern.",
-                "environment": ROOM,
-                "kind": {
-                    "agent": {
-                        "goal": "keep the inventory in order.",
-                        "memory": "",
-                        "cognition_profile": "director",
-                    }
-                },
-            }
-        }
-    ]
-    for i in range(PROPS):
-        entities.append(
-            {
-                "inline": {
-                    "id": _prop_id(i),
-                    "name": f"Crate {i}",
-                    "state": f"a wooden crate on shelf {i % 4}, labelled batch {100 + i}.",
-                    "environment": ROOM,
-                    "kind": "prop",
-                }
-            }
-        )
-    return {
-        "scenario_slug": "llm_overhead_bench",
-        "description": "LLM overhead bench: one LLM agent, ten props.",
-        "chronon_seconds": 60,
-        "cognition_profiles": {"director": {"inline": {"workflow": {"inline": _workflow()}}}},
-        "environments": {
-            ROOM: {
-                "inline": "A narrow storeroom with four shelves, a tin roof and one small window."
-            }
-        },
-        "entities": entities,
-        "note": "llm overhead bench",
-    }
-
-
-def _make_world() -> None:
-    from scenarios_app.services import scenario_assemble
-    from worlds_app.services import world_create
-
-    result = scenario_assemble(data=_scenario_input())
-    world_create(data={"slug": WORLD_SLUG, "scenario_ref": {"hash": result["scenario_hash"]}})
-
-
-# --- scripted replies -------------------------------------------------------------------------
-
-
-def _filler(n: int) -> str:
-    return (FILLER * (n // len(FILLER) + 1))[:n]
-
-
-def _patch_reply(chars: int) -> str:
-    """A valid final-patch reply of about ``chars`` characters, within the source's
-    max_string_length (200) and the model schema's 8 effects: the narration, the agent's state,
-    then props' states are filled in turn. Only set_entity_state, so the world does not grow."""
-    effects: list[dict[str, str]] = [{"op": "set_entity_state", "entity_id": AGENT, "state": "x"}]
-    patch: dict[str, Any] = {"narration": "x", "effects": effects}
-    reply = {"kind": "final_patch", "patch": patch}
-
-    def size() -> int:
-        return len(json.dumps(reply))
-
-    slots: list[tuple[dict[str, Any], str]] = [(patch, "narration"), (effects[0], "state")]
-    if size() > chars:  # too short for an effect: a narration-only patch
-        effects.clear()
-        slots.pop()
-    prop = 0
-    while True:
-        for target, key in slots:
-            room = chars - size()
-            if room <= 0:
-                break
-            grow = min(MAX_STRING - len(target[key]), room)
-            target[key] = _filler(len(target[key]) + grow)
-        if size() >= chars or len(effects) >= 8 or prop >= PROPS:
-            break
-        effect = {"op": "set_entity_state", "entity_id": _prop_id(prop), "state": "x"}
-        effects.append(effect)
-        if size() > chars:
-            effects.pop()
-            break
-        slots.append((effect, "state"))
-        prop += 1
-    return json.dumps(reply)
-
-
-# --- the scripted server: in a child process by default -------------------------------------
-
-
-class ScriptedServer:
-    """The ScriptedLLM, driven through a small interface, so that it can run either in this
-    process or in a child process. In this process its handler thread shares the GIL with the
-    code being measured: while Chukwa waits on a socket, the server thread takes the GIL, and
-    Chukwa's thread may then wait up to the interpreter's switch interval (5 ms) to get it
-    back, so the server's time leaks into Chukwa's. A child process keeps it out."""
-
-    base_url: str
-
-    def script(self, text: str) -> None:
-        raise NotImplementedError
-
-    def status(self) -> dict[str, Any]:
-        """pending, failures, requests, probes, accepted (connections accepted so far)."""
-        raise NotImplementedError
-
-    def last_request(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def set_nagle(self, on: bool) -> None:
-        """Nagle's algorithm on connections accepted from now on (on = as shipped)."""
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        raise NotImplementedError
-
-
-class _Controller:
-    """Answers the control operations on a running ScriptedLLM (both modes use it)."""
-
-    def __init__(self) -> None:
-        from tests.support import scripted_llm
-
-        self.module = scripted_llm
-        # TCP_NODELAY on accepted connections, as real OpenAI-compatible servers set it: with
-        # Nagle's algorithm on (socketserver's default), a streamed reply's first event waits
-        # for the client's delayed ACK, about 40 ms on Linux; that is neither model nor Chukwa.
-        scripted_llm._Handler.disable_nagle_algorithm = True
-        self.llm = scripted_llm.ScriptedLLM().start()
-        self.accepted = 0
-        track = self.llm._track
-
-        def counting_track(conn: Any) -> None:
-            self.accepted += 1
-            track(conn)
-
-        self.llm._track = counting_track  # type: ignore[method-assign]
-
-    def handle(self, command: dict[str, Any]) -> dict[str, Any]:
-        op = command["op"]
-        if op == "script":
-            reply = self.module.Reply(text=command["text"], chunk_size=CHUNK_SIZE, delay_s=0)
-            self.llm.script(reply)
-            return {"pending": self.llm.pending}
-        if op == "status":
-            return {
-                "pending": self.llm.pending,
-                "failures": self.llm.failures,
-                "requests": len(self.llm.requests),
-                "probes": len(self.llm.probes),
-                "accepted": self.accepted,
-            }
-        if op == "last_request":
-            return {"request": self.llm.requests[-1]}
-        if op == "nagle":
-            self.module._Handler.disable_nagle_algorithm = not command["on"]
-            return {}
-        raise ValueError(f"unknown operation {op!r}")
-
-    def stop(self) -> None:
-        self.llm.stop()
-
-
-class InProcessServer(ScriptedServer):
-    def __init__(self) -> None:
-        self.controller = _Controller()
-        self.base_url = self.controller.llm.base_url
-
-    def script(self, text: str) -> None:
-        self.controller.handle({"op": "script", "text": text})
-
-    def status(self) -> dict[str, Any]:
-        return self.controller.handle({"op": "status"})
-
-    def last_request(self) -> dict[str, Any]:
-        return self.controller.handle({"op": "last_request"})["request"]
-
-    def set_nagle(self, on: bool) -> None:
-        self.controller.handle({"op": "nagle", "on": on})
-
-    def stop(self) -> None:
-        self.controller.stop()
-
-
-class ChildProcessServer(ScriptedServer):
-    """This file run with ``--serve-scripted``: JSON lines in on stdin, out on stdout."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--serve-scripted"],
-            cwd=PROJECT_DIR,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-        )
-        self.base_url = self._read()["base_url"]
-
-    def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the scripted server process exited ({self.proc.poll()})")
-        answer = json.loads(line)
-        if "error" in answer:
-            raise RuntimeError(f"scripted server process: {answer['error']}")
-        return answer
-
-    def _call(self, command: dict[str, Any]) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
-        return self._read()
-
-    def script(self, text: str) -> None:
-        self._call({"op": "script", "text": text})
-
-    def status(self) -> dict[str, Any]:
-        return self._call({"op": "status"})
-
-    def last_request(self) -> dict[str, Any]:
-        return self._call({"op": "last_request"})["request"]
-
-    def set_nagle(self, on: bool) -> None:
-        self._call({"op": "nagle", "on": on})
-
-    def stop(self) -> None:
-        if self.proc.poll() is not None:
-            return
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()  # end of input: the child stops its server and exits
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-
-def _serve_scripted_child() -> int:
-    """The child side of ChildProcessServer (no Django here)."""
-    controller = _Controller()
-    print(json.dumps({"base_url": controller.llm.base_url}), flush=True)
-    try:
-        for line in sys.stdin:
-            try:
-                answer = controller.handle(json.loads(line))
-            except (ValueError, KeyError, IndexError, TypeError) as exc:
-                answer = {"error": f"{type(exc).__name__}: {exc}"}
-            print(json.dumps(answer), flush=True)
-    finally:
-        controller.stop()
-    return 0
 
 
 # --- timing one generation: the llm_tool_loop executor, wrapped ------------------------------
@@ -621,7 +286,7 @@ class CapturedRun:
 def _captured_run(llm: ScriptedServer, probe: NodeProbe, chars: int) -> CapturedRun:
     from cognition_app.models import LlmChunk
 
-    text = _patch_reply(chars)
+    text = patch_reply(chars)
     probe.capture = True
     _run_turn(llm, text)
     if probe.capture:
@@ -718,6 +383,7 @@ def _part_one(
 
     from cognition_app import runner, sources
     from cognition_app.models import LlmCall
+    from cognition_app.sources import llm as llm_source
 
     db_name = settings.DATABASES["default"]["NAME"]
     if db_name != BENCH_DB_NAME:
@@ -729,7 +395,7 @@ def _part_one(
     call_command("migrate", verbosity=0)
     print(f"bench database {BENCH_DB_NAME!r}, queue {BENCH_QUEUE!r}")
     print(f"migrated in {time.perf_counter() - started:.1f} s")
-    _make_world()
+    make_world()
     with connection.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
         synchronous_commit = cursor.fetchone()[0]
@@ -739,10 +405,10 @@ def _part_one(
         f"{insert_ms:.2f} ms (medians of 100; synchronous_commit={synchronous_commit})"
     )
 
-    original_batch = sources.CHUNK_BATCH
+    original_batch = llm_source.CHUNK_BATCH
     if chunk_batch is not None:
-        print(f"what-if: sources.CHUNK_BATCH overridden {sources.CHUNK_BATCH} → {chunk_batch}")
-        sources.CHUNK_BATCH = chunk_batch
+        print(f"what-if: CHUNK_BATCH overridden {llm_source.CHUNK_BATCH} → {chunk_batch}")
+        llm_source.CHUNK_BATCH = chunk_batch
 
     probe = NodeProbe()
     original_node = runner.NODE_EXECUTORS["llm_tool_loop"]
@@ -754,7 +420,7 @@ def _part_one(
         llm = InProcessServer() if in_process else ChildProcessServer()
         os.environ["CHUKWA_LLM_BASE_URL"] = llm.base_url
         os.environ["CHUKWA_LLM_API_KEY"] = API_KEY
-        timed_text = _patch_reply(TIMED_REPLY_CHARS)
+        timed_text = patch_reply(TIMED_REPLY_CHARS)
         print(
             f"\n== 1. Chukwa's own time per generation (ScriptedLLM at {llm.base_url}, "
             f"zero model latency) =="
@@ -768,8 +434,8 @@ def _part_one(
             f"(no tools, max_tool_calls 0), llm_chat_completions, schema_delivery response_format"
         )
         print(
-            f"chunk persistence: CHUNK_BATCH {sources.CHUNK_BATCH}, "
-            f"CHUNK_FLUSH_SECONDS {sources.CHUNK_FLUSH_SECONDS}"
+            f"chunk persistence: CHUNK_BATCH {llm_source.CHUNK_BATCH}, "
+            f"CHUNK_FLUSH_SECONDS {llm_source.CHUNK_FLUSH_SECONDS}"
         )
 
         for _ in range(WARMUP_TURNS):  # the first also runs the conformance probe
@@ -869,177 +535,9 @@ def _part_one(
     finally:
         runner.NODE_EXECUTORS["llm_tool_loop"] = original_node
         sources.invoke_llm = original_invoke
-        sources.CHUNK_BATCH = original_batch
+        llm_source.CHUNK_BATCH = original_batch
         if llm is not None:
             llm.stop()
-
-
-# --- part 2: the embedded model ---------------------------------------------------------------
-
-MODEL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["narration", "effects"],
-    "properties": {
-        "narration": {"type": "string", "maxLength": 160},
-        "effects": {
-            "type": "array",
-            "maxItems": 2,
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["op", "entity_id", "state"],
-                "properties": {
-                    "op": {"type": "string", "enum": ["set_entity_state"]},
-                    "entity_id": {"type": "string", "enum": [AGENT, "p00", "p01", "p02"]},
-                    "state": {"type": "string", "maxLength": 80},
-                },
-            },
-        },
-    },
-}
-MODEL_MESSAGES = [
-    {
-        "role": "system",
-        "content": "You are the simulation director. Reply with one JSON object: a past-tense "
-        "narration and the state changes of the entities involved.",
-    },
-    {
-        "role": "user",
-        "content": "Storeroom: a narrow room with four shelves and a tin roof. Entities: keeper "
-        "(the acting subject, standing at the door with a lantern), p00 (a wooden crate on "
-        "shelf 0), p01 (a crate on shelf 1), p02 (a crate on shelf 2). The keeper wants to check "
-        "the crates. Decide what happens this turn.",
-    },
-]
-
-
-@dataclass
-class ModelRun:
-    prompt_tokens: int
-    completion_tokens: int
-    ttft_s: float
-    total_s: float
-    decode_s: float
-    valid: bool
-    finish_reason: str
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.completion_tokens / self.total_s
-
-    @property
-    def decode_tokens_per_s(self) -> float:
-        return (self.completion_tokens - 1) / self.decode_s if self.decode_s > 0 else 0.0
-
-
-def _model_request(base_url: str, seed: int) -> ModelRun:
-    import httpx
-    from jsonschema import Draft202012Validator
-
-    payload = {
-        "model": "SmolLM2-135M-Instruct",
-        "messages": MODEL_MESSAGES,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "max_tokens": MODEL_MAX_TOKENS,
-        "temperature": 0.7,
-        "seed": seed,
-        "response_format": {
-            "type": "json_schema",
-            "json_schema": {"name": "world_patch", "schema": MODEL_SCHEMA, "strict": True},
-        },
-    }
-    parts: list[str] = []
-    usage: dict[str, Any] = {}
-    finish_reason = ""
-    first: float | None = None
-    last = 0.0
-    with httpx.Client() as client:
-        t0 = time.perf_counter()
-        with client.stream(
-            "POST", f"{base_url}/chat/completions", json=payload, timeout=MODEL_TIMEOUT_S
-        ) as response:
-            if response.status_code != 200:
-                raise RuntimeError(
-                    f"embedded model: HTTP {response.status_code}: {response.read()[:300]!r}"
-                )
-            for line in response.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                event = json.loads(data)
-                if "error" in event:
-                    raise RuntimeError(f"embedded model: {event['error']}")
-                usage = event.get("usage") or usage
-                for choice in event.get("choices") or []:
-                    content = (choice.get("delta") or {}).get("content")
-                    if content:
-                        last = time.perf_counter()
-                        first = first if first is not None else last
-                        parts.append(content)
-                    finish_reason = choice.get("finish_reason") or finish_reason
-        done = time.perf_counter()
-    if first is None or not usage:
-        raise RuntimeError("embedded model: no content or no usage in the stream")
-    text = "".join(parts)
-    try:
-        valid = not list(Draft202012Validator(MODEL_SCHEMA).iter_errors(json.loads(text)))
-    except ValueError:
-        valid = False
-    return ModelRun(
-        prompt_tokens=int(usage["prompt_tokens"]),
-        completion_tokens=int(usage["completion_tokens"]),
-        ttft_s=first - t0,
-        total_s=done - t0,
-        decode_s=last - first,
-        valid=valid,
-        finish_reason=finish_reason,
-    )
-
-
-def _part_two() -> list[ModelRun]:
-    from cognition_app import embedded_llm
-
-    print("\n== 2. Embedded model: tokens per second ==")
-    t0 = time.perf_counter()
-    server: EmbeddedLLMServer = embedded_llm.serve("127.0.0.1", 0, threads=2, ctx=4096)
-    try:
-        host, port = server.server_address[:2]
-        base_url = f"http://{host}:{port}/v1"
-        print(
-            f"{embedded_llm.MODEL_NAME} ({server.engine.path.name}) loaded and serving at "
-            f"{base_url} in {time.perf_counter() - t0:.1f} s (threads 2, ctx 4096)"
-        )
-        print(
-            f"{MODEL_REQUESTS} streamed requests, response_format json_schema (narration ≤160 "
-            f"chars, ≤2 effects with state ≤80 chars), max_tokens {MODEL_MAX_TOKENS}, "
-            f"temperature 0.7"
-        )
-        runs: list[ModelRun] = []
-        for i in range(MODEL_REQUESTS):
-            run = _model_request(base_url, seed=1000 + i)
-            runs.append(run)
-            print(
-                f"  request {i + 1}: prompt {run.prompt_tokens} tok, completion "
-                f"{run.completion_tokens} tok ({run.finish_reason}), TTFT "
-                f"{run.ttft_s * 1000:.0f} ms, total {run.total_s:.2f} s → "
-                f"{run.tokens_per_s:.1f} tok/s (decode only {run.decode_tokens_per_s:.1f} tok/s), "
-                f"schema-valid JSON: {'yes' if run.valid else 'NO'}"
-            )
-        print("  (request 1 also pays first-use costs: the weights are paged in from the file)")
-        print(
-            f"  median: {statistics.median(r.tokens_per_s for r in runs):.1f} tok/s "
-            f"(completion tokens / request-to-last-byte time), decode only "
-            f"{statistics.median(r.decode_tokens_per_s for r in runs):.1f} tok/s, TTFT "
-            f"{statistics.median(r.ttft_s for r in runs) * 1000:.0f} ms"
-        )
-        return runs
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -1052,7 +550,7 @@ def main() -> int:
         "--chunk-batch",
         type=int,
         default=None,
-        help="what-if: override sources.CHUNK_BATCH in this process (default: the code's value)",
+        help="what-if: override cognition_app.sources.llm.CHUNK_BATCH in this process (default: the code's value)",
     )
     parser.add_argument(
         "--async-commit",
@@ -1065,11 +563,8 @@ def main() -> int:
         help="run the scripted server in this process (it then shares the GIL with Chukwa)",
     )
     parser.add_argument("--show-sql", action="store_true", help="print the captured SQL")
-    parser.add_argument("--serve-scripted", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--skip-model", action="store_true", help="skip part 2")
     args = parser.parse_args()
-    if args.serve_scripted:
-        return _serve_scripted_child()
     if args.generations < 1:
         parser.error("--generations must be at least 1")
 
@@ -1101,7 +596,7 @@ def main() -> int:
             )
         purged = _queue_purge()
         print(f"purged {purged} kick message(s) sent while no worker listened")
-        runs = [] if args.skip_model else _part_two()
+        runs = [] if args.skip_model else part_two()
 
         print("\ntargets (informational):")
         print(

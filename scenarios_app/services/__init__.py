@@ -1,5 +1,6 @@
 """Writes to the scenario store. Every entry point owns one transaction."""
 
+from scenarios_app.services.assembly import scenario_assemble, scenario_assemble_within
 from scenarios_app.services.components import (
     PUT_BY_KIND,
     PutResult,
@@ -11,16 +12,9 @@ from scenarios_app.services.components import (
     json_schema_put,
     response_source_put,
 )
-from scenarios_app.services.scenarios import (
-    UNSET,
-    AssembleResult,
-    NameResult,
-    scenario_assemble,
-    scenario_assemble_within,
-    scenario_fork,
-    scenario_name_set,
-    scenario_name_unset,
-)
+from scenarios_app.services.forks import scenario_fork
+from scenarios_app.services.manifest import AssembleResult
+from scenarios_app.services.names import UNSET, NameResult, scenario_name_set, scenario_name_unset
 
 __all__ = [
     "PUT_BY_KIND",

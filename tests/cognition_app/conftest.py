@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cognition_app import sources
+from cognition_app.sources import conformance
 from cognition_app.toys import serve, toy_env
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
@@ -37,7 +37,7 @@ def toy_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
 def _fresh_probe_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """The conformance-probe cache is process-wide and keyed by base URL; a later test's scripted
     server may get a port an earlier one had, so every test starts with an empty cache."""
-    monkeypatch.setattr(sources, "_probe_cache", {})
+    monkeypatch.setattr(conformance, "_probe_cache", {})
 
 
 def fixture_body(name: str) -> dict[str, Any]:

@@ -4,6 +4,7 @@ streams — every trace row finished, every failure naming a variable and never 
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -230,6 +231,92 @@ def test_a_model_name_or_usage_the_database_cannot_hold_is_not_an_error(
     call = LlmCall.objects.get(invocation__attempt=attempt)
     assert "\x00" not in call.response_model and len(call.response_model) <= 200
     assert call.prompt_tokens is None or call.prompt_tokens < 2**31
+    assert_all_finished()
+
+
+def _sse(*events: Any, done: bool = False) -> bytes:
+    body = "".join(f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events)
+    return (body + ("data: [DONE]\n\n" if done else "")).encode()
+
+
+PARTIAL = {"model": "m", "choices": [{"delta": {"content": '{"kind": "fin'}}]}
+
+
+@pytest.mark.parametrize(
+    ("raw", "provider_message"),
+    [
+        # OpenAI's shape: the error as a data event, after part of the reply
+        (
+            _sse(PARTIAL, {"error": {"message": f"overloaded (key {TEST_API_KEY})"}}, done=True),
+            "overloaded (key [redacted])",
+        ),
+        # an SSE ``error`` event, its data not even JSON
+        (
+            _sse(PARTIAL) + f"event: error\ndata: upstream reset, key {TEST_API_KEY}\n\n".encode(),
+            "upstream reset, key [redacted]",
+        ),
+    ],
+    ids=["error-data", "error-event"],
+)
+def test_an_error_sent_inside_the_stream_fails_the_generation_with_the_providers_message(
+    raw: bytes, provider_message: str, scripted_llm: ScriptedLLM
+) -> None:
+    create_world("ant_on_plate", "streamerr")
+    scripted_llm.script(Reply(raw_body=raw))
+    attempt = run_turn("streamerr")
+    assert attempt.status == AttemptStatus.FAILED
+    assert provider_message in attempt.failure_reason
+    gen = SourceInvocation.objects.get(attempt=attempt, kind="llm_generation")
+    assert (gen.status, gen.failure_class) == ("failed", "transport")
+    assert (
+        gen.failure_message == f"the LLM endpoint sent an error in the stream: {provider_message}"
+    )
+    call = LlmCall.objects.get(invocation=gen)
+    assert (call.status, call.error) == ("failed", gen.failure_message)
+    assert call.raw_text == '{"kind": "fin'  # what came before the error is kept
+    assert TEST_API_KEY not in json.dumps([attempt.failure_reason, gen.response_text])
+    assert_all_finished()
+    assert_world_unchanged("streamerr")
+
+
+def test_a_200_reply_that_is_not_an_event_stream_is_a_transport_failure(
+    scripted_llm: ScriptedLLM,
+) -> None:
+    """A server that ignores ``stream`` answers with one JSON completion: named as such, not as
+    a stream that ended early."""
+    completion = {
+        "choices": [{"message": {"content": json.dumps(ANT_OK)}, "finish_reason": "stop"}]
+    }
+    create_world("ant_on_plate", "notsse")
+    scripted_llm.script(
+        Reply(raw_body=json.dumps(completion).encode(), content_type="application/json")
+    )
+    attempt = run_turn("notsse")
+    assert attempt.status == AttemptStatus.FAILED
+    gen = SourceInvocation.objects.get(attempt=attempt, kind="llm_generation")
+    assert (gen.status, gen.failure_class) == ("failed", "transport")
+    assert "not an event stream" in gen.failure_message
+    assert "application/json" in gen.failure_message
+    assert_all_finished()
+
+
+def test_the_stream_is_split_into_lines_only_at_cr_and_lf(scripted_llm: ScriptedLLM) -> None:
+    """SSE lines end at CR, LF or CRLF only: a reply holding U+2028 or U+0085 unescaped (line
+    separators to str.splitlines) is one event, and CRLF-ended events read like LF-ended ones."""
+    patch = copy.deepcopy(ANT_OK)
+    patch["patch"]["narration"] = "The ant walks\u2028east\u0085to the crumb."
+    text = json.dumps(patch, ensure_ascii=False)
+    events = [
+        {"choices": [{"delta": {"content": text[:40]}}]},
+        {"choices": [{"delta": {"content": text[40:]}, "finish_reason": "stop"}]},
+    ]
+    raw = _sse(*events, done=True).replace(b"\n\n", b"\r\n\r\n", 1)
+    create_world("ant_on_plate", "lsep")
+    scripted_llm.script(Reply(raw_body=raw))
+    attempt = run_turn("lsep")
+    assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
+    call = LlmCall.objects.get(invocation__attempt=attempt)
+    assert call.raw_text == text
     assert_all_finished()
 
 

@@ -36,9 +36,11 @@ DEFAULT_MODEL = "scripted-model"
 class Reply:
     """One scripted answer with full control over how it is delivered.
 
-    Precedence: ``raw_body`` (sent verbatim as text/plain with ``status``), then ``error_body``
-    (sent as JSON with ``status``), then a completion streaming ``text`` ("" when None). A non-200
-    ``status`` with neither body sends a generic OpenAI-style error body.
+    Precedence: ``raw_body`` (sent verbatim with ``status``: as ``text/event-stream`` when the
+    status is 200, as a streaming reply would be, else as text/plain; ``content_type`` overrides
+    either), then ``error_body`` (sent as JSON with ``status``), then a completion streaming
+    ``text`` ("" when None). A non-200 ``status`` with neither body sends a generic OpenAI-style
+    error body.
     """
 
     text: str | None = None
@@ -51,6 +53,7 @@ class Reply:
     usage: dict[str, Any] | None = None
     close_mid_stream: bool = False
     raw_body: bytes | None = None
+    content_type: str | None = None
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
@@ -258,10 +261,11 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.delay_s:
             time.sleep(reply.delay_s)
         if reply.raw_body is not None:
+            default_type = "text/event-stream" if reply.status == 200 else "text/plain"
             self._send_bytes(
                 reply.status,
                 reply.raw_body,
-                "text/plain; charset=utf-8",
+                reply.content_type or f"{default_type}; charset=utf-8",
                 truncate=reply.close_mid_stream,
             )
             return

@@ -16,8 +16,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from cognition_app import sources
 from cognition_app.models import LlmCall, SourceInvocation
+from cognition_app.sources import conformance
 from cognition_app.toys import serve, toy_env
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
@@ -75,7 +75,7 @@ def toy_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
     for name, value in toy_env(base_url).items():
         monkeypatch.setenv(name, value)
     # The conformance-probe cache is keyed by base URL and a new scripted server may reuse a port.
-    monkeypatch.setattr(sources, "_probe_cache", {})
+    monkeypatch.setattr(conformance, "_probe_cache", {})
     try:
         yield base_url
     finally:

@@ -1,0 +1,195 @@
+"""The conformance check (SPEC §5): whether an LLM backend enforces a ``response_format`` JSON
+schema, with verdicts that expire."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.utils import timezone
+
+from chukwa_core.json_values import loads_strict, storable_text
+from cognition_app.models import InvocationKind, InvocationStatus, SourceInvocation, SourceProbe
+from cognition_app.sources.client import http_client
+from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.tracing import (
+    CallContext,
+    fail_invocation,
+    finish_invocation,
+    finished_on_error,
+    new_invocation,
+    trace_write,
+)
+from cognition_app.sources.variables import redact_headers, scrub
+
+PROBE_SCHEMA_NAME = "chukwa_conformance_probe"
+PROBE_ANSWER = "chukwa-conformance-ok"
+PROBE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"probe": {"type": "string", "enum": [PROBE_ANSWER]}},
+    "required": ["probe"],
+    "additionalProperties": False,
+}
+
+_probe_cache: dict[tuple[str, str], float] = {}
+_probe_lock = threading.Lock()
+
+
+def _probe_ttl(enforces: bool) -> float:
+    """How long a verdict stands: a backend found enforcing is trusted for hours; one found
+    not enforcing (or misconfigured at the time) is checked again soon (SPEC §5)."""
+    name = "CHUKWA_PROBE_TTL_SECONDS" if enforces else "CHUKWA_PROBE_RETRY_SECONDS"
+    return float(getattr(settings, name, 6 * 3600 if enforces else 60))
+
+
+def ensure_schema_enforced(
+    *,
+    ctx: CallContext,
+    source_hash: str,
+    source: Mapping[str, Any],
+    base_url: str,
+    model: str,
+    headers: dict[str, str],
+    timeout: float,
+) -> None:
+    """The conformance check of a (base URL, model): the backend must enforce a response_format
+    JSON schema. Run as a traced invocation of the attempt that needed it; its verdict expires.
+    A stored negative verdict still in force is recorded as a failed check of this attempt."""
+    key = (base_url, model)
+    with _probe_lock:
+        deadline = _probe_cache.get(key)
+        if deadline is not None and time.monotonic() < deadline:
+            return
+        now = timezone.now()
+        stored = SourceProbe.objects.filter(base_url=base_url, model=model).first()
+        fresh = stored is not None and (now - stored.checked_at).total_seconds() < _probe_ttl(
+            stored.enforces_schema
+        )
+        if fresh and stored is not None and stored.enforces_schema:
+            age = (now - stored.checked_at).total_seconds()
+            _probe_cache[key] = time.monotonic() + _probe_ttl(True) - age
+            return
+        inv = new_invocation(
+            ctx,
+            kind=InvocationKind.CONFORMANCE_CHECK,
+            source_hash=source_hash,
+            source=source,
+            request={},
+        )
+        if fresh and stored is not None:  # a negative verdict, not yet expired
+            retry_at = stored.checked_at + timedelta(seconds=_probe_ttl(False))
+            message = (
+                f"the LLM backend behind {ctx_url_env(source)} (model {model}) does not enforce "
+                f"response_format JSON schemas (checked {stored.checked_at.isoformat()}, checked "
+                f"again after {retry_at.isoformat()}): {stored.detail}"
+            )
+            inv.request = {"verdict_from": stored.checked_at.isoformat()}
+            inv.status = InvocationStatus.FAILED
+            inv.failure_class, inv.failure_message = "backend_not_enforcing", message
+            inv.ended_at, inv.duration_ms = inv.started_at, 0
+            with trace_write():
+                inv.save(force_insert=True)
+            raise SourceFailure("backend_not_enforcing", message, invocation_id=inv.pk)
+        payload = _probe_payload(model)
+        inv.request = {**payload, "url_env": ctx_url_env(source), "path": "/chat/completions"}
+        with trace_write():  # the row exists before any byte is sent
+            inv.save(force_insert=True)
+        with finished_on_error(inv):
+            enforces, detail = _run_probe(inv, base_url, payload, headers, timeout)
+            SourceProbe.objects.update_or_create(
+                base_url=base_url,
+                model=model,
+                defaults={"enforces_schema": enforces, "detail": detail},
+            )
+            if not enforces:
+                message = (
+                    f"the LLM backend behind {ctx_url_env(source)} (model {model}) does not "
+                    f"enforce response_format JSON schemas: {detail}"
+                )
+                finish_invocation(
+                    inv,
+                    InvocationStatus.FAILED,
+                    failure_class="backend_not_enforcing",
+                    failure_message=message,
+                )
+                raise SourceFailure("backend_not_enforcing", message, invocation_id=inv.pk)
+            finish_invocation(inv, InvocationStatus.SUCCEEDED, validation_status="valid")
+            _probe_cache[key] = time.monotonic() + _probe_ttl(True)
+
+
+def ctx_url_env(source: Mapping[str, Any]) -> str:
+    return str(source["interface"].get("base_url_env", ""))
+
+
+def _probe_payload(model: str) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [
+            {"role": "system", "content": "Reply with a JSON object."},
+            {"role": "user", "content": 'Say hello as {"probe": "..."} with any text you like.'},
+        ],
+        "stream": False,
+        "max_tokens": 40,
+        "temperature": 0,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": PROBE_SCHEMA_NAME, "schema": PROBE_SCHEMA, "strict": True},
+        },
+    }
+
+
+def _run_probe(
+    inv: SourceInvocation,
+    base_url: str,
+    payload: dict[str, Any],
+    headers: dict[str, str],
+    timeout: float,
+) -> tuple[bool, str]:
+    """Send the check; a transport failure finishes the row and raises (no verdict is kept, so
+    the next attempt checks again); otherwise returns the verdict with the response recorded."""
+    try:
+        response = http_client().post(
+            f"{base_url}/chat/completions", json=payload, headers=headers, timeout=timeout
+        )
+    except httpx.HTTPError as exc:
+        fail_invocation(inv, "transport", f"conformance check could not reach the backend: {exc}")
+        raise AssertionError("unreachable") from None  # fail_invocation always raises
+    text = storable_text(scrub(response.text[:20_000]))
+    recorded = {
+        "http_status": response.status_code,
+        "response_headers": redact_headers(response.headers),
+        "response_text": text,
+    }
+    if response.status_code >= 500 or response.status_code == 429:
+        fail_invocation(
+            inv,
+            "transport",
+            f"conformance check: HTTP {response.status_code}: {text[:300]}",
+            **recorded,
+        )
+    SourceInvocation.objects.filter(pk=inv.pk).update(**recorded)
+    if response.status_code >= 400:
+        return (
+            False,
+            f"rejected response_format (HTTP {response.status_code}): {text[:300]}",
+        )
+    try:
+        reply = loads_strict(response.text)["choices"][0]["message"]["content"]
+        answer = loads_strict(reply)
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        return False, storable_text(scrub(f"probe reply is not the schema's JSON: {exc}"))
+    if answer != {"probe": PROBE_ANSWER}:
+        return (
+            False,
+            storable_text(
+                scrub(
+                    f"probe reply {answer!r} does not follow the schema (expected {PROBE_ANSWER!r})"
+                )
+            ),
+        )
+    return True, "schema enforced"

@@ -1,0 +1,143 @@
+"""Calling an ``http_json`` source: one traced POST whose JSON reply is checked against its result
+schema."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import httpx
+
+from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, storable_text
+from cognition_app.models import InvocationStatus, SourceInvocation
+from cognition_app.sources.client import http_client
+from cognition_app.sources.components import schema_errors, schema_validator, source_content
+from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.tracing import (
+    CallContext,
+    fail_invocation,
+    finish_invocation,
+    finished_on_error,
+    new_invocation,
+    trace_write,
+)
+from cognition_app.sources.variables import redact_headers, scrub, scrub_json, url_from_env
+
+
+@dataclass(frozen=True)
+class HttpResult:
+    value: Any
+    invocation_id: UUID
+
+
+def invoke_http_json(
+    *,
+    source_hash: str,
+    body: Any,
+    ctx: CallContext,
+    kind: str,
+    result_schema_hash: str = "",
+    input_schema_hash: str = "",
+) -> HttpResult:
+    source = source_content(source_hash)
+    iface = source["interface"]
+    if iface["name"] != "http_json":
+        raise SourceFailure(
+            "not_executable", f"source {source_hash[:12]} is not an http_json source"
+        )
+    inv = new_invocation(
+        ctx,
+        kind=kind,
+        source_hash=source_hash,
+        source=source,
+        request={
+            "method": "POST",
+            "url_env": iface["url_env"],
+            "path": iface.get("path", ""),
+            "body": body,
+        },
+        input_schema_hash=input_schema_hash,
+        output_schema_hash=result_schema_hash,
+    )
+    try:
+        base = url_from_env(iface["url_env"], "url_env")
+    except SourceFailure as exc:
+        inv.status = InvocationStatus.FAILED
+        inv.failure_class, inv.failure_message = exc.failure_class, exc.message
+        inv.ended_at = inv.started_at
+        inv.duration_ms = 0
+        inv.save(force_insert=True)
+        exc.invocation_id = inv.pk
+        raise
+    inv.request["url"] = base + iface.get("path", "")
+    with trace_write():  # the row exists before any byte is sent
+        inv.save(force_insert=True)
+    with finished_on_error(inv):
+        return _post_json(inv, iface, base, body, ctx, result_schema_hash)
+
+
+def _post_json(
+    inv: SourceInvocation,
+    iface: Mapping[str, Any],
+    base: str,
+    body: Any,
+    ctx: CallContext,
+    result_schema_hash: str,
+) -> HttpResult:
+    headers = ctx.headers(inv.pk)
+    try:
+        response = http_client().post(
+            base + iface.get("path", ""),
+            json=body,
+            headers=headers,
+            timeout=iface["timeout_ms"] / 1000,
+        )
+    except httpx.TimeoutException as exc:
+        return fail_invocation(inv, "transport", f"timed out after {iface['timeout_ms']} ms: {exc}")
+    except httpx.HTTPError as exc:
+        return fail_invocation(inv, "transport", f"{type(exc).__name__}: {exc}")
+    text = storable_text(scrub(response.text[:200_000]))
+    recorded: dict[str, Any] = {
+        "http_status": response.status_code,
+        "response_headers": redact_headers(response.headers),
+        "response_text": text,
+    }
+    if response.status_code >= 400:
+        return fail_invocation(
+            inv,
+            "transport"
+            if response.status_code >= 500 or response.status_code == 429
+            else "http_status",
+            f"HTTP {response.status_code} from {inv.source_label}: {text[:500]}",
+            **recorded,
+        )
+    try:
+        value = loads_strict(response.text)
+        check_storable(value)
+    except UnstorableValue as exc:
+        return fail_invocation(
+            inv, "non_json", f"response JSON cannot be stored: {exc}", **recorded
+        )
+    except ValueError as exc:
+        return fail_invocation(
+            inv, "non_json", f"response is not JSON ({exc}): {text[:200]!r}", **recorded
+        )
+    value = scrub_json(value)
+    recorded["response_json"] = value
+    if result_schema_hash:
+        errors = schema_errors(schema_validator(result_schema_hash), value)
+        if errors:
+            return fail_invocation(
+                inv,
+                "schema_invalid",
+                f"response does not match its result schema: {errors[0]['pointer'] or '(root)'}: "
+                f"{errors[0]['message']}",
+                validation_status="invalid",
+                validation_errors=errors,
+                **recorded,
+            )
+        recorded["validation_status"] = "valid"
+    finish_invocation(inv, InvocationStatus.SUCCEEDED, **recorded)
+    return HttpResult(value, inv.pk)

@@ -1,0 +1,403 @@
+"""Calling an ``llm_chat_completions`` source: one streamed generation, its chunks and its verdict
+traced durably."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+from django.utils import timezone
+from httpx_sse import SSEError
+
+from chukwa_core.json_values import storable_text
+from cognition_app.models import (
+    InvocationKind,
+    InvocationStatus,
+    LlmCall,
+    LlmChunk,
+    SourceInvocation,
+)
+from cognition_app.sources.client import http_client
+from cognition_app.sources.components import source_content
+from cognition_app.sources.conformance import ensure_schema_enforced
+from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.stream_events import chunk_events
+from cognition_app.sources.tracing import (
+    CallContext,
+    finish_invocation,
+    finished_on_error,
+    new_invocation,
+    trace_write,
+)
+from cognition_app.sources.variables import key_from_env, redact_headers, scrub, url_from_env
+
+# Streamed chunks are flushed by time, so a generation's query count does not grow with the
+# length of its reply; CHUNK_BATCH only bounds the rows held in memory between flushes.
+CHUNK_BATCH = 512
+CHUNK_FLUSH_SECONDS = 0.25
+
+
+@dataclass
+class Judgement:
+    """What Chukwa made of a generation's text (computed before the rows are finished, so the
+    finish and the judgement are written together)."""
+
+    output_kind: str
+    parse_error: str = ""
+    validation_errors: list[Any] = field(default_factory=list)
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    rejection: Any = None  # the node's rejection (a ModelContentRejected), if any
+    output: Any = None
+
+
+Judge = Callable[[str], Judgement]
+
+
+@dataclass
+class Generation:
+    text: str
+    invocation: SourceInvocation
+    call: LlmCall
+    finish_reason: str = ""
+    usage: dict[str, int] = field(default_factory=dict)
+    judgement: Judgement | None = None
+
+
+def invoke_llm(
+    *,
+    source_hash: str,
+    messages: list[dict[str, str]],
+    ctx: CallContext,
+    response_schema: dict[str, Any] | None,
+    schema_name: str = "output",
+    output_schema_hash: str = "",
+    judge: Judge | None = None,
+) -> Generation:
+    """One streamed generation. Transport errors and HTTP failures raise SourceFailure (they are
+    not model-content failures); ``judge`` (pure, no I/O) says what the text is, and its verdict
+    is written with the finished rows."""
+    source = source_content(source_hash)
+    iface = source["interface"]
+    if iface["name"] != "llm_chat_completions":
+        raise SourceFailure("not_executable", f"source {source_hash[:12]} is not an LLM source")
+    params = dict(iface.get("params", {}))
+    payload: dict[str, Any] = {
+        **params,
+        # after the params, so that nothing authored can replace what Chukwa sets
+        "model": iface["model"],
+        "messages": list(messages),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    response_format = None
+    if response_schema is not None:
+        if iface["schema_delivery"] == "response_format":
+            response_format = {
+                "type": "json_schema",
+                "json_schema": {"name": schema_name, "schema": response_schema, "strict": True},
+            }
+            payload["response_format"] = response_format
+        else:  # prompt_only, only because the source says so
+            payload["messages"] = [
+                *messages,
+                {
+                    "role": "system",
+                    "content": "Reply with one JSON object that validates against this JSON "
+                    f"Schema, and nothing else:\n{json.dumps(response_schema)}",
+                },
+            ]
+    try:
+        base_url = url_from_env(iface["base_url_env"], "base_url_env")
+        headers = {"Content-Type": "application/json"}
+        if "api_key_env" in iface:
+            key = key_from_env(iface["api_key_env"], "api_key_env", iface["base_url_env"])
+            headers["Authorization"] = "Bearer " + key
+        config_failure = None
+    except SourceFailure as exc:
+        config_failure = exc
+        base_url = ""
+    timeout = iface["timeout_ms"] / 1000
+    if response_format is not None and config_failure is None:
+        ensure_schema_enforced(
+            ctx=ctx,
+            source_hash=source_hash,
+            source=source,
+            base_url=base_url,
+            model=iface["model"],
+            headers=headers,
+            timeout=timeout,
+        )
+    inv = new_invocation(
+        ctx,
+        kind=InvocationKind.LLM_GENERATION,
+        source_hash=source_hash,
+        source=source,
+        # The messages and the response format live on the LLM call row (not stored twice).
+        request={
+            **{k: v for k, v in payload.items() if k not in ("messages", "response_format")},
+            "messages": f"{len(payload['messages'])} messages, on the LLM call",
+            "response_format": (
+                {"type": "json_schema", "name": schema_name} if response_format else None
+            ),
+        },
+        output_schema_hash=output_schema_hash,
+    )
+    call = LlmCall(
+        invocation=inv,
+        base_url=base_url,
+        requested_model=iface["model"],
+        messages=payload["messages"],
+        params=params,
+        response_format=response_format,
+        started_at=inv.started_at,
+    )
+    if config_failure is not None:
+        exc = config_failure
+        with trace_write():
+            inv.status = call.status = InvocationStatus.FAILED
+            inv.failure_class, inv.failure_message = exc.failure_class, exc.message
+            inv.ended_at = call.ended_at = inv.started_at
+            inv.duration_ms = 0
+            call.error = exc.message
+            inv.save(force_insert=True)
+            call.save(force_insert=True)
+        exc.invocation_id = inv.pk
+        raise exc
+    with trace_write():  # both rows exist before any byte is sent
+        inv.save(force_insert=True)
+        call.save(force_insert=True)
+    with finished_on_error(inv, call):
+        return _stream(inv, call, base_url, headers, payload, timeout, judge)
+
+
+def _stream(
+    inv: SourceInvocation,
+    call: LlmCall,
+    base_url: str,
+    headers: dict[str, str],
+    payload: dict[str, Any],
+    timeout: float,
+    judge: Judge | None = None,
+) -> Generation:
+    started = time.monotonic()
+    pending: list[LlmChunk] = []
+    seq = 0
+    last_flush = started
+    parts: list[str] = []
+    usage: dict[str, int] = {}
+    finish_reason = ""
+    response_model = ""
+    ttft_ms: int | None = None
+    http_meta: dict[str, Any] = {}  # status and redacted headers, once the response starts
+
+    def flush() -> None:
+        nonlocal last_flush
+        if pending:
+            with trace_write():
+                LlmChunk.objects.bulk_create(pending)
+            pending.clear()
+        last_flush = time.monotonic()
+
+    def fail(
+        failure_class: str, message: str, http_status: int | None = None, body: str = ""
+    ) -> SourceFailure:
+        flush()
+        text = storable_text(scrub("".join(parts)))
+        message = storable_text(scrub(message))
+        now = timezone.now()
+        LlmCall.objects.filter(pk=call.pk).update(
+            status=InvocationStatus.FAILED,
+            ended_at=now,
+            error=message,
+            raw_text=text,
+            ttft_ms=ttft_ms,
+        )
+        finish_invocation(
+            inv,
+            InvocationStatus.FAILED,
+            failure_class=failure_class,
+            failure_message=message,
+            http_status=http_status or http_meta.get("http_status"),
+            response_headers=http_meta.get("response_headers", {}),
+            response_text=body or text,
+        )
+        return SourceFailure(failure_class, message, invocation_id=inv.pk)
+
+    try:
+        with http_client().stream(
+            "POST", f"{base_url}/chat/completions", json=payload, headers=headers, timeout=timeout
+        ) as response:
+            http_meta["http_status"] = response.status_code
+            http_meta["response_headers"] = redact_headers(response.headers)
+            if response.status_code != 200:
+                body = storable_text(scrub(response.read().decode("utf-8", "replace")[:20_000]))
+                status = response.status_code
+                if status >= 500 or status == 429:
+                    raise fail(
+                        "transport",
+                        f"HTTP {status} from the LLM endpoint: {body[:500]}",
+                        status,
+                        body,
+                    )
+                if "response_format" in payload:
+                    raise fail(
+                        "response_format_rejected",
+                        f"the LLM endpoint rejected the request with response_format json_schema "
+                        f"(HTTP {status}); Chukwa does not retry without it: {body[:500]}",
+                        status,
+                        body,
+                    )
+                raise fail(
+                    "http_status",
+                    f"HTTP {status} from the LLM endpoint: {body[:500]}",
+                    status,
+                    body,
+                )
+            for event in chunk_events(response):
+                if isinstance(event.get("model"), str) and event["model"]:
+                    response_model = storable_text(event["model"])[:200]
+                if event.get("usage"):
+                    usage = {
+                        k: v
+                        for k, v in event["usage"].items()
+                        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31
+                    }
+                    details = event["usage"].get("prompt_tokens_details") or {}
+                    if (
+                        isinstance(details.get("cached_tokens"), int)
+                        and 0 <= details["cached_tokens"] < 2**31
+                    ):
+                        usage["cached_tokens"] = details["cached_tokens"]
+                for choice in event.get("choices") or []:
+                    delta = (choice.get("delta") or {}).get("content")
+                    if delta:
+                        now = time.monotonic()
+                        offset = int((now - started) * 1000)
+                        if ttft_ms is None:
+                            ttft_ms = offset  # stored at the end; live, it is chunk 0's offset
+                        parts.append(delta)
+                        pending.append(
+                            LlmChunk(
+                                call_id=call.pk,
+                                seq=seq,
+                                offset_ms=offset,
+                                text=storable_text(scrub(delta)),
+                            )
+                        )
+                        seq += 1
+                        if len(pending) >= CHUNK_BATCH or now - last_flush >= CHUNK_FLUSH_SECONDS:
+                            flush()
+                    if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
+                        finish_reason = storable_text(choice["finish_reason"])[:40]
+    except SourceFailure as exc:
+        if exc.invocation_id is None:  # from chunk_events: finish the rows like any failure
+            raise fail(exc.failure_class, exc.message) from None
+        raise
+    except SSEError as exc:  # an HTTP 200 that is not an event stream (``stream`` ignored?)
+        raise fail("transport", f"the LLM endpoint's reply is not an event stream: {exc}") from None
+    except httpx.TimeoutException as exc:
+        raise fail(
+            "transport", f"the LLM endpoint timed out after {timeout:.0f} s: {exc}"
+        ) from None
+    except httpx.HTTPError as exc:
+        raise fail("transport", f"{type(exc).__name__}: {exc}") from None
+    original = "".join(parts)
+    # What is stored, shown and sent back to the model on a retry: storable, no key in it. The
+    # judge reads the original, so NUL or a lone surrogate in the reply is a model-content
+    # failure for the retry lane, not a database error.
+    text = storable_text(scrub(original))
+    if not finish_reason:
+        raise fail("transport", "the stream ended without a finish_reason (connection dropped?)")
+    if usage.get("completion_tokens") is not None:
+        usage_source = "provider"
+    else:
+        prompt_chars = sum(len(m.get("content", "")) for m in payload["messages"])
+        usage = {
+            "prompt_tokens": max(1, prompt_chars // 4),
+            "completion_tokens": max(1, len(text) // 4),
+        }
+        usage_source = "estimated"
+    gen = Generation(text=text, invocation=inv, call=call, finish_reason=finish_reason, usage=usage)
+    try:
+        # The judge reads the reply without any key in it (an echoed key must not reach a
+        # parsed artifact or the world), but with everything else as the model sent it.
+        gen.judgement = judge(scrub(original)) if judge is not None else None
+    finally:
+        # One transaction: the last chunks, the finished rows and the verdict.
+        now = timezone.now()
+        with trace_write():
+            if pending:
+                LlmChunk.objects.bulk_create(pending)
+                pending.clear()
+            if scrub(original) != original:
+                # A key was echoed into the reply, possibly split across chunks: keep the
+                # chunk record but never the key.
+                LlmChunk.objects.filter(call_id=call.pk).delete()
+                LlmChunk.objects.create(call_id=call.pk, seq=0, offset_ms=ttft_ms or 0, text=text)
+            _finish_generation(
+                inv,
+                call,
+                text,
+                now,
+                ttft_ms,
+                finish_reason,
+                response_model,
+                usage,
+                usage_source,
+                http_meta,
+                gen.judgement,
+            )
+    call.raw_text, call.finish_reason = text, finish_reason
+    return gen
+
+
+def _finish_generation(
+    inv: SourceInvocation,
+    call: LlmCall,
+    text: str,
+    now: datetime,
+    ttft_ms: int | None,
+    finish_reason: str,
+    response_model: str,
+    usage: dict[str, int],
+    usage_source: str,
+    http_meta: dict[str, Any],
+    judgement: Judgement | None,
+) -> None:
+    """Finish both rows with one UPDATE each, the verdict included."""
+    call_verdict: dict[str, Any] = {}
+    inv_verdict: dict[str, Any] = {}
+    if judgement is not None:
+        errors = judgement.validation_errors
+        call_verdict = {
+            "parse_error": judgement.parse_error,
+            "validation_errors": errors,
+            "artifacts": judgement.artifacts,
+        }
+        inv_verdict = {
+            "model_output_kind": judgement.output_kind,
+            "validation_status": "invalid" if (judgement.parse_error or errors) else "valid",
+            "validation_errors": errors,
+        }
+    LlmCall.objects.filter(pk=call.pk).update(
+        **call_verdict,
+        status=InvocationStatus.SUCCEEDED,
+        ended_at=now,
+        ttft_ms=ttft_ms,
+        raw_text=text,
+        normalized_text=text.strip(),
+        finish_reason=finish_reason,
+        response_model=response_model,
+        prompt_tokens=usage.get("prompt_tokens"),
+        completion_tokens=usage.get("completion_tokens"),
+        cached_tokens=usage.get("cached_tokens"),
+        usage_source=usage_source,
+    )
+    finish_invocation(
+        inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
+    )

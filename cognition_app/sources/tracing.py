@@ -1,0 +1,180 @@
+"""The durable trace rows of a source call (SPEC §7): each row is written ``running`` before any
+byte is sent and finished as ``succeeded``, ``failed`` or ``interrupted`` whatever happens."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, NoReturn
+from uuid import UUID
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from chukwa_core.json_values import storable_text
+from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
+from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.variables import scrub
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CallContext:
+    attempt_id: UUID
+    world_id: int
+    world_slug: str
+    attempted_turn: int
+    next_seq: Callable[[], int]
+    workflow_hash: str = ""
+    node_id: str = ""
+    subject_id: str = ""
+    ambient_source_id: str = ""
+    tool_name: str = ""
+    parent_id: UUID | None = None
+    generation_attempt: int | None = None
+    tool_loop_round: int | None = None
+
+    def headers(self, invocation_id: UUID) -> dict[str, str]:
+        return {
+            "X-Chukwa-World": self.world_slug,
+            "X-Chukwa-Attempt": str(self.attempt_id),
+            "X-Chukwa-Turn": str(self.attempted_turn),
+            "X-Chukwa-Subject": self.subject_id,
+            "X-Chukwa-Invocation": str(invocation_id),
+        }
+
+
+def new_invocation(
+    ctx: CallContext,
+    *,
+    kind: str,
+    source_hash: str,
+    source: Mapping[str, Any],
+    request: Any,
+    input_schema_hash: str = "",
+    output_schema_hash: str = "",
+) -> SourceInvocation:
+    return SourceInvocation(
+        attempt_id=ctx.attempt_id,
+        world_id=ctx.world_id,
+        attempted_turn=ctx.attempted_turn,
+        seq=ctx.next_seq(),
+        workflow_hash=ctx.workflow_hash,
+        node_id=ctx.node_id,
+        subject_id=ctx.subject_id,
+        source_hash=source_hash,
+        source_label=source.get("label", ""),
+        kind=kind,
+        ambient_source_id=ctx.ambient_source_id,
+        tool_name=ctx.tool_name,
+        parent_id=ctx.parent_id,
+        started_at=timezone.now(),
+        request=request,
+        input_schema_hash=input_schema_hash,
+        output_schema_hash=output_schema_hash,
+        generation_attempt=ctx.generation_attempt,
+        tool_loop_round=ctx.tool_loop_round,
+    )
+
+
+@contextmanager
+def trace_write() -> Iterator[None]:
+    """One transaction for trace rows, committed without waiting for the WAL flush.
+
+    Committed rows are visible to every other session at once (the reviewer's timeline, the
+    reaper); only a crash of the PostgreSQL server itself could lose the last few hundred
+    milliseconds of trace writes — a worker crash loses nothing. Each generation writes its
+    rows in a handful of such transactions instead of one synchronous commit per statement.
+    """
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        yield
+
+
+def finish_invocation(inv: SourceInvocation, status: str, **fields: Any) -> None:
+    now = timezone.now()
+    fields.update(status=status, ended_at=now, duration_ms=_ms_since(inv.started_at, now))
+    if connection.in_atomic_block:  # part of the caller's trace transaction
+        SourceInvocation.objects.filter(pk=inv.pk).update(**fields)
+    else:
+        with trace_write():
+            SourceInvocation.objects.filter(pk=inv.pk).update(**fields)
+    for key, value in fields.items():
+        setattr(inv, key, value)
+
+
+def _ms_since(start: datetime, end: datetime) -> int:
+    return int((end - start).total_seconds() * 1000)
+
+
+@contextmanager
+def finished_on_error(inv: SourceInvocation, call: LlmCall | None = None) -> Iterator[None]:
+    """Whatever escapes between opening a row and finishing it (a bug, a stopped thread, a
+    database error) still finishes the row as ``failed`` before it propagates (SPEC §7)."""
+    try:
+        yield
+    except SourceFailure:
+        raise  # raised by a path that finished its rows
+    except BaseException as exc:
+        message = scrub(f"internal error: {type(exc).__name__}: {exc}")[:2000]
+        now = timezone.now()
+        try:
+            with trace_write():
+                SourceInvocation.objects.filter(pk=inv.pk, status=InvocationStatus.RUNNING).update(
+                    status=InvocationStatus.FAILED,
+                    failure_class="internal_error",
+                    failure_message=storable_text(message),
+                    ended_at=now,
+                    duration_ms=_ms_since(inv.started_at, now),
+                )
+                if call is not None:
+                    LlmCall.objects.filter(pk=call.pk, status=InvocationStatus.RUNNING).update(
+                        status=InvocationStatus.FAILED, ended_at=now, error=storable_text(message)
+                    )
+        except Exception:  # noqa: BLE001 - the database itself failed; the reaper finishes it
+            logger.warning("could not finish invocation %s after %s", inv.pk, type(exc).__name__)
+        raise
+
+
+def fail_invocation(
+    inv: SourceInvocation, failure_class: str, message: str, **fields: Any
+) -> NoReturn:
+    message = storable_text(scrub(message))
+    finish_invocation(
+        inv, InvocationStatus.FAILED, failure_class=failure_class, failure_message=message, **fields
+    )
+    raise SourceFailure(failure_class, message, invocation_id=inv.pk)
+
+
+def _close_running(attempt_id: UUID | str, status: str, failure_class: str, reason: str) -> int:
+    now = timezone.now()
+    ids = list(
+        SourceInvocation.objects.filter(
+            attempt_id=attempt_id, status=InvocationStatus.RUNNING
+        ).values_list("pk", flat=True)
+    )
+    if not ids:
+        return 0
+    SourceInvocation.objects.filter(pk__in=ids).update(
+        status=status, ended_at=now, failure_class=failure_class, failure_message=reason
+    )
+    LlmCall.objects.filter(invocation_id__in=ids, status=InvocationStatus.RUNNING).update(
+        status=status, ended_at=now, error=reason
+    )
+    return len(ids)
+
+
+def interrupt_running(*, attempt_id: UUID | str, reason: str) -> int:
+    """The reaper's part: running rows of a dead attempt become ``interrupted``."""
+    return _close_running(attempt_id, InvocationStatus.INTERRUPTED, "interrupted", reason)
+
+
+def finish_running(*, attempt_id: UUID | str, reason: str) -> int:
+    """When an attempt fails, rows it left open become ``failed`` (SPEC §7: every row opened is
+    finished); normally there are none, since each call finishes its own rows."""
+    return _close_running(attempt_id, InvocationStatus.FAILED, "attempt_ended", reason)

@@ -1,0 +1,98 @@
+"""The secrets boundary: URLs and keys read only from the ``CHUKWA_*`` variables a source names,
+and every key value kept out of what is stored or shown (scrubbing, header redaction)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from chukwa_core.ids import bound_key_env_name, is_key_env_name, is_url_env_name
+from cognition_app.sources.failure import SourceFailure
+
+REDACTED_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
+)
+
+
+def _env_value(name: str, field_name: str) -> str:
+    value = os.environ.get(name, "")
+    if not value:
+        raise SourceFailure(
+            "config", f"environment variable {name} (named by the source's {field_name}) is not set"
+        )
+    return value
+
+
+def url_from_env(name: str, field_name: str) -> str:
+    """The base URL a source's URL variable holds, checked to be an absolute http(s) URL with
+    no credentials, query or fragment. Failures name the variable, never its value (a
+    misconfigured variable may hold a secret)."""
+    # Validated at put; re-checked because these names guard secrets.
+    if not is_url_env_name(name):
+        raise SourceFailure("config", f"{field_name} {name!r} is not an allowed URL variable name")
+    value = _env_value(name, field_name).strip()
+    problem = "is not an absolute http(s) URL"
+    try:
+        url = httpx.URL(value)
+        if any(ch.isspace() or ord(ch) < 32 for ch in value):
+            problem = "contains whitespace or control characters"
+        elif url.scheme in ("http", "https") and url.host:
+            if url.userinfo:
+                problem = "carries credentials (put keys in the bound *_API_KEY variable)"
+            elif url.query or url.fragment:
+                problem = "carries a query or fragment"
+            else:
+                return value.rstrip("/")
+    except (httpx.InvalidURL, ValueError, TypeError):
+        pass
+    raise SourceFailure(
+        "config", f"environment variable {name} (named by the source's {field_name}) {problem}"
+    )
+
+
+def key_from_env(name: str, field_name: str, url_env: str) -> str:
+    """The key a source's key variable holds; only the key bound to its URL variable."""
+    if not is_key_env_name(name) or bound_key_env_name(url_env) != name:
+        raise SourceFailure(
+            "config", f"{field_name} {name!r} is not the key variable bound to {url_env}"
+        )
+    return _env_value(name, field_name)
+
+
+def secret_values() -> list[str]:
+    """The values of every key variable set in this process (``CHUKWA_*_API_KEY``), longest
+    first, for :func:`scrub`."""
+    values = {
+        value for name, value in os.environ.items() if is_key_env_name(name) and len(value) >= 4
+    }
+    return sorted(values, key=len, reverse=True)
+
+
+def scrub(text: str) -> str:
+    """Text with every key value replaced by ``[redacted]``: a hostile or careless endpoint
+    may echo the Authorization header back into a body, an error or a reply."""
+    for secret in secret_values():
+        if secret in text:
+            text = text.replace(secret, "[redacted]")
+    return text
+
+
+def scrub_json(value: Any) -> Any:
+    """:func:`scrub` for every string (keys too) of a JSON value."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {scrub(k): scrub_json(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_json(v) for v in value]
+    return value
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {
+        k.lower(): ("[redacted]" if k.lower() in REDACTED_HEADERS else v)
+        for k, v in headers.items()
+    }
