@@ -1,7 +1,10 @@
 """Schema fuzzing: Schemathesis generates requests for every operation of the project's own
 OpenAPI document (/api/schema/), valid ones and deliberately invalid ones, plus a fixed list of
 hostile values for every path and query parameter, sends them through
-the WSGI application as an operator, and asserts that none answers with a server error.
+the WSGI application as an operator, and asserts that none answers with a server error and
+that every answer is one the document describes: a documented status code, a documented
+content type and a body valid against the response schema (SPEC §9: the document describes
+every request and response exactly).
 
 Bounded and deterministic: a fixed number of examples per operation and generation mode,
 derandomized, no example database. ``CHUKWA_FUZZ_EXAMPLES`` raises the count for a longer run.
@@ -23,7 +26,12 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from rest_framework.authtoken.models import Token
 from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
 from schemathesis.core.failures import FailureGroup
 
 from chukwa_site.wsgi import application
@@ -32,6 +40,7 @@ from scenarios_app.services import scenario_assemble
 from worlds_app.services import world_create
 
 EXAMPLES = int(os.environ.get("CHUKWA_FUZZ_EXAMPLES", "6"))
+CONFORMANCE = [status_code_conformance, content_type_conformance, response_schema_conformance]
 
 # Values generated strings rarely hit but real clients send: NUL bytes, over-long strings,
 # integers past int4/int8, near-miss ids and instants at or past the calendar's edges. Each is
@@ -68,6 +77,8 @@ class FuzzReport:
     operations: int = 0
     requests: int = 0
     failures: list[str] = field(default_factory=list)
+    # Answers that do not match the document (status, content type or body schema).
+    violations: list[str] = field(default_factory=list)
     # (operation, mode) pairs for which no case could be generated, e.g. negative cases for an
     # operation whose only parameter is an unconstrained string.
     ungenerable: list[str] = field(default_factory=list)
@@ -110,10 +121,15 @@ def _fuzz_operation(operation: Any, mode: GenerationMode, token: str, report: Fu
 def _check(case: Any, headers: dict[str, str], report: FuzzReport) -> None:
     response = case.call(headers=headers)
     report.requests += 1
+    where = f"{case.method} {case.formatted_path} {case.query} -> {response.status_code}"
     try:
         case.validate_response(response, checks=[not_a_server_error], headers=headers)
     except FailureGroup as exc:
-        report.failures.append(f"{case.method} {case.formatted_path} {case.query}: {exc}")
+        report.failures.append(f"{where}: {exc}")
+    try:
+        case.validate_response(response, checks=CONFORMANCE, headers=headers)
+    except FailureGroup as exc:
+        report.violations.append(f"{where}: {exc}")
 
 
 def _nasty_parameters(operation: Any, token: str, report: FuzzReport) -> None:
@@ -148,8 +164,10 @@ def test_no_operation_answers_with_a_server_error(
         _nasty_parameters(operation, token, report)
     print(
         f"\nschema fuzz: {report.operations} operations, {report.requests} requests, "
-        f"{len(report.failures)} server errors; no cases for {report.ungenerable}"
+        f"{len(report.failures)} server errors, {len(report.violations)} schema violations; "
+        f"no cases for {report.ungenerable}"
     )
     assert report.operations >= 20
     assert report.requests >= report.operations * EXAMPLES
     assert report.failures == [], "\n\n".join(report.failures[:5])
+    assert report.violations == [], "\n\n".join(report.violations[:5])
