@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from django.core.validators import ProhibitNullCharactersValidator
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
@@ -208,13 +209,12 @@ class LabelOutField(serializers.CharField):
 _INDEX = re.compile(r"\[\d+\]")
 
 
+# The base of every request body: a JSON object whose unknown fields are an error.
+# ``field_codes`` maps a field path (``count``, ``changes.scenario_slug``; list indexes written
+# ``[]``) to the code the service uses for that field, so a type error names the same code as a
+# domain error there; any other failure is ``invalid_input``. (A comment, not a docstring: the
+# document would give it as every body's description.)
 class InputSerializer(serializers.Serializer):
-    """A request body: a JSON object whose unknown fields are an error.
-
-    ``field_codes`` maps a field path (``count``, ``changes.scenario_slug``; list indexes written
-    ``[]``) to the code the service uses for that field, so a type error names the same code as
-    a domain error there; any other failure is ``invalid_input``."""
-
     field_codes: ClassVar[Mapping[str, str]] = {}
 
     def to_internal_value(self, data: Any) -> Any:
@@ -230,6 +230,17 @@ class InputSerializer(serializers.Serializer):
                 {key: [f"unknown field; allowed fields are {allowed}"] for key in unknown}
             )
         return value
+
+
+class InputSerializerExtension(OpenApiSerializerExtension):
+    """Bodies reject unknown fields, so their schemas say ``additionalProperties: false``."""
+
+    target_class = InputSerializer
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema = auto_schema._map_basic_serializer(self.target, direction)
+        return {**schema, "additionalProperties": False}
 
 
 def validate(serializer_class: type[InputSerializer], data: Any) -> dict[str, Any]:
