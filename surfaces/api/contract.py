@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from django.core.validators import ProhibitNullCharactersValidator
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.validators import ProhibitSurrogateCharactersValidator
@@ -59,13 +59,27 @@ class ErrorSerializer(serializers.Serializer):
         ref_name = "Error"
 
 
-_READ_ERRORS = (400, 401, 403, 404, 503)
-_WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 503)
+_ERROR_MEANINGS = {
+    400: "Bad input: the code names the rule, the message starts with the field.",
+    401: "Not signed in (no or a bad token).",
+    403: "Signed in, but not allowed (writes are for operators).",
+    404: "No such thing, or no such path under /api/.",
+    409: "Conflicts with the current state (exists, busy, compare-and-set failed).",
+    413: "The request body is larger than allowed.",
+    415: "The request body is not JSON.",
+    429: "Too many failed sign-ins from this client; retry after details.retry_after_seconds.",
+    503: "The database or the broker is unavailable; nothing was written; retry shortly.",
+}
+_READ_ERRORS = (400, 401, 403, 404, 429, 503)
+_WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 429, 503)
 
 
-def errors(*, write: bool = False) -> dict[int, type[serializers.Serializer]]:
+def errors(*, write: bool = False) -> dict[int, OpenApiResponse]:
     """Every status an operation can answer with besides success, each as the error envelope."""
-    return dict.fromkeys(_WRITE_ERRORS if write else _READ_ERRORS, ErrorSerializer)
+    return {
+        code: OpenApiResponse(ErrorSerializer, description=_ERROR_MEANINGS[code])
+        for code in (_WRITE_ERRORS if write else _READ_ERRORS)
+    }
 
 
 READ_ERRORS = errors()
