@@ -224,10 +224,10 @@ _INDEX = re.compile(r"\[\d+\]")
 
 
 # The base of every request body: a JSON object whose unknown fields are an error.
-# ``field_codes`` maps a field path (``count``, ``changes.scenario_slug``; list indexes written
-# ``[]``) to the code the service uses for that field, so a type error names the same code as a
-# domain error there; any other failure is ``invalid_input``. (A comment, not a docstring: the
-# document would give it as every body's description.)
+# ``field_codes`` maps a field path (``count``; nested ``a.b``; list items ``a[]``) to the code
+# the service uses for that field, so a type error names the same code as a domain error there;
+# any other failure is ``invalid_input``. (A comment, not a docstring: the document would give
+# it as every body's description.)
 class InputSerializer(serializers.Serializer):
     field_codes: ClassVar[Mapping[str, str]] = {}
 
