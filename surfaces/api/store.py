@@ -1,272 +1,577 @@
-"""REST API for the scenario store (SPEC §9). One view per operation; services do the work.
+"""REST API for the scenario store (SPEC §9). One view per operation: the view validates the
+body with its InputSerializer, calls one service or selector, and shapes the answer with its
+OutputSerializer; the same serializers generate the OpenAPI document.
 
-Request bodies are validated by the services themselves (one validator for API, admin and CLI);
-the serializers here describe the shapes for the generated OpenAPI schema.
+Component views exist once per kind (``component_views``), so each kind's operations have their
+own operation ids and their own content schema.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from chukwa_core.component_validation import type_name
-from chukwa_core.errors import invalid
+from chukwa_core.component_validation import CHRONON_MAX_SECONDS
 from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA, world_patch_schema_hash
 from scenarios_app import selectors, services
 from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind
-
-ERROR_SCHEMA = inline_serializer(
-    "Error",
-    {
-        "error": inline_serializer(
-            "ErrorBody",
-            {
-                "code": serializers.CharField(),
-                "message": serializers.CharField(),
-                "details": serializers.DictField(),
-            },
-        )
-    },
+from surfaces.api.contract import (
+    HASH_PATH,
+    HASH_SCHEMA,
+    LABEL_SCHEMA,
+    NAME_PATH,
+    PAGING,
+    READ_ERRORS,
+    REF_PATH,
+    WRITE_ERRORS,
+    HashField,
+    HashOutField,
+    InputSerializer,
+    InstantField,
+    JSONObjectField,
+    LabelField,
+    LabelOutField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictListField,
+    described,
+    hash_or_inline,
+    name_or_hash,
+    operator_of,
+    validate_body,
 )
-ERRORS = {
-    400: ERROR_SCHEMA,
-    401: ERROR_SCHEMA,
-    403: ERROR_SCHEMA,
-    404: ERROR_SCHEMA,
-    409: ERROR_SCHEMA,
-}
 
 COLLECTIONS: dict[str, ComponentKind] = COLLECTION_SEGMENTS
 
+OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "additionalProperties": {}}
+ENVIRONMENT_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "minLength": 1,
+    "description": "prose, at most 64 KiB of UTF-8",
+}
+PROFILE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"workflow": hash_or_inline(OBJECT_SCHEMA)},
+    "required": ["workflow"],
+    "additionalProperties": False,
+}
+# What a write may send as each kind's content (SPEC §2); the services validate the rest.
+CONTENT_SCHEMAS: dict[ComponentKind, dict[str, Any]] = {
+    ComponentKind.JSON_SCHEMA: {**OBJECT_SCHEMA, "description": "a Draft 2020-12 JSON Schema"},
+    ComponentKind.RESPONSE_SOURCE: {**OBJECT_SCHEMA, "description": "a source definition (§5)"},
+    ComponentKind.COGNITION_WORKFLOW: {**OBJECT_SCHEMA, "description": "a workflow (§4)"},
+    ComponentKind.COGNITION_PROFILE: PROFILE_SCHEMA,
+    ComponentKind.ENVIRONMENT: ENVIRONMENT_SCHEMA,
+    ComponentKind.ENTITY: {**OBJECT_SCHEMA, "description": "an entity (§2)"},
+}
+# What a read returns as each kind's content: profiles are stored with the workflow's hash.
+STORED_CONTENT_SCHEMAS: dict[ComponentKind, dict[str, Any]] = {
+    **CONTENT_SCHEMAS,
+    ComponentKind.COGNITION_PROFILE: {
+        "type": "object",
+        "properties": {"workflow_hash": HASH_SCHEMA},
+        "required": ["workflow_hash"],
+    },
+}
 
-def body_object(request: Request) -> dict[str, Any]:
-    data = request.data
-    if not isinstance(data, dict):
-        raise invalid("invalid_input", "body", f"must be a JSON object, got {type_name(data)}")
-    return data
+
+# --- shared output pieces -----------------------------------------------------------------
 
 
-def _with_operator(request: Request, data: dict[str, Any]) -> dict[str, Any]:
-    # Who did it: the signed-in user unless the body names an operator.
-    if "operator" not in data:
-        return {**data, "operator": request.user.get_username()}
-    return data
+class ScenarioSummarySerializer(serializers.Serializer):
+    hash = HashOutField()
+    scenario_slug = LabelOutField()
+    description = serializers.CharField()
+    chronon_seconds = serializers.IntegerField()
+    created_at = InstantField()
+    names = serializers.ListField(child=LabelOutField())
+    child_count = serializers.IntegerField()
+    world_count = serializers.IntegerField()
+    has_parents = serializers.BooleanField()
+
+    class Meta:
+        ref_name = "ScenarioSummary"
 
 
-class ComponentPutInputSerializer(serializers.Serializer):
-    content = serializers.JSONField(
-        help_text="The component content; sub-references may be inline."
+class WorkflowUseSerializer(serializers.Serializer):
+    hash = HashOutField()
+    created_at = InstantField()
+    paths = serializers.ListField(child=serializers.CharField())
+
+    class Meta:
+        ref_name = "WorkflowUse"
+
+
+class ProfileUseSerializer(serializers.Serializer):
+    hash = HashOutField()
+    workflow_hash = HashOutField()
+    created_at = InstantField()
+
+    class Meta:
+        ref_name = "CognitionProfileUse"
+
+
+def _paged(name: str, row: serializers.Serializer) -> type[serializers.Serializer]:
+    return type(
+        f"{name}Serializer",
+        (serializers.Serializer,),
+        {
+            "count": serializers.IntegerField(),
+            "limit": serializers.IntegerField(),
+            "offset": serializers.IntegerField(),
+            "results": row,
+            "Meta": type("Meta", (), {"ref_name": name}),
+        },
     )
 
 
-class ComponentPutOutputSerializer(serializers.Serializer):
-    hash = serializers.CharField()
-    was_new = serializers.BooleanField()
-    workflow_hash = serializers.CharField(required=False)
-    new_components = serializers.DictField(child=serializers.IntegerField(), required=False)
+# --- components ---------------------------------------------------------------------------
 
 
-class ComponentOutputSerializer(serializers.Serializer):
-    kind = serializers.CharField()
-    hash = serializers.CharField()
-    content = serializers.JSONField()
-    created_at = serializers.DateTimeField()
+def _component_output(kind: ComponentKind, name: str) -> type[serializers.Serializer]:
+    fields: dict[str, Any] = {
+        "kind": described({"type": "string", "pattern": f"^{kind.value}$"}),
+        "hash": HashOutField(),
+        "content": described(STORED_CONTENT_SCHEMAS[kind]),
+        "created_at": InstantField(),
+    }
+    if kind == ComponentKind.COGNITION_PROFILE:
+        fields["workflow_hash"] = HashOutField()
+    if kind == ComponentKind.ENTITY:
+        fields["entity_id"] = serializers.CharField()
+        fields["is_agent"] = serializers.BooleanField()
+    if kind == ComponentKind.RESPONSE_SOURCE:
+        fields["label"] = LabelOutField()
+        fields["interface"] = JSONObjectField()
+    fields["Meta"] = type("Meta", (), {"ref_name": name})
+    return type(f"{name}Serializer", (serializers.Serializer,), fields)
 
 
-class PageSerializer(serializers.Serializer):
-    count = serializers.IntegerField()
-    limit = serializers.IntegerField()
-    offset = serializers.IntegerField()
-    results = serializers.ListField(child=serializers.DictField())
+def component_views(segment: str, kind: ComponentKind) -> dict[str, type[APIView]]:
+    """The list/put, get and uses views of one component kind."""
+    title = "".join(part.title() for part in kind.value.split("_"))
+    op = segment.replace("-", "_")
 
-
-PAGING = [
-    OpenApiParameter("limit", OpenApiTypes.INT, description="1…200, default 50"),
-    OpenApiParameter("offset", OpenApiTypes.INT, description="≥ 0, default 0"),
-]
-
-
-class ComponentCollectionApi(APIView):
-    kind: ComponentKind = ComponentKind.JSON_SCHEMA
-
-    @extend_schema(parameters=PAGING, responses={200: PageSerializer, **ERRORS})
-    def get(self, request: Request) -> Response:
-        limit, offset = selectors.parse_paging(request.query_params)
-        return Response(selectors.component_list(kind=self.kind, limit=limit, offset=offset))
-
-    @extend_schema(
-        request=ComponentPutInputSerializer,
-        responses={200: ComponentPutOutputSerializer, 201: ComponentPutOutputSerializer, **ERRORS},
-    )
-    def post(self, request: Request) -> Response:
-        data = body_object(request)
-        unknown = sorted(k for k in data if k != "content")
-        if unknown:
-            raise invalid("invalid_input", unknown[0], 'unknown field; the body is {"content": …}')
-        if "content" not in data:
-            raise invalid("invalid_input", "content", "is required")
-        result = services.component_put(kind=self.kind, content=data["content"])
-        return Response(result, status=status.HTTP_201_CREATED if result["was_new"] else 200)
-
-
-class ComponentDetailApi(APIView):
-    kind: ComponentKind = ComponentKind.JSON_SCHEMA
-
-    @extend_schema(responses={200: ComponentOutputSerializer, **ERRORS})
-    def get(self, request: Request, hash: str) -> Response:
-        return Response(selectors.component_get(kind=self.kind, hash=hash))
-
-
-class ComponentUsesApi(APIView):
-    kind: ComponentKind = ComponentKind.JSON_SCHEMA
-
-    @extend_schema(
-        responses={
-            200: inline_serializer(
-                "ComponentUses",
-                {
-                    "kind": serializers.CharField(),
-                    "hash": serializers.CharField(),
-                    "workflows": serializers.ListField(child=serializers.DictField()),
-                    "cognition_profiles": serializers.ListField(child=serializers.DictField()),
-                    "scenarios": serializers.ListField(child=serializers.DictField()),
-                },
+    put_input = type(
+        f"{title}PutInputSerializer",
+        (InputSerializer,),
+        {
+            "content": described(
+                CONTENT_SCHEMAS[kind], help_text="The content; sub-references may be inline."
             ),
-            **ERRORS,
-        }
+            "Meta": type("Meta", (), {"ref_name": f"{title}PutInput"}),
+        },
     )
-    def get(self, request: Request, hash: str) -> Response:
-        return Response(selectors.component_uses(kind=self.kind, hash=hash))
+    put_fields: dict[str, Any] = {"hash": HashOutField(), "was_new": serializers.BooleanField()}
+    if kind == ComponentKind.COGNITION_PROFILE:
+        put_fields["workflow_hash"] = HashOutField()
+    if kind in (ComponentKind.COGNITION_PROFILE, ComponentKind.COGNITION_WORKFLOW):
+        put_fields["new_components"] = serializers.DictField(child=serializers.IntegerField())
+    put_fields["Meta"] = type("Meta", (), {"ref_name": f"{title}PutOutput"})
+    put_output = type(f"{title}PutOutputSerializer", (serializers.Serializer,), put_fields)
+    get_output = _component_output(kind, f"{title}GetOutput")
+    list_output = _paged(f"{title}ListOutput", _component_output(kind, f"{title}Row")(many=True))
+    uses_output = type(
+        f"{title}UsesOutputSerializer",
+        (serializers.Serializer,),
+        {
+            "kind": described({"type": "string", "pattern": f"^{kind.value}$"}),
+            "hash": HashOutField(),
+            "workflows": WorkflowUseSerializer(many=True),
+            "cognition_profiles": ProfileUseSerializer(many=True),
+            "scenarios": ScenarioSummarySerializer(many=True),
+            "Meta": type("Meta", (), {"ref_name": f"{title}UsesOutput"}),
+        },
+    )
+
+    class CollectionApi(APIView):
+        InputSerializer = put_input
+        OutputSerializer = put_output
+        ListOutputSerializer = list_output
+
+        @extend_schema(
+            operation_id=f"{op}_list",
+            parameters=PAGING,
+            responses={200: list_output, **READ_ERRORS},
+        )
+        def get(self, request: Request) -> Response:
+            limit, offset = selectors.parse_paging(request.query_params)
+            page = selectors.component_list(kind=kind, limit=limit, offset=offset)
+            return Response(list_output(page).data)
+
+        @extend_schema(
+            operation_id=f"{op}_put",
+            request=put_input,
+            responses={200: put_output, 201: put_output, **WRITE_ERRORS},
+        )
+        def post(self, request: Request) -> Response:
+            data = validate_body(put_input, request)
+            result = services.component_put(kind=kind, content=data["content"])
+            code = status.HTTP_201_CREATED if result["was_new"] else status.HTTP_200_OK
+            return Response(put_output(result).data, status=code)
+
+    class DetailApi(APIView):
+        OutputSerializer = get_output
+
+        @extend_schema(
+            operation_id=f"{op}_get",
+            parameters=[HASH_PATH],
+            responses={200: get_output, **READ_ERRORS},
+        )
+        def get(self, request: Request, hash: str) -> Response:
+            return Response(get_output(selectors.component_get(kind=kind, hash=hash)).data)
+
+    class UsesApi(APIView):
+        OutputSerializer = uses_output
+
+        @extend_schema(
+            operation_id=f"{op}_uses",
+            parameters=[HASH_PATH],
+            responses={200: uses_output, **READ_ERRORS},
+        )
+        def get(self, request: Request, hash: str) -> Response:
+            return Response(uses_output(selectors.component_uses(kind=kind, hash=hash)).data)
+
+    for view, suffix in ((CollectionApi, "CollectionApi"), (DetailApi, "DetailApi")):
+        view.__name__ = view.__qualname__ = f"{title}{suffix}"
+    UsesApi.__name__ = UsesApi.__qualname__ = f"{title}UsesApi"
+    return {"collection": CollectionApi, "detail": DetailApi, "uses": UsesApi}
 
 
-class AssembleResultSerializer(serializers.Serializer):
-    scenario_hash = serializers.CharField()
-    was_new_scenario = serializers.BooleanField()
-    cognition_profiles = serializers.DictField(child=serializers.CharField())
-    environments = serializers.DictField(child=serializers.CharField())
-    entities = serializers.ListField(child=serializers.CharField())
-    new_components = serializers.DictField(child=serializers.IntegerField())
-    derivation_id = serializers.IntegerField()
-    name = serializers.CharField(allow_null=True)
+COMPONENT_VIEWS = {segment: component_views(segment, kind) for segment, kind in COLLECTIONS.items()}
+
+
+# --- scenarios ----------------------------------------------------------------------------
 
 
 class ScenarioAssembleApi(APIView):
-    class InputSerializer(serializers.Serializer):
-        scenario_slug = serializers.CharField()
-        description = serializers.CharField()
-        chronon_seconds = serializers.IntegerField(min_value=1, max_value=31_536_000)
+    class InputSerializer(InputSerializer):
+        field_codes = {
+            "scenario_slug": "invalid_slug",
+            "description": "invalid_description",
+            "chronon_seconds": "invalid_chronon",
+            "name": "invalid_name",
+        }
+        scenario_slug = LabelField()
+        description = StrictCharField()
+        chronon_seconds = StrictIntegerField(min_value=1, max_value=CHRONON_MAX_SECONDS)
         cognition_profiles = serializers.DictField(
-            child=serializers.JSONField(), help_text='label → {"hash": H} | {"inline": profile}'
+            child=described(hash_or_inline(PROFILE_SCHEMA)),
+            help_text='label → {"hash": H} | {"inline": profile}; at least one',
         )
         environments = serializers.DictField(
-            child=serializers.JSONField(), help_text='label → {"hash": H} | {"inline": text}'
+            child=described(hash_or_inline(ENVIRONMENT_SCHEMA)),
+            help_text='label → {"hash": H} | {"inline": text}; at least one',
         )
-        entities = serializers.ListField(
-            child=serializers.JSONField(), help_text='[{"hash": H} | {"inline": entity}, …]'
+        entities = StrictListField(
+            child=described(hash_or_inline(CONTENT_SCHEMAS[ComponentKind.ENTITY])),
+            help_text='[{"hash": H} | {"inline": entity}, …]; at least one',
         )
-        name = serializers.CharField(required=False)
-        operator = serializers.CharField(required=False)
-        note = serializers.CharField(required=False)
-        metadata = serializers.DictField(required=False)
+        name = LabelField(required=False, allow_null=True, help_text="set this name to it")
+        operator = StrictCharField(
+            required=False, allow_null=True, allow_blank=True, max_length=200
+        )
+        note = StrictCharField(required=False, allow_null=True, allow_blank=True)
+        metadata = JSONObjectField(required=False, allow_null=True)
+
+        class Meta:
+            ref_name = "ScenarioAssembleInput"
+
+    class OutputSerializer(serializers.Serializer):
+        scenario_hash = HashOutField()
+        was_new_scenario = serializers.BooleanField()
+        cognition_profiles = serializers.DictField(child=HashOutField())
+        environments = serializers.DictField(child=HashOutField())
+        entities = serializers.ListField(child=HashOutField())
+        new_components = serializers.DictField(child=serializers.IntegerField())
+        derivation_id = serializers.IntegerField()
+        name = LabelOutField(allow_null=True)
+
+        class Meta:
+            ref_name = "ScenarioAssembleOutput"
 
     @extend_schema(
+        operation_id="scenario_assemble",
         request=InputSerializer,
-        responses={200: AssembleResultSerializer, 201: AssembleResultSerializer, **ERRORS},
+        responses={200: OutputSerializer, 201: OutputSerializer, **WRITE_ERRORS},
     )
     def post(self, request: Request) -> Response:
-        result = services.scenario_assemble(data=_with_operator(request, body_object(request)))
-        return Response(result, status=201 if result["was_new_scenario"] else 200)
+        data = operator_of(request, validate_body(self.InputSerializer, request))
+        result = services.scenario_assemble(data=data)
+        code = status.HTTP_201_CREATED if result["was_new_scenario"] else status.HTTP_200_OK
+        return Response(self.OutputSerializer(result).data, status=code)
+
+
+class ForkChangesSerializer(InputSerializer):
+    # Scalars pass through: the service validates them against the parent's values.
+    scenario_slug = described(LABEL_SCHEMA, required=False)
+    description = described({"type": "string", "minLength": 1}, required=False)
+    chronon_seconds = described(
+        {"type": "integer", "minimum": 1, "maximum": CHRONON_MAX_SECONDS}, required=False
+    )
+    cognition_profile_upserts = serializers.DictField(
+        child=described(hash_or_inline(PROFILE_SCHEMA)), required=False
+    )
+    cognition_profile_removals = StrictListField(child=described(LABEL_SCHEMA), required=False)
+    environment_upserts = serializers.DictField(
+        child=described(hash_or_inline(ENVIRONMENT_SCHEMA)), required=False
+    )
+    environment_removals = StrictListField(child=described(LABEL_SCHEMA), required=False)
+    entities = StrictListField(
+        child=described(hash_or_inline(CONTENT_SCHEMAS[ComponentKind.ENTITY])),
+        required=False,
+        help_text="replaces the parent's entities",
+    )
+
+    class Meta:
+        ref_name = "ScenarioForkChanges"
 
 
 class ScenarioForkApi(APIView):
-    class InputSerializer(serializers.Serializer):
-        primary_parent = serializers.JSONField(help_text='{"name": N} | {"hash": H}')
-        changes = serializers.JSONField(
-            help_text="scenario_slug?, description?, chronon_seconds?, cognition_profile_upserts, "
-            "cognition_profile_removals, environment_upserts, environment_removals, entities?"
+    class InputSerializer(InputSerializer):
+        field_codes = {"name": "invalid_name"}
+        primary_parent = described(name_or_hash())
+        changes = ForkChangesSerializer()
+        additional_parents = StrictListField(
+            child=described(
+                {
+                    "type": "object",
+                    "properties": {
+                        "hash": HASH_SCHEMA,
+                        "role": {"type": "string", "minLength": 1, "maxLength": 64},
+                    },
+                    "required": ["hash", "role"],
+                    "additionalProperties": False,
+                }
+            ),
+            required=False,
         )
-        additional_parents = serializers.ListField(
-            child=serializers.JSONField(), required=False, help_text='[{"hash": H, "role": R}]'
+        name = LabelField(required=False, allow_null=True)
+        operator = StrictCharField(
+            required=False, allow_null=True, allow_blank=True, max_length=200
         )
-        name = serializers.CharField(required=False)
-        operator = serializers.CharField(required=False)
-        note = serializers.CharField(required=False)
-        metadata = serializers.DictField(required=False)
+        note = StrictCharField(required=False, allow_null=True, allow_blank=True)
+        metadata = JSONObjectField(required=False, allow_null=True)
+
+        class Meta:
+            ref_name = "ScenarioForkInput"
+
+    class OutputSerializer(ScenarioAssembleApi.OutputSerializer):
+        class Meta:
+            ref_name = "ScenarioForkOutput"
 
     @extend_schema(
+        operation_id="scenario_fork",
         request=InputSerializer,
-        responses={200: AssembleResultSerializer, 201: AssembleResultSerializer, **ERRORS},
+        responses={200: OutputSerializer, 201: OutputSerializer, **WRITE_ERRORS},
     )
     def post(self, request: Request) -> Response:
-        result = services.scenario_fork(data=_with_operator(request, body_object(request)))
-        return Response(result, status=201 if result["was_new_scenario"] else 200)
+        data = operator_of(request, validate_body(self.InputSerializer, request))
+        result = services.scenario_fork(data=data)
+        code = status.HTTP_201_CREATED if result["was_new_scenario"] else status.HTTP_200_OK
+        return Response(self.OutputSerializer(result).data, status=code)
 
 
 class ScenarioListApi(APIView):
+    class OutputSerializer(serializers.Serializer):
+        count = serializers.IntegerField()
+        limit = serializers.IntegerField()
+        offset = serializers.IntegerField()
+        results = ScenarioSummarySerializer(many=True)
+
+        class Meta:
+            ref_name = "ScenarioListOutput"
+
     @extend_schema(
+        operation_id="scenario_list",
         parameters=[
             *PAGING,
-            OpenApiParameter("created_after", OpenApiTypes.DATETIME),
-            OpenApiParameter("created_before", OpenApiTypes.DATETIME),
-            OpenApiParameter("has_name", OpenApiTypes.BOOL),
-            OpenApiParameter("has_parents", OpenApiTypes.BOOL),
-            *[OpenApiParameter(key, OpenApiTypes.STR) for key in selectors.USES_FILTERS],
+            OpenApiParameter("created_after", {"type": "string", "format": "date-time"}),
+            OpenApiParameter("created_before", {"type": "string", "format": "date-time"}),
+            OpenApiParameter("has_name", bool),
+            OpenApiParameter("has_parents", bool),
+            *[OpenApiParameter(key, HASH_SCHEMA) for key in selectors.USES_FILTERS],
         ],
-        responses={200: PageSerializer, **ERRORS},
+        responses={200: OutputSerializer, **READ_ERRORS},
     )
     def get(self, request: Request) -> Response:
-        return Response(selectors.scenario_list(params=request.query_params))
+        page = selectors.scenario_list(params=request.query_params)
+        return Response(self.OutputSerializer(page).data)
+
+
+class DerivationSerializer(serializers.Serializer):
+    class ParentSerializer(serializers.Serializer):
+        hash = HashOutField()
+        role = serializers.CharField()
+
+        class Meta:
+            ref_name = "DerivationParent"
+
+    id = serializers.IntegerField()
+    operator = serializers.CharField(allow_blank=True)
+    note = serializers.CharField(allow_blank=True)
+    metadata = JSONObjectField()
+    created_at = InstantField()
+    parents = ParentSerializer(many=True)
+
+    class Meta:
+        ref_name = "Derivation"
+
+
+class ScenarioContentSerializer(serializers.Serializer):
+    class ProfileSerializer(serializers.Serializer):
+        workflow_hash = HashOutField()
+        workflow = JSONObjectField()
+
+        class Meta:
+            ref_name = "ScenarioContentProfile"
+
+    scenario_slug = LabelOutField()
+    description = serializers.CharField()
+    chronon_seconds = serializers.IntegerField()
+    cognition_profiles = serializers.DictField(child=ProfileSerializer())
+    environments = serializers.DictField(child=serializers.CharField())
+    entities = serializers.ListField(child=JSONObjectField())
+
+    class Meta:
+        ref_name = "ScenarioContent"
 
 
 class ScenarioDetailApi(APIView):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    class OutputSerializer(ScenarioSummarySerializer):
+        scenario = ScenarioContentSerializer()
+        cognition_profiles = serializers.DictField(child=HashOutField())
+        environments = serializers.DictField(child=HashOutField())
+        entities = serializers.ListField(child=HashOutField())
+        derivations = DerivationSerializer(many=True)
+
+        class Meta:
+            ref_name = "ScenarioGetOutput"
+
+    @extend_schema(
+        operation_id="scenario_get",
+        parameters=[REF_PATH],
+        responses={200: OutputSerializer, **READ_ERRORS},
+    )
     def get(self, request: Request, ref: str) -> Response:
         data = selectors.scenario_get(ref=ref)
         data["derivations"] = selectors.scenario_derivations(scenario_hash=data["hash"])
-        return Response(data)
+        return Response(self.OutputSerializer(data).data)
+
+
+class LineageNodeSerializer(ScenarioSummarySerializer):
+    relation = serializers.ChoiceField(choices=["self", "ancestor", "descendant"])
+
+    class Meta:
+        ref_name = "LineageNode"
+
+
+class LineageEdgeSerializer(serializers.Serializer):
+    parent = HashOutField()
+    child = HashOutField()
+    role = serializers.CharField()
+    derivation_id = serializers.IntegerField()
+    created_at = InstantField()
+
+    class Meta:
+        ref_name = "LineageEdge"
 
 
 class ScenarioLineageApi(APIView):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    class OutputSerializer(serializers.Serializer):
+        root = HashOutField()
+        nodes = LineageNodeSerializer(many=True)
+        edges = LineageEdgeSerializer(many=True)
+
+        class Meta:
+            ref_name = "ScenarioLineageOutput"
+
+    @extend_schema(
+        operation_id="scenario_lineage",
+        parameters=[REF_PATH],
+        responses={200: OutputSerializer, **READ_ERRORS},
+    )
     def get(self, request: Request, ref: str) -> Response:
-        return Response(selectors.scenario_lineage(ref=ref))
+        return Response(self.OutputSerializer(selectors.scenario_lineage(ref=ref)).data)
+
+
+class ScenarioNameChangeSerializer(serializers.Serializer):
+    old_hash = HashOutField(allow_null=True)
+    new_hash = HashOutField(allow_null=True)
+    note = serializers.CharField(allow_blank=True)
+    operator = serializers.CharField(allow_blank=True)
+    changed_at = InstantField()
+
+    class Meta:
+        ref_name = "ScenarioNameChange"
 
 
 class ScenarioNameApi(APIView):
-    class PutInputSerializer(serializers.Serializer):
-        hash = serializers.CharField()
-        expected_current_hash = serializers.CharField(
+    """GET, PUT (compare-and-set) and DELETE of one scenario name: three operations, each with
+    its own serializers, on one path."""
+
+    class OutputSerializer(serializers.Serializer):
+        name = LabelOutField()
+        hash = HashOutField(allow_null=True)
+        updated_at = InstantField(allow_null=True)
+        scenario = ScenarioSummarySerializer(allow_null=True)
+        history = ScenarioNameChangeSerializer(many=True)
+
+        class Meta:
+            ref_name = "ScenarioNameGetOutput"
+
+    class PutInputSerializer(InputSerializer):
+        field_codes = {"hash": "invalid_hash", "expected_current_hash": "invalid_hash"}
+        hash = HashField()
+        expected_current_hash = HashField(
             required=False, allow_null=True, help_text="compare-and-set; null means 'must be unset'"
         )
-        note = serializers.CharField(required=False)
-        operator = serializers.CharField(required=False)
+        note = StrictCharField(required=False, allow_blank=True)
+        operator = StrictCharField(required=False, allow_blank=True, max_length=200)
 
-    class DeleteInputSerializer(serializers.Serializer):
-        expected_current_hash = serializers.CharField(required=False)
-        note = serializers.CharField(required=False)
-        operator = serializers.CharField(required=False)
+        class Meta:
+            ref_name = "ScenarioNameSetInput"
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    class PutOutputSerializer(OutputSerializer):
+        class Meta:
+            ref_name = "ScenarioNameSetOutput"
+
+    class DeleteInputSerializer(InputSerializer):
+        field_codes = {"expected_current_hash": "invalid_hash"}
+        expected_current_hash = HashField(
+            required=False, allow_null=True, help_text="compare-and-set; null means 'must be unset'"
+        )
+        note = StrictCharField(required=False, allow_blank=True)
+        operator = StrictCharField(required=False, allow_blank=True, max_length=200)
+
+        class Meta:
+            ref_name = "ScenarioNameUnsetInput"
+
+    class DeleteOutputSerializer(OutputSerializer):
+        class Meta:
+            ref_name = "ScenarioNameUnsetOutput"
+
+    @extend_schema(
+        operation_id="scenario_name_get",
+        parameters=[NAME_PATH],
+        responses={200: OutputSerializer, **READ_ERRORS},
+    )
     def get(self, request: Request, name: str) -> Response:
-        return Response(selectors.scenario_name_get(name=name))
+        return Response(self.OutputSerializer(selectors.scenario_name_get(name=name)).data)
 
-    @extend_schema(request=PutInputSerializer, responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    @extend_schema(
+        operation_id="scenario_name_set",
+        parameters=[NAME_PATH],
+        request=PutInputSerializer,
+        responses={200: PutOutputSerializer, **WRITE_ERRORS},
+    )
     def put(self, request: Request, name: str) -> Response:
-        data = _with_operator(request, body_object(request))
-        allowed = {"hash", "expected_current_hash", "note", "operator"}
-        unknown = sorted(k for k in data if k not in allowed)
-        if unknown:
-            raise invalid(
-                "invalid_input", unknown[0], f"unknown field; allowed: {', '.join(sorted(allowed))}"
-            )
-        if "hash" not in data:
-            raise invalid("invalid_input", "hash", "is required")
+        data = operator_of(request, validate_body(self.PutInputSerializer, request))
         services.scenario_name_set(
             name=name,
             scenario_hash=data["hash"],
@@ -274,35 +579,36 @@ class ScenarioNameApi(APIView):
             note=data.get("note", ""),
             operator=data["operator"],
         )
-        return Response(selectors.scenario_name_get(name=name))
+        return Response(self.PutOutputSerializer(selectors.scenario_name_get(name=name)).data)
 
-    @extend_schema(request=DeleteInputSerializer, responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    @extend_schema(
+        operation_id="scenario_name_unset",
+        parameters=[NAME_PATH],
+        request=DeleteInputSerializer,
+        responses={200: DeleteOutputSerializer, **WRITE_ERRORS},
+    )
     def delete(self, request: Request, name: str) -> Response:
-        # An absent body parses as an empty object; [] or null is a client error, not "no body".
-        data = _with_operator(request, dict(body_object(request)))
-        allowed = {"expected_current_hash", "note", "operator"}
-        unknown = sorted(k for k in data if k not in allowed)
-        if unknown:
-            raise invalid(
-                "invalid_input", unknown[0], f"unknown field; allowed: {', '.join(sorted(allowed))}"
-            )
+        data = operator_of(request, validate_body(self.DeleteInputSerializer, request))
         services.scenario_name_unset(
             name=name,
             expected_current_hash=data.get("expected_current_hash", services.UNSET),
             note=data.get("note", ""),
             operator=data["operator"],
         )
-        return Response(selectors.scenario_name_get(name=name))
+        return Response(self.DeleteOutputSerializer(selectors.scenario_name_get(name=name)).data)
 
 
 class WorldPatchSchemaApi(APIView):
+    class OutputSerializer(serializers.Serializer):
+        hash = HashOutField()
+        schema = JSONObjectField()
+
+        class Meta:
+            ref_name = "WorldPatchSchemaOutput"
+
     @extend_schema(
-        responses={
-            200: inline_serializer(
-                "WorldPatchSchema",
-                {"hash": serializers.CharField(), "schema": serializers.DictField()},
-            )
-        }
+        operation_id="world_patch_schema_get", responses={200: OutputSerializer, **READ_ERRORS}
     )
     def get(self, request: Request) -> Response:
-        return Response({"hash": world_patch_schema_hash(), "schema": WORLD_PATCH_SCHEMA})
+        data = {"hash": world_patch_schema_hash(), "schema": WORLD_PATCH_SCHEMA}
+        return Response(self.OutputSerializer(data).data)

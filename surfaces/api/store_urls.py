@@ -4,22 +4,11 @@ from surfaces.api import store as api
 
 urlpatterns = []
 for segment, kind in api.COLLECTIONS.items():
+    views = api.COMPONENT_VIEWS[segment]
     urlpatterns += [
-        path(
-            f"{segment}/",
-            api.ComponentCollectionApi.as_view(kind=kind),
-            name=f"api-{kind.value}-list",
-        ),
-        path(
-            f"{segment}/<str:hash>/",
-            api.ComponentDetailApi.as_view(kind=kind),
-            name=f"api-{kind.value}-detail",
-        ),
-        path(
-            f"{segment}/<str:hash>/uses/",
-            api.ComponentUsesApi.as_view(kind=kind),
-            name=f"api-{kind.value}-uses",
-        ),
+        path(f"{segment}/", views["collection"].as_view(), name=f"api-{kind.value}-list"),
+        path(f"{segment}/<str:hash>/", views["detail"].as_view(), name=f"api-{kind.value}-detail"),
+        path(f"{segment}/<str:hash>/uses/", views["uses"].as_view(), name=f"api-{kind.value}-uses"),
     ]
 
 urlpatterns += [

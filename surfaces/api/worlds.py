@@ -1,17 +1,43 @@
-"""REST API for worlds, turns and attempts (SPEC §9). One view per operation."""
+"""REST API for worlds, turns and attempts (SPEC §9). One view per operation: validate with the
+InputSerializer, call one service or selector, answer through the OutputSerializer."""
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
-from rest_framework import serializers
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chukwa_core.errors import invalid
-from surfaces.api.store import ERRORS, PAGING, PageSerializer, body_object
+from surfaces.api.cognition import InvocationSummarySerializer
+from surfaces.api.contract import (
+    HASH_SCHEMA,
+    MAX_TURN_NUMBER,
+    PAGING,
+    READ_ERRORS,
+    SLUG_PATH,
+    TURN_PATH,
+    WRITE_ERRORS,
+    HashOutField,
+    InputSerializer,
+    InstantField,
+    InstantInField,
+    JSONObjectField,
+    LabelField,
+    LabelOutField,
+    StrictCharField,
+    StrictIntegerField,
+    described,
+    name_or_hash,
+    uuid_path,
+    validate_body,
+)
 from worlds_app import selectors, services
+from worlds_app.models import AttemptStatus
+from worlds_app.services.attempts import MAX_BATCH
 
 
 def _int_param(raw: str | None, name: str) -> int:
@@ -26,98 +52,357 @@ def _int_param(raw: str | None, name: str) -> int:
     return value
 
 
+def _text(**kwargs: Any) -> serializers.CharField:
+    return serializers.CharField(allow_blank=True, **kwargs)
+
+
+STATUSES = [choice.value for choice in AttemptStatus]
+
+
+class WorldSummarySerializer(serializers.Serializer):
+    slug = LabelOutField()
+    name = serializers.CharField()
+    label = LabelOutField()
+    scenario_hash = HashOutField()
+    scenario_ref = JSONObjectField(help_text="the reference the world was created from")
+    chronon_seconds = serializers.IntegerField()
+    current_turn = serializers.IntegerField()
+    created_at = InstantField()
+    attempts_queued = serializers.IntegerField()
+    attempts_running = serializers.IntegerField()
+
+    class Meta:
+        ref_name = "WorldSummary"
+
+
+class RecentAttemptSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    seq = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=STATUSES)
+    attempted_turn = serializers.IntegerField(allow_null=True)
+    produced_turn = serializers.IntegerField(allow_null=True)
+    queued_at = InstantField()
+    ended_at = InstantField(allow_null=True)
+    failure_reason = _text()
+
+    class Meta:
+        ref_name = "RecentAttempt"
+
+
+class WorldDetailSerializer(WorldSummarySerializer):
+    simulation_time = InstantField()
+    state = JSONObjectField()
+    state_hash = HashOutField()
+    scenario_snapshot = JSONObjectField()
+    recent_attempts = RecentAttemptSerializer(many=True)
+
+    class Meta:
+        ref_name = "WorldDetail"
+
+
+class WorldCreateInputSerializer(InputSerializer):
+    field_codes = {"slug": "invalid_slug", "start_time": "invalid_start_time"}
+    slug = LabelField()
+    name = StrictCharField(required=False, allow_null=True, max_length=200)
+    scenario_ref = described(
+        name_or_hash(
+            {
+                "type": "object",
+                "properties": {"data": {"$ref": "#/components/schemas/ScenarioAssembleInput"}},
+                "required": ["data"],
+                "additionalProperties": False,
+            }
+        ),
+        help_text='{"name": N} | {"hash": H} | {"data": <full scenario input>}',
+    )
+    start_time = InstantInField(
+        required=False, allow_null=True, help_text="ISO 8601 with an offset; default now"
+    )
+
+    class Meta:
+        ref_name = "WorldCreateInput"
+
+
 class WorldCollectionApi(APIView):
-    class InputSerializer(serializers.Serializer):
-        slug = serializers.CharField()
-        name = serializers.CharField(required=False)
-        scenario_ref = serializers.JSONField(
-            help_text='{"name": N} | {"hash": H} | {"data": <full scenario input>}'
-        )
-        start_time = serializers.DateTimeField(required=False)
+    """GET lists worlds, POST creates one: two operations on one path."""
 
-    @extend_schema(parameters=PAGING, responses={200: PageSerializer, **ERRORS})
+    InputSerializer = WorldCreateInputSerializer
+
+    class OutputSerializer(WorldDetailSerializer):
+        class Meta:
+            ref_name = "WorldCreateOutput"
+
+    class ListOutputSerializer(serializers.Serializer):
+        count = serializers.IntegerField()
+        limit = serializers.IntegerField()
+        offset = serializers.IntegerField()
+        results = WorldSummarySerializer(many=True)
+
+        class Meta:
+            ref_name = "WorldListOutput"
+
+    @extend_schema(
+        operation_id="world_list",
+        parameters=[
+            *PAGING,
+            OpenApiParameter("scenario", HASH_SCHEMA, description="only this scenario's worlds"),
+        ],
+        responses={200: ListOutputSerializer, **READ_ERRORS},
+    )
     def get(self, request: Request) -> Response:
-        return Response(selectors.world_list(params=request.query_params))
+        page = selectors.world_list(params=request.query_params)
+        return Response(self.ListOutputSerializer(page).data)
 
-    @extend_schema(request=InputSerializer, responses={201: OpenApiTypes.OBJECT, **ERRORS})
+    @extend_schema(
+        operation_id="world_create",
+        request=WorldCreateInputSerializer,
+        responses={201: OutputSerializer, **WRITE_ERRORS},
+    )
     def post(self, request: Request) -> Response:
-        world = services.world_create(data=body_object(request))
-        return Response(selectors.world_get(slug=world.slug), status=201)
+        world = services.world_create(data=validate_body(self.InputSerializer, request))
+        detail = selectors.world_get(slug=world.slug)
+        return Response(self.OutputSerializer(detail).data, status=status.HTTP_201_CREATED)
 
 
 class WorldDetailApi(APIView):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS})
-    def get(self, request: Request, slug: str) -> Response:
-        return Response(selectors.world_get(slug=slug))
+    """GET reads a world, DELETE deletes it: two operations on one path."""
 
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    class OutputSerializer(WorldDetailSerializer):
+        class Meta:
+            ref_name = "WorldGetOutput"
+
+    class DeleteOutputSerializer(serializers.Serializer):
+        deleted = LabelOutField(help_text="the deleted world's slug")
+        name = serializers.CharField()
+        label = LabelOutField()
+        scenario_hash = HashOutField()
+        final_turn = serializers.IntegerField()
+        deleted_at = InstantField()
+
+        class Meta:
+            ref_name = "WorldDeleteOutput"
+
+    @extend_schema(
+        operation_id="world_get",
+        parameters=[SLUG_PATH],
+        responses={200: OutputSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        return Response(self.OutputSerializer(selectors.world_get(slug=slug)).data)
+
+    @extend_schema(
+        operation_id="world_delete",
+        parameters=[SLUG_PATH],
+        request=None,
+        responses={200: DeleteOutputSerializer, **WRITE_ERRORS},
+    )
     def delete(self, request: Request, slug: str) -> Response:
         record = services.world_delete(slug=slug, deleted_by=request.user.get_username())
         return Response(
-            {
-                "deleted": record.slug,
-                "name": record.name,
-                "label": record.label,
-                "scenario_hash": record.scenario_hash,
-                "final_turn": record.final_turn,
-                "deleted_at": record.deleted_at,
-            }
+            self.DeleteOutputSerializer(
+                {
+                    "deleted": record.slug,
+                    "name": record.name,
+                    "label": record.label,
+                    "scenario_hash": record.scenario_hash,
+                    "final_turn": record.final_turn,
+                    "deleted_at": record.deleted_at,
+                }
+            ).data
         )
 
 
 class TurnEnqueueApi(APIView):
-    class InputSerializer(serializers.Serializer):
-        count = serializers.IntegerField(required=False, min_value=1, max_value=100)
+    class InputSerializer(InputSerializer):
+        field_codes = {"count": "invalid_count"}
+        count = StrictIntegerField(
+            required=False, min_value=1, max_value=MAX_BATCH, help_text="default 1"
+        )
+
+        class Meta:
+            ref_name = "TurnEnqueueInput"
+
+    class OutputSerializer(serializers.Serializer):
+        batch_id = serializers.UUIDField()
+        attempt_ids = serializers.ListField(child=serializers.UUIDField())
+
+        class Meta:
+            ref_name = "TurnEnqueueOutput"
 
     @extend_schema(
+        operation_id="turn_enqueue",
+        parameters=[SLUG_PATH],
         request=InputSerializer,
-        responses={
-            202: inline_serializer(
-                "TurnsQueued",
-                {
-                    "batch_id": serializers.UUIDField(),
-                    "attempt_ids": serializers.ListField(child=serializers.UUIDField()),
-                },
-            ),
-            **ERRORS,
-        },
+        responses={202: OutputSerializer, **WRITE_ERRORS},
     )
     def post(self, request: Request, slug: str) -> Response:
-        data = body_object(request)
-        unknown = sorted(k for k in data if k != "count")
-        if unknown:
-            raise invalid("invalid_input", unknown[0], 'unknown field; the body is {"count": n}')
+        data = validate_body(self.InputSerializer, request)
         result = services.turn_attempt_enqueue(
             slug=slug, count=data.get("count", 1), requested_by=request.user.get_username()
         )
-        return Response(result, status=202)
+        return Response(self.OutputSerializer(result).data, status=status.HTTP_202_ACCEPTED)
+
+
+class TurnPatchSerializer(serializers.Serializer):
+    subject_id = serializers.CharField()
+    patch_seq = serializers.IntegerField()
+    narration = serializers.CharField()
+    patch = JSONObjectField(help_text="the accepted WorldPatch")
+
+    class Meta:
+        ref_name = "TurnPatch"
+
+
+class TransitionSerializer(serializers.Serializer):
+    patch_seq = serializers.IntegerField()
+    effect_index = serializers.IntegerField()
+    subject_id = _text()
+    node_id = _text()
+    workflow_hash = _text()
+    op = serializers.CharField()
+    target_kind = serializers.CharField()
+    target_id = _text()
+    before = _text()
+    after = _text()
+
+    class Meta:
+        ref_name = "PatchTransition"
 
 
 class TurnDetailApi(APIView):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    class OutputSerializer(serializers.Serializer):
+        world = LabelOutField()
+        number = serializers.IntegerField()
+        simulation_time = InstantField()
+        state = JSONObjectField()
+        state_hash = HashOutField()
+        attempt_id = serializers.UUIDField(allow_null=True)
+        created_at = InstantField()
+        patches = TurnPatchSerializer(many=True)
+        transitions = TransitionSerializer(many=True)
+
+        class Meta:
+            ref_name = "TurnGetOutput"
+
+    @extend_schema(
+        operation_id="turn_get",
+        parameters=[SLUG_PATH, TURN_PATH],
+        responses={200: OutputSerializer, **READ_ERRORS},
+    )
     def get(self, request: Request, slug: str, number: int) -> Response:
-        return Response(selectors.turn_get(slug=slug, number=number))
+        return Response(self.OutputSerializer(selectors.turn_get(slug=slug, number=number)).data)
+
+
+class ChangeSerializer(serializers.Serializer):
+    target_kind = serializers.ChoiceField(choices=["entity_state", "entity_memory", "environment"])
+    target_id = serializers.CharField()
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+
+    class Meta:
+        ref_name = "WorldChange"
 
 
 class WorldDiffApi(APIView):
+    OutputSerializer = type(
+        "OutputSerializer",
+        (serializers.Serializer,),
+        {
+            "world": LabelOutField(),
+            # "from" is a keyword, so the fields are given as a mapping.
+            "from": serializers.IntegerField(),
+            "to": serializers.IntegerField(),
+            "changes": ChangeSerializer(many=True),
+            "Meta": type("Meta", (), {"ref_name": "WorldDiffOutput"}),
+        },
+    )
+
     @extend_schema(
+        operation_id="world_diff",
         parameters=[
-            OpenApiParameter("from", OpenApiTypes.INT, required=True),
-            OpenApiParameter("to", OpenApiTypes.INT, required=True),
+            SLUG_PATH,
+            OpenApiParameter(
+                "from", {"type": "integer", "minimum": 0, "maximum": MAX_TURN_NUMBER}, required=True
+            ),
+            OpenApiParameter(
+                "to", {"type": "integer", "minimum": 0, "maximum": MAX_TURN_NUMBER}, required=True
+            ),
         ],
-        responses={200: OpenApiTypes.OBJECT, **ERRORS},
+        responses={200: OutputSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, slug: str) -> Response:
-        return Response(
-            selectors.world_diff(
-                slug=slug,
-                from_turn=_int_param(request.query_params.get("from"), "from"),
-                to_turn=_int_param(request.query_params.get("to"), "to"),
-            )
+        diff = selectors.world_diff(
+            slug=slug,
+            from_turn=_int_param(request.query_params.get("from"), "from"),
+            to_turn=_int_param(request.query_params.get("to"), "to"),
         )
+        return Response(self.OutputSerializer(diff).data)
+
+
+class InvocationRowSerializer(InvocationSummarySerializer):
+    llm_call_id = serializers.UUIDField(allow_null=True)
+    prompt_tokens = serializers.IntegerField(allow_null=True)
+    completion_tokens = serializers.IntegerField(allow_null=True)
+    ttft_ms = serializers.IntegerField(allow_null=True)
+
+    class Meta:
+        ref_name = "AttemptSourceInvocation"
+
+
+class AttemptEventSerializer(serializers.Serializer):
+    seq = serializers.IntegerField()
+    kind = serializers.CharField()
+    subject_id = _text()
+    node_id = _text()
+    workflow_hash = _text()
+    patch_seq = serializers.IntegerField(allow_null=True)
+    payload = serializers.JSONField()
+    content_hash = _text()
+    invocation_id = serializers.UUIDField(allow_null=True)
+    llm_call_id = serializers.UUIDField(allow_null=True)
+    created_at = InstantField()
+
+    class Meta:
+        ref_name = "AttemptEvent"
+
+
+class AttemptFailureSerializer(serializers.Serializer):
+    step = _text()
+    subject_id = _text()
+    reason = serializers.CharField()
+
+    class Meta:
+        ref_name = "AttemptFailure"
 
 
 class AttemptDetailApi(APIView):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, **ERRORS})
+    class OutputSerializer(serializers.Serializer):
+        id = serializers.UUIDField()
+        world = LabelOutField()
+        seq = serializers.IntegerField()
+        batch_id = serializers.UUIDField()
+        batch_index = serializers.IntegerField()
+        batch_size = serializers.IntegerField()
+        status = serializers.ChoiceField(choices=STATUSES)
+        attempted_turn = serializers.IntegerField(allow_null=True)
+        produced_turn = serializers.IntegerField(allow_null=True)
+        lease_owner = _text()
+        lease_expires_at = InstantField(allow_null=True)
+        queued_at = InstantField()
+        started_at = InstantField(allow_null=True)
+        ended_at = InstantField(allow_null=True)
+        duration_ms = serializers.IntegerField(allow_null=True)
+        failure = AttemptFailureSerializer(allow_null=True)
+        events = AttemptEventSerializer(many=True)
+        source_invocations = InvocationRowSerializer(many=True)
+
+        class Meta:
+            ref_name = "AttemptGetOutput"
+
+    @extend_schema(
+        operation_id="attempt_get",
+        parameters=[uuid_path("attempt_id")],
+        responses={200: OutputSerializer, **READ_ERRORS},
+    )
     def get(self, request: Request, attempt_id: str) -> Response:
-        return Response(selectors.attempt_get(attempt_id=attempt_id))
+        return Response(self.OutputSerializer(selectors.attempt_get(attempt_id=attempt_id)).data)
