@@ -55,7 +55,7 @@ class _CountingLlama(Llama):
     last_prompt_tokens: int = 0
     last_sampled: list[int]
 
-    def generate(  # type: ignore[override]
+    def generate(
         self, tokens: Sequence[int], *args: Any, **kwargs: Any
     ) -> Generator[int, Sequence[int] | None, None]:
         self.last_prompt_tokens = len(tokens)

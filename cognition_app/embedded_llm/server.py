@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-requests", action="store_true")
     args = parser.parse_args(argv)
     server = serve(args.host, args.port, args.threads, args.ctx, log_requests=args.log_requests)
-    host, port = server.server_address[:2]
+    host, port = str(server.server_address[0]), server.server_address[1]
     print(
         f"embedded LLM listening on http://{host}:{port}/v1 "
         f"(model {MODEL_NAME}, file {server.engine.path})",

@@ -157,17 +157,17 @@ def invoke_llm(
         started_at=inv.started_at,
     )
     if config_failure is not None:
-        exc = config_failure
         with trace_write():
             inv.status = call.status = InvocationStatus.FAILED
-            inv.failure_class, inv.failure_message = exc.failure_class, exc.message
+            inv.failure_class = config_failure.failure_class
+            inv.failure_message = config_failure.message
             inv.ended_at = call.ended_at = inv.started_at
             inv.duration_ms = 0
-            call.error = exc.message
+            call.error = config_failure.message
             inv.save(force_insert=True)
             call.save(force_insert=True)
-        exc.invocation_id = inv.pk
-        raise exc
+        config_failure.invocation_id = inv.pk
+        raise config_failure
     with trace_write():  # both rows exist before any byte is sent
         inv.save(force_insert=True)
         call.save(force_insert=True)
@@ -329,7 +329,7 @@ def _stream(
         gen.judgement = judge(scrub(original)) if judge is not None else None
     finally:
         # One transaction: the last chunks, the finished rows and the verdict.
-        now = timezone.now()
+        finished_at = timezone.now()
         with trace_write():
             if pending:
                 LlmChunk.objects.bulk_create(pending)
@@ -343,7 +343,7 @@ def _stream(
                 inv,
                 call,
                 text,
-                now,
+                finished_at,
                 ttft_ms,
                 finish_reason,
                 response_model,

@@ -151,7 +151,7 @@ def fail_invocation(
     raise SourceFailure(failure_class, message, invocation_id=inv.pk)
 
 
-def _close_running(attempt_id: UUID | str, status: str, failure_class: str, reason: str) -> int:
+def _close_running(attempt_id: UUID, status: str, failure_class: str, reason: str) -> int:
     now = timezone.now()
     ids = list(
         SourceInvocation.objects.filter(
@@ -169,12 +169,12 @@ def _close_running(attempt_id: UUID | str, status: str, failure_class: str, reas
     return len(ids)
 
 
-def interrupt_running(*, attempt_id: UUID | str, reason: str) -> int:
+def interrupt_running(*, attempt_id: UUID, reason: str) -> int:
     """The reaper's part: running rows of a dead attempt become ``interrupted``."""
     return _close_running(attempt_id, InvocationStatus.INTERRUPTED, "interrupted", reason)
 
 
-def finish_running(*, attempt_id: UUID | str, reason: str) -> int:
+def finish_running(*, attempt_id: UUID, reason: str) -> int:
     """When an attempt fails, rows it left open become ``failed`` (SPEC §7: every row opened is
     finished); normally there are none, since each call finishes its own rows."""
     return _close_running(attempt_id, InvocationStatus.FAILED, "attempt_ended", reason)

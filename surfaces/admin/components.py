@@ -46,7 +46,7 @@ class ComponentAdmin(StoreAdmin):
     kind: ClassVar[ComponentKind]
     form_class: ClassVar[type[forms.Form]] = ComponentJsonForm
     content_help: ClassVar[str] = ""
-    search_fields = ("^hash",)
+    search_fields: ClassVar[list[str] | tuple[str, ...]] = ("^hash",)
 
     def get_urls(self) -> list[URLPattern]:
         name = f"{self.opts.app_label}_{self.opts.model_name}_save_as_new"
@@ -77,7 +77,7 @@ class ComponentAdmin(StoreAdmin):
     def save_as_new_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         original = self.get_object(request, unquote(object_id))
         if original is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            return self.does_not_exist(request, object_id)
         return self.put_view(request, original=original)
 
     def put_view(self, request: HttpRequest, *, original: Model | None) -> HttpResponse:
@@ -88,7 +88,7 @@ class ComponentAdmin(StoreAdmin):
             def put() -> tuple[str, str]:
                 content = form.cleaned_data["content"]
                 result = services.component_put(kind=self.kind, content=content)
-                message = _put_message(self.opts.verbose_name, result)
+                message = _put_message(str(self.opts.verbose_name), result)
                 return message, admin_url(self.model, result["hash"])
 
             done = self.submit_service_form(request, form, put, {}, default="content")

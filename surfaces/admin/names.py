@@ -89,7 +89,8 @@ class ScenarioNameAdmin(StoreAdmin):
         self.require_operator(request)
         original = self.get_object(request, unquote(object_id))
         if original is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            return self.does_not_exist(request, object_id)
+        assert isinstance(original, ScenarioName)  # this admin's model
         if request.method == "POST":
             form = NameUnsetForm(request.POST)
 

@@ -126,7 +126,8 @@ class ScenarioAdmin(StoreAdmin):
         self.require_operator(request)
         parent = self.get_object(request, unquote(object_id))
         if parent is None:
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            return self.does_not_exist(request, object_id)
+        assert isinstance(parent, Scenario)  # this admin's model
         if request.method == "POST":
             form = ForkForm(request.POST)
 

@@ -30,6 +30,13 @@ def _plausible_key(object_id: str) -> bool:
 class StoreAdmin(admin.ModelAdmin):
     """Read-only for staff, writes only through custom service views for operators."""
 
+    def does_not_exist(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Django's own "… doesn't exist" redirect, as the admin answers a missing object."""
+        redirect: HttpResponse = self._get_obj_does_not_exist_redirect(  # type: ignore[attr-defined]  # private in the stubs
+            request, self.opts, object_id
+        )
+        return redirect
+
     change_form_template = "admin/scenarios_app/readonly_change_form.html"
     change_list_template = "admin/scenarios_app/change_list.html"
     # The changelist's add button; blank means "Add <verbose name>".
@@ -85,7 +92,7 @@ class StoreAdmin(admin.ModelAdmin):
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         if not _plausible_key(unquote(object_id)):
-            return self._get_obj_does_not_exist_redirect(request, self.opts, object_id)
+            return self.does_not_exist(request, object_id)
         tools = self.object_tools(request, unquote(object_id)) if is_operator(request.user) else []
         context = {"chukwa_tools": tools, **(extra_context or {})}
         return super().change_view(request, object_id, form_url, context)

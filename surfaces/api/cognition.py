@@ -77,7 +77,7 @@ class LlmUsageSerializer(serializers.Serializer):
     prompt_tokens = serializers.IntegerField(allow_null=True)
     completion_tokens = serializers.IntegerField(allow_null=True)
     cached_tokens = serializers.IntegerField(allow_null=True)
-    source = _text()
+    source = _text()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
 
     class Meta:
         ref_name = "LlmUsage"

@@ -228,7 +228,7 @@ _INDEX = re.compile(r"\[\d+\]")
 # the service uses for that field, so a type error names the same code as a domain error there;
 # any other failure is ``invalid_input``. (A comment, not a docstring: the document would give
 # it as every body's description.)
-class InputSerializer(serializers.Serializer):
+class StrictInputSerializer(serializers.Serializer):
     field_codes: ClassVar[Mapping[str, str]] = {}
 
     def to_internal_value(self, data: Any) -> Any:
@@ -249,7 +249,7 @@ class InputSerializer(serializers.Serializer):
 class InputSerializerExtension(OpenApiSerializerExtension):
     """Bodies reject unknown fields, so their schemas say ``additionalProperties: false``."""
 
-    target_class = InputSerializer
+    target_class = StrictInputSerializer
     match_subclasses = True
 
     def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
@@ -257,7 +257,7 @@ class InputSerializerExtension(OpenApiSerializerExtension):
         return {**schema, "additionalProperties": False}
 
 
-def validate(serializer_class: type[InputSerializer], data: Any) -> dict[str, Any]:
+def validate(serializer_class: type[StrictInputSerializer], data: Any) -> dict[str, Any]:
     """Run ``serializer_class`` on a body; the first failure becomes the API's error."""
     if not isinstance(data, dict):
         # [] or null is a client error, not "no body" (an absent body parses as {}).
@@ -280,7 +280,9 @@ def validate(serializer_class: type[InputSerializer], data: Any) -> dict[str, An
     raise invalid(code, field, message)
 
 
-def validate_body(serializer_class: type[InputSerializer], request: Request) -> dict[str, Any]:
+def validate_body(
+    serializer_class: type[StrictInputSerializer], request: Request
+) -> dict[str, Any]:
     return validate(serializer_class, request.data)
 
 

@@ -31,12 +31,12 @@ from surfaces.api.contract import (
     WRITE_ERRORS,
     HashField,
     HashOutField,
-    InputSerializer,
     InstantField,
     JSONObjectField,
     LabelField,
     LabelOutField,
     StrictCharField,
+    StrictInputSerializer,
     StrictIntegerField,
     StrictListField,
     described,
@@ -159,7 +159,7 @@ def component_views(segment: str, kind: ComponentKind) -> dict[str, type[APIView
 
     put_input = type(
         f"{title}PutInputSerializer",
-        (InputSerializer,),
+        (StrictInputSerializer,),
         {
             "content": described(
                 CONTENT_SCHEMAS[kind], help_text="The content; sub-references may be inline."
@@ -250,7 +250,7 @@ COMPONENT_VIEWS = {segment: component_views(segment, kind) for segment, kind in 
 
 
 class ScenarioAssembleApi(APIView):
-    class InputSerializer(InputSerializer):
+    class InputSerializer(StrictInputSerializer):
         field_codes = {
             "scenario_slug": "invalid_slug",
             "description": "invalid_description",
@@ -307,7 +307,7 @@ class ScenarioAssembleApi(APIView):
         return Response(self.OutputSerializer(result).data, status=code)
 
 
-class ForkChangesSerializer(InputSerializer):
+class ForkChangesSerializer(StrictInputSerializer):
     # Scalars pass through: the service validates them against the parent's values.
     scenario_slug = described(LABEL_SCHEMA, required=False)
     description = described({"type": "string", "minLength": 1}, required=False)
@@ -333,7 +333,7 @@ class ForkChangesSerializer(InputSerializer):
 
 
 class ScenarioForkApi(APIView):
-    class InputSerializer(InputSerializer):
+    class InputSerializer(StrictInputSerializer):
         field_codes = {"name": "invalid_name"}
         primary_parent = described(name_or_hash())
         changes = ForkChangesSerializer()
@@ -472,7 +472,7 @@ class LineageNodeSerializer(ScenarioSummarySerializer):
 
 
 class LineageEdgeSerializer(serializers.Serializer):
-    parent = HashOutField()
+    parent = HashOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
     child = HashOutField()
     role = serializers.CharField()
     derivation_id = serializers.IntegerField()
@@ -484,7 +484,7 @@ class LineageEdgeSerializer(serializers.Serializer):
 
 class ScenarioLineageApi(APIView):
     class OutputSerializer(serializers.Serializer):
-        root = HashOutField()
+        root = HashOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
         nodes = LineageNodeSerializer(many=True)
         edges = LineageEdgeSerializer(many=True)
 
@@ -525,7 +525,7 @@ class ScenarioNameApi(APIView):
         class Meta:
             ref_name = "ScenarioNameGetOutput"
 
-    class PutInputSerializer(InputSerializer):
+    class PutInputSerializer(StrictInputSerializer):
         field_codes = {"hash": "invalid_hash", "expected_current_hash": "invalid_hash"}
         hash = HashField()
         expected_current_hash = HashField(
@@ -541,7 +541,7 @@ class ScenarioNameApi(APIView):
         class Meta:
             ref_name = "ScenarioNameSetOutput"
 
-    class DeleteInputSerializer(InputSerializer):
+    class DeleteInputSerializer(StrictInputSerializer):
         field_codes = {"expected_current_hash": "invalid_hash"}
         expected_current_hash = HashField(
             required=False, allow_null=True, help_text="compare-and-set; null means 'must be unset'"

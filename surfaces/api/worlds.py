@@ -22,13 +22,13 @@ from surfaces.api.contract import (
     TURN_PATH,
     WRITE_ERRORS,
     HashOutField,
-    InputSerializer,
     InstantField,
     InstantInField,
     JSONObjectField,
     LabelField,
     LabelOutField,
     StrictCharField,
+    StrictInputSerializer,
     StrictIntegerField,
     described,
     name_or_hash,
@@ -62,7 +62,7 @@ STATUSES = [choice.value for choice in AttemptStatus]
 class WorldSummarySerializer(serializers.Serializer):
     slug = LabelOutField()
     name = serializers.CharField()
-    label = LabelOutField()
+    label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
     scenario_hash = HashOutField()
     scenario_ref = JSONObjectField(help_text="the reference the world was created from")
     chronon_seconds = serializers.IntegerField()
@@ -100,7 +100,7 @@ class WorldDetailSerializer(WorldSummarySerializer):
         ref_name = "WorldDetail"
 
 
-class WorldCreateInputSerializer(InputSerializer):
+class WorldCreateInputSerializer(StrictInputSerializer):
     field_codes = {"slug": "invalid_slug", "start_time": "invalid_start_time"}
     slug = LabelField()
     name = StrictCharField(required=False, allow_null=True, max_length=200)
@@ -174,7 +174,7 @@ class WorldDetailApi(APIView):
     class DeleteOutputSerializer(serializers.Serializer):
         deleted = LabelOutField(help_text="the deleted world's slug")
         name = serializers.CharField()
-        label = LabelOutField()
+        label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
         scenario_hash = HashOutField()
         final_turn = serializers.IntegerField()
         deleted_at = InstantField()
@@ -213,7 +213,7 @@ class WorldDetailApi(APIView):
 
 
 class TurnEnqueueApi(APIView):
-    class InputSerializer(InputSerializer):
+    class InputSerializer(StrictInputSerializer):
         field_codes = {"count": "invalid_count"}
         count = StrictIntegerField(
             required=False, min_value=1, max_value=MAX_BATCH, help_text="default 1"
