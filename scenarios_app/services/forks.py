@@ -14,15 +14,15 @@ from chukwa_core.component_validation import (
     validate_scenario_scalars,
 )
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
-from chukwa_core.ids import is_hash, label_problem
+from chukwa_core.ids import is_hash
 from scenarios_app.models import (
     Entity,
     Scenario,
     ScenarioCognitionProfile,
     ScenarioEntity,
     ScenarioEnvironment,
-    ScenarioName,
 )
+from scenarios_app.selectors import scenario_name_resolve
 from scenarios_app.services._store import Resolver, reject_nul
 from scenarios_app.services.manifest import (
     META_FIELDS,
@@ -67,17 +67,7 @@ def _scenario_ref_hash(ref: Any, fieldname: str) -> str:
                 {"field": f"{fieldname}.hash", "hash": value},
             )
         return value
-    problem = label_problem(value)
-    if problem is not None:
-        raise invalid("invalid_name", f"{fieldname}.name", f"{value!r} {problem}")
-    current = ScenarioName.objects.filter(pk=value).values_list("scenario_id", flat=True).first()
-    if current is None:
-        raise NotFoundError(
-            "name_not_found",
-            f"{fieldname}.name: no scenario is named {value!r}",
-            {"field": f"{fieldname}.name", "name": value},
-        )
-    return current
+    return scenario_name_resolve(name=value, field=f"{fieldname}.name")
 
 
 def _label_list(value: Any, fieldname: str) -> list[str]:

@@ -25,6 +25,7 @@ from scenarios_app.models import (
 from surfaces.admin.rendering import abbreviate, admin_url, hash_link, json_block, links_list
 from surfaces.admin.store import StoreAdmin
 from surfaces.forms import AssembleForm, ForkForm
+from surfaces.permissions import with_default_operator
 
 _DETAIL_CACHE_ATTR = "_chukwa_detail"
 
@@ -105,9 +106,7 @@ class ScenarioAdmin(StoreAdmin):
             form = AssembleForm(request.POST)
 
             def assemble() -> tuple[str, str]:
-                data = form.cleaned_data["data"]
-                if isinstance(data, dict) and "operator" not in data:
-                    data = {**data, "operator": request.user.get_username()}
+                data = with_default_operator(form.cleaned_data["data"], request.user)
                 result = services.scenario_assemble(data=data)
                 message = _scenario_message("assembled", result)
                 return message, admin_url(Scenario, result["scenario_hash"])

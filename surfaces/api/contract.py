@@ -28,6 +28,7 @@ from chukwa_core.errors import ChukwaError, invalid
 from chukwa_core.ids import HASH_PATTERN, is_hash, label_problem
 from scenarios_app.selectors import DEFAULT_LIMIT, MAX_LIMIT
 from surfaces.api.errors import _flatten_drf_detail
+from surfaces.permissions import with_default_operator
 
 # The label grammar of SPEC §1 written without alternation, so generators and validators that
 # anchor differently agree on it.
@@ -287,10 +288,9 @@ def validate_body(
 
 
 def operator_of(request: Request, data: dict[str, Any]) -> dict[str, Any]:
-    """Who did it: the signed-in user unless the body names an operator."""
-    if "operator" not in data:
-        return {**data, "operator": request.user.get_username()}
-    return data
+    """The validated body with its operator (see ``permissions.with_default_operator``)."""
+    result: dict[str, Any] = with_default_operator(data, request.user)
+    return result
 
 
 # --- parameters -----------------------------------------------------------------------------
