@@ -13,7 +13,11 @@ from scenarios_app.services.components import (
     response_source_put,
 )
 from scenarios_app.services.forks import scenario_fork
-from scenarios_app.services.manifest import AssembleResult
+from scenarios_app.services.manifest import (
+    AssembleResult,
+    ScenarioAssembleInput,
+    ScenarioForkInput,
+)
 from scenarios_app.services.names import UNSET, NameResult, scenario_name_set, scenario_name_unset
 
 __all__ = [
@@ -22,6 +26,8 @@ __all__ = [
     "AssembleResult",
     "NameResult",
     "PutResult",
+    "ScenarioAssembleInput",
+    "ScenarioForkInput",
     "cognition_profile_put",
     "cognition_workflow_put",
     "component_put",

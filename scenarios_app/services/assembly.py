@@ -3,8 +3,6 @@ level."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 
 from chukwa_core.component_validation import check_keys, require_object, validate_scenario_scalars
@@ -13,6 +11,7 @@ from scenarios_app.services.manifest import (
     META_FIELDS,
     AssembleResult,
     Manifest,
+    ScenarioAssembleInput,
     parse_meta,
     resolve_entities,
     resolve_environments,
@@ -31,14 +30,14 @@ ASSEMBLE_FIELDS = (
 )
 
 
-def scenario_assemble(*, data: Any) -> AssembleResult:
+def scenario_assemble(*, data: ScenarioAssembleInput) -> AssembleResult:
     """Compose a scenario from hash-or-inline references at every level; records a derivation
     with no parents; optionally sets a name in the same transaction."""
     with transaction.atomic(durable=True):
         return scenario_assemble_within(data=data)
 
 
-def scenario_assemble_within(*, data: Any) -> AssembleResult:
+def scenario_assemble_within(*, data: ScenarioAssembleInput) -> AssembleResult:
     """The same assembly inside the caller's transaction (world creation from ``{"data"}``)."""
     body = require_object(data, "body", "invalid_input")
     check_keys(body, "", required=ASSEMBLE_FIELDS, optional=META_FIELDS, code="invalid_input")

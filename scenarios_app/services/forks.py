@@ -28,6 +28,7 @@ from scenarios_app.services.manifest import (
     META_FIELDS,
     AssembleResult,
     Manifest,
+    ScenarioForkInput,
     parse_meta,
     resolve_entities,
     resolve_environments,
@@ -117,7 +118,7 @@ def _apply_label_changes(
     return result
 
 
-def scenario_fork(*, data: Any) -> AssembleResult:
+def scenario_fork(*, data: ScenarioForkInput) -> AssembleResult:
     """A new scenario from a parent plus changes; the derivation's parent edges and
     ``metadata.touched_components`` are its provenance."""
     body = require_object(data, "body", "invalid_input")

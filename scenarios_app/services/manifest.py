@@ -35,6 +35,39 @@ from scenarios_app.services.names import UNSET, name_set_within
 META_FIELDS = ("name", "operator", "note", "metadata")
 
 
+# A component reference as authored: {"hash": H} or {"inline": <content>} (SPEC §2).
+ComponentRef = dict[str, Any]
+
+
+class ScenarioAssembleInput(TypedDict, total=False):
+    """The assembly input of SPEC §3 (also world creation's ``{"data": …}``). The API's
+    serializer checks its shape; the service checks it again in full, since the admin, the CLI
+    and the fixtures hand it JSON as authored."""
+
+    scenario_slug: str
+    description: str
+    chronon_seconds: int
+    cognition_profiles: dict[str, ComponentRef]
+    environments: dict[str, ComponentRef]
+    entities: list[ComponentRef]
+    name: str
+    operator: str
+    note: str
+    metadata: dict[str, Any]
+
+
+class ScenarioForkInput(TypedDict, total=False):
+    """A fork (SPEC §3): the primary parent by name or hash, the changes, more parents."""
+
+    primary_parent: dict[str, str]
+    changes: dict[str, Any]
+    additional_parents: list[dict[str, str]]
+    name: str
+    operator: str
+    note: str
+    metadata: dict[str, Any]
+
+
 class AssembleResult(TypedDict):
     scenario_hash: str
     was_new_scenario: bool

@@ -132,7 +132,7 @@ class ScenarioAdmin(StoreAdmin):
 
             def fork() -> tuple[str, str]:
                 cleaned = form.cleaned_data
-                data: dict[str, Any] = {
+                data: services.ScenarioForkInput = {
                     "primary_parent": {"hash": parent.pk},
                     "changes": cleaned["changes"],
                     "operator": request.user.get_username(),

@@ -3,7 +3,7 @@ InputSerializer, call one service or selector, answer through the OutputSerializ
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -159,7 +159,8 @@ class WorldCollectionApi(APIView):
         responses={201: OutputSerializer, **WRITE_ERRORS},
     )
     def post(self, request: Request) -> Response:
-        world = services.world_create(data=validate_body(self.InputSerializer, request))
+        body = validate_body(self.InputSerializer, request)
+        world = services.world_create(data=cast(services.WorldCreateInput, body))
         detail = selectors.world_get(slug=world.slug)
         return Response(self.OutputSerializer(detail).data, status=status.HTTP_201_CREATED)
 

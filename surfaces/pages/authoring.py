@@ -28,7 +28,7 @@ from cognition_app.llm_nodes import placeholder_values, render_messages, tool_lo
 from cognition_app.sources import SourceFailure
 from cognition_app.subject_run import SubjectRun, TurnContext
 from scenarios_app.models import CognitionWorkflow, ResponseSource
-from scenarios_app.services import cognition_workflow_put, scenario_fork
+from scenarios_app.services import ScenarioForkInput, cognition_workflow_put, scenario_fork
 from scenarios_app.services._store import Resolver
 from surfaces.pages.rendering import page, respond
 from surfaces.permissions import is_operator
@@ -461,7 +461,7 @@ def workflow_author_fork(request: HttpRequest) -> HttpResponse:
         # Check the edge inputs before storing anything, so a typo stores no workflow.
         _check(content)
         workflow_hash = cognition_workflow_put(content=content)["hash"]
-        data: dict[str, Any] = {
+        data: ScenarioForkInput = {
             "primary_parent": {"hash": scenario},
             "changes": {
                 "cognition_profile_upserts": {

@@ -1,15 +1,23 @@
 """Writes for worlds and turn attempts."""
 
 from worlds_app.services.attempts import (
+    EnqueueResult,
     turn_attempt_claim,
     turn_attempt_enqueue,
     turn_attempt_reap,
     turn_attempt_run,
 )
 from worlds_app.services.dispatch import turn_attempt_redrive
-from worlds_app.services.worlds import scenario_snapshot, world_create, world_delete
+from worlds_app.services.worlds import (
+    WorldCreateInput,
+    scenario_snapshot,
+    world_create,
+    world_delete,
+)
 
 __all__ = [
+    "EnqueueResult",
+    "WorldCreateInput",
     "scenario_snapshot",
     "turn_attempt_claim",
     "turn_attempt_enqueue",

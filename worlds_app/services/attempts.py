@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 from uuid import UUID
 
 from django.conf import settings
@@ -84,7 +84,12 @@ def _now() -> datetime:
 # --- enqueue -------------------------------------------------------------------------------
 
 
-def turn_attempt_enqueue(*, slug: str, count: Any = 1, requested_by: str = "") -> dict[str, Any]:
+class EnqueueResult(TypedDict):
+    batch_id: str
+    attempt_ids: list[str]
+
+
+def turn_attempt_enqueue(*, slug: str, count: int = 1, requested_by: str = "") -> EnqueueResult:
     """Queue ``count`` (1…100) attempts that run strictly in order; returns their ids."""
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_BATCH:
         raise invalid("invalid_count", "count", f"must be an integer 1…{MAX_BATCH}, got {count!r}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import IntegrityError, transaction
 
@@ -96,7 +96,16 @@ def _check_room_to_run(start: datetime, chronon_seconds: int) -> None:
         ) from None
 
 
-def world_create(*, data: Any) -> World:
+class WorldCreateInput(TypedDict, total=False):
+    """World creation (SPEC §6); the service checks it in full (the CLI hands it raw input)."""
+
+    slug: str
+    scenario_ref: dict[str, Any]  # {"name"} | {"hash"} | {"data": <assembly input>}
+    name: str
+    start_time: str
+
+
+def world_create(*, data: WorldCreateInput) -> World:
     """Create a world and its turn 0 from ``{"slug", "scenario_ref", "name"?, "start_time"?}``."""
     body = require_object(data, "body", "invalid_input")
     check_keys(body, "", required=CREATE_FIELDS, optional=CREATE_OPTIONAL, code="invalid_input")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chukwa_core.errors import ChukwaError
 from scenarios_app.fixture_files import fixture_names, load_fixture
-from scenarios_app.services import scenario_assemble
+from scenarios_app.services import ScenarioAssembleInput, scenario_assemble
 
 
 class Command(BaseCommand):
@@ -27,7 +27,8 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from None
             data = {**data, "operator": options["operator"]}
             try:
-                result = scenario_assemble(data=data)
+                # fixture files are assembly inputs as authored; the service checks them
+                result = scenario_assemble(data=cast(ScenarioAssembleInput, data))
             except ChukwaError as exc:
                 raise CommandError(f"{name}: {exc.code}: {exc.message}") from None
             new = {k: v for k, v in result["new_components"].items() if v}

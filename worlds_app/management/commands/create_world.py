@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chukwa_core.errors import ChukwaError
-from worlds_app.services import world_create
+from worlds_app.services import WorldCreateInput, world_create
 
 
 class Command(BaseCommand):
@@ -35,7 +35,7 @@ class Command(BaseCommand):
         if options["start_time"]:
             data["start_time"] = options["start_time"]
         try:
-            world = world_create(data=data)
+            world = world_create(data=cast(WorldCreateInput, data))  # checked by the service
         except ChukwaError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
         self.stdout.write(
