@@ -34,3 +34,18 @@ class ReadAnyWriteOperators(BasePermission):
         if request.method in SAFE_METHODS:
             return True
         return is_operator(request.user)
+
+
+class SignedInAnnotates(BasePermission):
+    """Annotations (SPEC §12) are written by reviewers: any signed-in user may read them and
+    create one, not only operators. Changing or deleting one is for its author or an operator."""
+
+    message = "Only the annotation's author or an operator may change or delete it."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(request.user and request.user.is_authenticated)
+
+    def has_object_permission(self, request: Request, view: Any, obj: Any) -> bool:
+        if request.method in SAFE_METHODS:
+            return True
+        return bool(obj.author_id == request.user.pk or is_operator(request.user))

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Length
+from django.db.models.lookups import LessThanOrEqual
 
 from chukwa_core.ids import HASH_PATTERN, LABEL_PATTERN
 from scenarios_app.models import Scenario
@@ -243,3 +246,124 @@ class DeletedWorld(models.Model):
 
     def __str__(self) -> str:
         return f"deleted {self.slug}"
+
+
+class AnnotationTarget(models.TextChoices):
+    ATTEMPT = "attempt"
+    TURN = "turn"
+    LLM_CALL = "llm_call"
+
+
+class AnnotationValueKind(models.TextChoices):
+    NUMBER = "number"
+    LABEL = "label"
+    BOOLEAN = "boolean"
+
+
+# A comment is at most 4 KiB of UTF-8; the service checks bytes, the database backstops characters.
+MAX_ANNOTATION_COMMENT_BYTES = 4096
+
+
+class Annotation(models.Model):
+    """A reviewer's named score (number, label or boolean) with a comment on an attempt, a
+    committed turn or an LLM call (SPEC §12). Mutable by its author or an operator."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    target_kind = models.CharField(max_length=16, choices=AnnotationTarget.choices)
+    attempt = models.ForeignKey(
+        TurnAttempt, null=True, blank=True, on_delete=models.CASCADE, related_name="annotations"
+    )
+    turn = models.ForeignKey(
+        Turn, null=True, blank=True, on_delete=models.CASCADE, related_name="annotations"
+    )
+    llm_call = models.ForeignKey(
+        "cognition_app.LlmCall",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="annotations",
+    )
+    name = models.CharField(max_length=64)
+    value_kind = models.CharField(max_length=16, choices=AnnotationValueKind.choices)
+    value_number = models.FloatField(null=True, blank=True)
+    value_label = models.CharField(max_length=64, blank=True)
+    value_boolean = models.BooleanField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+    # PROTECT: a reviewer's scores are not lost silently when an account is removed.
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="annotations"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        constraints = [
+            # Rule: annotation names are labels (SPEC §1).
+            models.CheckConstraint(
+                condition=Q(name__regex=LABEL_PATTERN), name="annotation_name_grammar"
+            ),
+            # Rule: exactly the target named by target_kind is set.
+            models.CheckConstraint(
+                condition=Q(
+                    target_kind="attempt",
+                    attempt__isnull=False,
+                    turn__isnull=True,
+                    llm_call__isnull=True,
+                )
+                | Q(
+                    target_kind="turn",
+                    attempt__isnull=True,
+                    turn__isnull=False,
+                    llm_call__isnull=True,
+                )
+                | Q(
+                    target_kind="llm_call",
+                    attempt__isnull=True,
+                    turn__isnull=True,
+                    llm_call__isnull=False,
+                ),
+                name="annotation_one_target",
+            ),
+            # Rule: exactly the value column named by value_kind is set; labels are labels.
+            models.CheckConstraint(
+                condition=Q(
+                    value_kind="number",
+                    value_number__isnull=False,
+                    value_label="",
+                    value_boolean__isnull=True,
+                )
+                | Q(
+                    value_kind="label",
+                    value_number__isnull=True,
+                    value_label__regex=LABEL_PATTERN,
+                    value_boolean__isnull=True,
+                )
+                | Q(
+                    value_kind="boolean",
+                    value_number__isnull=True,
+                    value_label="",
+                    value_boolean__isnull=False,
+                ),
+                name="annotation_one_value",
+            ),
+            # Rule: a comment is at most 4 KiB (checked in bytes by the service).
+            models.CheckConstraint(
+                condition=LessThanOrEqual(Length("comment"), MAX_ANNOTATION_COMMENT_BYTES),
+                name="annotation_comment_size",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["name", "-created_at"], name="annotation_name_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value} on {self.target_kind}"
+
+    @property
+    def value(self) -> float | str | bool | None:
+        if self.value_kind == AnnotationValueKind.NUMBER:
+            return self.value_number
+        if self.value_kind == AnnotationValueKind.LABEL:
+            return self.value_label
+        return self.value_boolean

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import math
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import Count, Q
+from django.db.models import Count, Q, QuerySet
 
+from chukwa_core.component_validation import type_name
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
 from scenarios_app.selectors import parse_paging
-from worlds_app.models import AttemptEvent, PatchTransition, Turn, TurnAttempt, World
+from worlds_app.models import (
+    Annotation,
+    AnnotationTarget,
+    AttemptEvent,
+    PatchTransition,
+    Turn,
+    TurnAttempt,
+    World,
+)
 
 # Turn numbers are stored as PostgreSQL integer; a larger one names no turn and must not reach
 # the database as an out-of-range parameter.
@@ -227,8 +238,6 @@ def attempt_get(*, attempt_id: str) -> dict[str, Any]:
 
 
 def _is_uuid(value: str) -> bool:
-    import uuid
-
     try:
         uuid.UUID(value)
     except ValueError:
@@ -289,3 +298,149 @@ def world_diff(*, slug: str, from_turn: int, to_turn: int) -> dict[str, Any]:
                 }
             )
     return {"world": slug, "from": from_turn, "to": to_turn, "changes": changes}
+
+
+# --- annotations (SPEC §12) ----------------------------------------------------------------
+
+ANNOTATION_FILTERS = (
+    "name",
+    "value",
+    "target_kind",
+    "attempt",
+    "llm_call",
+    "world",
+    "turn",
+    "author",
+)
+
+
+def parse_uuid(value: Any, field: str) -> uuid.UUID:
+    if not isinstance(value, str):
+        raise invalid("invalid_id", field, f"must be a UUID string, got {type_name(value)}")
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        shown = repr(value) if len(value) <= 64 else f"{value[:64]!r}…"
+        raise invalid("invalid_id", field, f"{shown} is not a UUID") from None
+
+
+def annotation_not_found(annotation_id: uuid.UUID) -> NotFoundError:
+    return NotFoundError(
+        "annotation_not_found",
+        f"annotation_id: no annotation {annotation_id}",
+        {"field": "annotation_id"},
+    )
+
+
+def _annotations() -> QuerySet[Annotation]:
+    return Annotation.objects.select_related("author", "turn__world")
+
+
+def annotation_summary(annotation: Annotation) -> dict[str, Any]:
+    turn = annotation.turn
+    return {
+        "id": annotation.id,
+        "target": {
+            "kind": annotation.target_kind,
+            "attempt": annotation.attempt_id,
+            "turn": {"world": turn.world.slug, "number": turn.number} if turn else None,
+            "llm_call": annotation.llm_call_id,
+        },
+        "name": annotation.name,
+        "value_kind": annotation.value_kind,
+        "value": annotation.value,
+        "comment": annotation.comment,
+        "author": annotation.author.get_username(),
+        "created_at": annotation.created_at,
+        "updated_at": annotation.updated_at,
+    }
+
+
+def annotation_row(*, annotation_id: str) -> Annotation:
+    """The annotation itself (for the caller's author-or-operator check); 404 if none."""
+    pk = parse_uuid(annotation_id, "annotation_id")
+    annotation = _annotations().filter(pk=pk).first()
+    if annotation is None:
+        raise annotation_not_found(pk)
+    return annotation
+
+
+def annotation_get(*, annotation_id: str) -> dict[str, Any]:
+    return annotation_summary(annotation_row(annotation_id=annotation_id))
+
+
+def _value_filter(raw: str) -> Q:
+    """``value=`` matches whichever kinds the text can be: a label, a number, a boolean."""
+    condition = Q(value_kind="label", value_label=raw)
+    if raw in ("true", "false"):
+        condition |= Q(value_kind="boolean", value_boolean=raw == "true")
+    try:
+        number = float(raw)
+    except ValueError:
+        number = math.nan
+    if math.isfinite(number):
+        condition |= Q(value_kind="number", value_number=number)
+    return condition
+
+
+def annotation_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
+    """Annotations newest first, filtered by ``name``, ``value``, ``target_kind``, a target
+    (``attempt``, ``llm_call``, ``world`` and optionally ``turn``) and ``author``."""
+    limit, offset = parse_paging(params)
+    for key in ANNOTATION_FILTERS:
+        if "\x00" in str(params.get(key) or ""):
+            raise invalid("invalid_query", key, "contains U+0000")
+    unknown = sorted(
+        k for k in params if k not in (*ANNOTATION_FILTERS, "limit", "offset", "format")
+    )
+    if unknown:
+        raise invalid(
+            "invalid_query",
+            unknown[0],
+            f"unknown filter; known: {', '.join(ANNOTATION_FILTERS)}, limit, offset",
+        )
+    qs = _annotations()
+    if params.get("name"):
+        name = params["name"]
+        problem = label_problem(name)
+        if problem is not None:
+            raise invalid("invalid_query", "name", f"{name[:64]!r} {problem}")
+        qs = qs.filter(name=name)
+    if params.get("value"):
+        qs = qs.filter(_value_filter(params["value"]))
+    if params.get("target_kind"):
+        kind = params["target_kind"]
+        if kind not in AnnotationTarget.values:
+            raise invalid(
+                "invalid_query",
+                "target_kind",
+                f"{kind[:64]!r} is not one of {', '.join(AnnotationTarget.values)}",
+            )
+        qs = qs.filter(target_kind=kind)
+    if params.get("attempt"):
+        qs = qs.filter(attempt_id=parse_uuid(params["attempt"], "attempt"))
+    if params.get("llm_call"):
+        qs = qs.filter(llm_call_id=parse_uuid(params["llm_call"], "llm_call"))
+    if params.get("world"):
+        qs = qs.filter(turn__world__slug=require_slug(params["world"], "world"))
+    if params.get("turn"):
+        if not params.get("world"):
+            raise invalid("invalid_query", "turn", "needs world (turn numbers are per world)")
+        try:
+            number = int(params["turn"])
+        except ValueError:
+            raise invalid(
+                "invalid_query", "turn", f"must be an integer, got {params['turn']!r}"
+            ) from None
+        if not 0 <= number <= MAX_TURN_NUMBER:
+            raise invalid("invalid_query", "turn", f"must be 0…{MAX_TURN_NUMBER}, got {number}")
+        qs = qs.filter(turn__number=number)
+    if params.get("author"):
+        qs = qs.filter(author__username=params["author"])
+    rows = qs.order_by("-created_at", "id")
+    return {
+        "count": qs.count(),
+        "limit": limit,
+        "offset": offset,
+        "results": [annotation_summary(a) for a in rows[offset : offset + limit]],
+    }

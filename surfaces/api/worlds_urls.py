@@ -1,5 +1,6 @@
 from django.urls import path
 
+from surfaces.api import annotations
 from surfaces.api import worlds as api
 
 urlpatterns = [
@@ -10,5 +11,20 @@ urlpatterns = [
         "worlds/<str:slug>/turns/<int:number>/", api.TurnDetailApi.as_view(), name="api-turn-detail"
     ),
     path("worlds/<str:slug>/diff/", api.WorldDiffApi.as_view(), name="api-world-diff"),
+    path(
+        "worlds/<str:slug>/compare/<str:other>/",
+        api.WorldCompareApi.as_view(),
+        name="api-world-compare",
+    ),
+    path(
+        "annotations/",
+        annotations.AnnotationCollectionApi.as_view(),
+        name="api-annotation-list",
+    ),
+    path(
+        "annotations/<str:annotation_id>/",
+        annotations.AnnotationDetailApi.as_view(),
+        name="api-annotation-detail",
+    ),
     path("attempts/<str:attempt_id>/", api.AttemptDetailApi.as_view(), name="api-attempt-detail"),
 ]

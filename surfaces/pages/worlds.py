@@ -16,6 +16,7 @@ from chukwa_core.errors import ChukwaError, NotFoundError
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
 from worlds_app import selectors
+from worlds_app.comparison import world_compare
 from worlds_app.models import ACTIVE_STATUSES, AttemptEvent, PatchTransition, Turn, World
 from worlds_app.services import turn_attempt_enqueue
 
@@ -188,6 +189,20 @@ def world_diff_page(request: HttpRequest, slug: str) -> HttpResponse:
     data = selectors.world_diff(slug=slug, from_turn=from_turn, to_turn=to_turn)
     context = {"diff": data, "current_turn": current, "turn_numbers": range(current + 1)}
     return respond(request, "worlds_app/world_diff.html", context, data)
+
+
+@page
+@require_http_methods(["GET", "HEAD"])
+def world_compare_page(request: HttpRequest, slug: str, other: str) -> HttpResponse:
+    """Two worlds turn by turn (the API's comparison, paged the same way)."""
+    data = world_compare(slug=slug, other=other, params=request.GET)
+    limit, offset, count = data["limit"], data["offset"], data["count"]
+    context = {
+        "cmp": data,
+        "prev_offset": max(offset - limit, 0) if offset > 0 else None,
+        "next_offset": offset + limit if offset + limit < count else None,
+    }
+    return respond(request, "worlds_app/world_compare.html", context, data)
 
 
 def _provenance(slug: str, kinds: tuple[str, ...], target_id: str) -> list[dict[str, Any]]:

@@ -11,6 +11,11 @@ urlpatterns: list[URLPattern] = [
     path("worlds/<str:slug>/turns/<int:number>/", views.turn_page, name="page-turn-detail"),
     path("worlds/<str:slug>/diff/", views.world_diff_page, name="page-world-diff"),
     path(
+        "worlds/<str:slug>/compare/<str:other>/",
+        views.world_compare_page,
+        name="page-world-compare",
+    ),
+    path(
         "worlds/<str:slug>/entities/<str:entity_id>/", views.entity_page, name="page-world-entity"
     ),
     path(

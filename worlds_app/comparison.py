@@ -1,0 +1,249 @@
+"""Two worlds side by side, turn by turn over their common turns (SPEC §12 "Comparison").
+
+A turn's ``state_hash`` is the hash of its whole state (environments and entities), so two turns
+are identical exactly when their hashes are equal: the first divergent turn comes from the hashes
+of the common range alone (one narrow query, whatever the history length), and full states are
+read only for the page of turns asked for (one query, streamed in turn order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, TypedDict
+
+from chukwa_core.errors import NotFoundError
+from scenarios_app.selectors import parse_paging
+from worlds_app.models import Turn, World
+from worlds_app.selectors import require_slug
+
+# Values longer than this are cut (and marked ``truncated``): a page of hundreds of turns with
+# long memories and narrations must stay a sensible size.
+MAX_VALUE_CHARS = 2000
+
+
+class ValueDiff(TypedDict):
+    left: str | None
+    right: str | None
+    # Characters both values share before ``left``/``right`` start (memories: whole lines).
+    common_prefix_chars: int
+    truncated: bool
+
+
+class EntityDiff(TypedDict):
+    id: str
+    present_in: str  # "both" | "left" | "right"
+    state: ValueDiff | None
+    memory: ValueDiff | None
+    # Other entity fields that differ (name, environment, kind…), by name.
+    other_fields: list[str]
+
+
+class EnvironmentDiff(ValueDiff):
+    label: str
+
+
+class TurnComparison(TypedDict):
+    number: int
+    identical: bool
+    left_state_hash: str
+    right_state_hash: str
+    entities: list[EntityDiff]
+    environments: list[EnvironmentDiff]
+
+
+class WorldComparison(TypedDict):
+    world: str
+    other: str
+    world_current_turn: int
+    other_current_turn: int
+    # Which world has more turns: "world", "other" or null when both have as many.
+    longer: str | None
+    common_turns: int
+    first_divergent_turn: int | None
+    count: int
+    limit: int
+    offset: int
+    turns: list[TurnComparison]
+
+
+def _cut(value: str | None) -> tuple[str | None, bool]:
+    if value is None or len(value) <= MAX_VALUE_CHARS:
+        return value, False
+    return value[:MAX_VALUE_CHARS], True
+
+
+def _whole(left: str | None, right: str | None) -> ValueDiff:
+    """Both values in full (cut to size): states and environment texts are read whole."""
+    left_cut, left_truncated = _cut(left)
+    right_cut, right_truncated = _cut(right)
+    return {
+        "left": left_cut,
+        "right": right_cut,
+        "common_prefix_chars": 0,
+        "truncated": left_truncated or right_truncated,
+    }
+
+
+def _memory(left: str | None, right: str | None) -> ValueDiff:
+    """What each memory holds after the lines they share: a memory only grows by appended lines,
+    so a divergence usually reads as the appended lines on each side."""
+    if left is None or right is None:
+        return _whole(left, right)
+    left_lines, right_lines = left.split("\n"), right.split("\n")
+    shared = 0
+    for a, b in zip(left_lines, right_lines, strict=False):
+        if a != b:
+            break
+        shared += 1
+    prefix = "\n".join(left_lines[:shared])
+    # The shared lines plus the newline that separates them from what follows, if anything does.
+    start = len(prefix) + 1 if shared else 0
+    diff = _whole(left[start:], right[start:])
+    diff["common_prefix_chars"] = min(start, len(left), len(right))
+    return diff
+
+
+def _agent_memory(entity: Mapping[str, Any]) -> str | None:
+    kind = entity.get("kind")
+    if isinstance(kind, dict):
+        memory = kind.get("agent", {}).get("memory")
+        return memory if isinstance(memory, str) else None
+    return None
+
+
+def _other_fields(left: Mapping[str, Any], right: Mapping[str, Any]) -> list[str]:
+    names: list[str] = []
+    for key in sorted(set(left) | set(right)):
+        if key in ("id", "state"):
+            continue
+        if key == "kind" and isinstance(left.get(key), dict) and isinstance(right.get(key), dict):
+            # Memory is reported on its own; any other agent field (goal, profile) is "kind".
+            a = {k: v for k, v in left[key].get("agent", {}).items() if k != "memory"}
+            b = {k: v for k, v in right[key].get("agent", {}).items() if k != "memory"}
+            if a != b:
+                names.append(key)
+        elif left.get(key) != right.get(key):
+            names.append(key)
+    return names
+
+
+def _entity_diffs(left: Mapping[str, Any], right: Mapping[str, Any]) -> list[EntityDiff]:
+    lefts = {e["id"]: e for e in left.get("entities", [])}
+    rights = {e["id"]: e for e in right.get("entities", [])}
+    diffs: list[EntityDiff] = []
+    for entity_id in sorted(set(lefts) | set(rights)):
+        a, b = lefts.get(entity_id), rights.get(entity_id)
+        if a is not None and b is not None and a == b:
+            continue
+        present_in = (
+            "both" if a is not None and b is not None else ("left" if b is None else "right")
+        )
+        state_a = a.get("state") if a is not None else None
+        state_b = b.get("state") if b is not None else None
+        memory_a = _agent_memory(a) if a is not None else None
+        memory_b = _agent_memory(b) if b is not None else None
+        diffs.append(
+            {
+                "id": entity_id,
+                "present_in": present_in,
+                "state": _whole(state_a, state_b) if state_a != state_b else None,
+                "memory": _memory(memory_a, memory_b) if memory_a != memory_b else None,
+                "other_fields": _other_fields(a, b) if a is not None and b is not None else [],
+            }
+        )
+    return diffs
+
+
+def _environment_diffs(left: Mapping[str, Any], right: Mapping[str, Any]) -> list[EnvironmentDiff]:
+    lefts: Mapping[str, str] = left.get("environments", {})
+    rights: Mapping[str, str] = right.get("environments", {})
+    diffs: list[EnvironmentDiff] = []
+    for label in sorted(set(lefts) | set(rights)):
+        a, b = lefts.get(label), rights.get(label)
+        if a != b:
+            diffs.append({"label": label, **_whole(a, b)})
+    return diffs
+
+
+def _world(slug: str, field: str) -> World:
+    require_slug(slug, field)
+    world = World.objects.filter(slug=slug).first()
+    if world is None:
+        raise NotFoundError("world_not_found", f"{field}: no world {slug!r}", {"field": field})
+    return world
+
+
+def _paired_states(
+    left: World, right: World, numbers: list[int]
+) -> Iterator[tuple[int, dict[str, Any], dict[str, Any]]]:
+    """Both worlds' states for each turn number in ``numbers``, in turn order: one query,
+    streamed so a page of large states is never held in memory at once."""
+    rows = (
+        Turn.objects.filter(world__in=(left, right), number__in=numbers)
+        .order_by("number", "world_id")
+        .values_list("number", "world_id", "state")
+        .iterator(chunk_size=50)
+    )
+    pending: dict[int, dict[str, Any]] = {}
+    current = -1
+    for number, world_id, state in rows:
+        if number != current:
+            pending, current = {}, number
+        pending[world_id] = state
+        if len(pending) == 2:
+            yield number, pending[left.pk], pending[right.pk]
+
+
+def world_compare(*, slug: str, other: str, params: Mapping[str, Any]) -> WorldComparison:
+    """Per common turn (paged with limit/offset), the entities and environments whose values
+    differ, and the first turn whose states differ (null if none)."""
+    limit, offset = parse_paging(params)
+    left = _world(slug, "slug")
+    right = _world(other, "other")
+    last_common = min(left.current_turn, right.current_turn)
+    hashes: dict[int, dict[int, str]] = {}
+    for number, world_id, state_hash in (
+        Turn.objects.filter(world__in=(left, right), number__lte=last_common)
+        .order_by("number")
+        .values_list("number", "world_id", "state_hash")
+    ):
+        hashes.setdefault(number, {})[world_id] = state_hash
+    first_divergent = next(
+        (n for n in sorted(hashes) if hashes[n].get(left.pk) != hashes[n].get(right.pk)), None
+    )
+    common = last_common + 1
+    page = range(min(offset, common), min(offset + limit, common))
+    differing = [n for n in page if hashes[n][left.pk] != hashes[n][right.pk]]
+    diffs: dict[int, tuple[list[EntityDiff], list[EnvironmentDiff]]] = {}
+    if differing:
+        for number, a, b in _paired_states(left, right, differing):
+            diffs[number] = (_entity_diffs(a, b), _environment_diffs(a, b))
+    turns: list[TurnComparison] = []
+    for number in page:
+        entities, environments = diffs.get(number, ([], []))
+        turns.append(
+            {
+                "number": number,
+                "identical": number not in diffs,
+                "left_state_hash": hashes[number][left.pk],
+                "right_state_hash": hashes[number][right.pk],
+                "entities": entities,
+                "environments": environments,
+            }
+        )
+    longer = None
+    if left.current_turn != right.current_turn:
+        longer = "world" if left.current_turn > right.current_turn else "other"
+    return {
+        "world": left.slug,
+        "other": right.slug,
+        "world_current_turn": left.current_turn,
+        "other_current_turn": right.current_turn,
+        "longer": longer,
+        "common_turns": common,
+        "first_divergent_turn": first_divergent,
+        "count": common,
+        "limit": limit,
+        "offset": offset,
+        "turns": turns,
+    }
