@@ -38,6 +38,7 @@ from chukwa_site.wsgi import application
 from cognition_app.models import LlmCall, SourceInvocation
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
+from worlds_app.models import Annotation, Turn
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_run, world_create
 
 EXAMPLES = int(os.environ.get("CHUKWA_FUZZ_EXAMPLES", "6"))
@@ -158,7 +159,20 @@ def _known_rows(
         ("GET /api/scenarios/{ref}/", {"ref": "ant_on_plate_rules"}, {}),
         ("GET /api/scenarios/{ref}/lineage/", {"ref": "ant_on_plate_rules"}, {}),
         ("GET /api/scenario-names/{name}/", {"name": "ant_on_plate_rules"}, {}),
+        ("GET /api/worlds/{slug}/compare/{other}/", {"slug": "plate", "other": "plate"}, {}),
+        ("GET /api/annotations/", {}, {"world": "plate", "turn": 1}),
     ]
+    annotation = Annotation.objects.create(
+        target_kind="turn",
+        turn=Turn.objects.get(world__slug="plate", number=1),
+        name="fuzz",
+        value_kind="number",
+        value_number=1.5,
+        author=Token.objects.get(key=token).user,
+    )
+    cases.append(
+        ("GET /api/annotations/{annotation_id}/", {"annotation_id": str(annotation.pk)}, {})
+    )
     invocations = SourceInvocation.objects.filter(attempt_id=attempt_id)
     for invocation_id in invocations.values_list("id", flat=True):
         cases.append(

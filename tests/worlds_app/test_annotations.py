@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.test import APIClient
 
 from cognition_app.models import LlmCall, SourceInvocation
+from surfaces.permissions import is_operator
 from tests.cognition_app.conftest import create_world, run_turn
 from worlds_app.models import Annotation, TurnAttempt
 
@@ -73,8 +74,12 @@ def turn_target(number: int = 1) -> dict[str, Any]:
 
 
 def test_a_reader_annotates_and_the_round_trip_holds(
-    reader_client: APIClient, attempt: TurnAttempt, llm_call: LlmCall
+    reader_client: APIClient, reader_user: User, attempt: TurnAttempt, llm_call: LlmCall
 ) -> None:
+    # A reviewer, not an operator: other writes are refused, annotations are not (SPEC §12).
+    assert not is_operator(reader_user)
+    refused = reader_client.post("/api/worlds/plate/turns/", {}, format="json")
+    assert error_code(refused, 403) == "permission_denied"
     created = post(
         reader_client,
         target={"attempt": str(attempt.pk)},
@@ -265,3 +270,14 @@ def test_list_query_count_is_flat(
     for number in (0, 1, 1, 0):
         post(reader_client, target=turn_target(number), name="s", value=number)
     assert listed() == 5
+
+
+def test_deleting_a_world_deletes_its_annotations(
+    reader_client: APIClient, operator_client: APIClient, attempt: TurnAttempt, llm_call: LlmCall
+) -> None:
+    post(reader_client, target={"attempt": str(attempt.pk)}, name="s", value=1)
+    post(reader_client, target=turn_target(), name="s", value=2)
+    post(reader_client, target={"llm_call": str(llm_call.pk)}, name="s", value=3)
+    assert Annotation.objects.count() == 3
+    assert operator_client.delete("/api/worlds/plate/").status_code == 200
+    assert not Annotation.objects.exists()
