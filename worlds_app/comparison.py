@@ -98,6 +98,9 @@ def _memory(left: str | None, right: str | None) -> ValueDiff:
     prefix = "\n".join(left_lines[:shared])
     # The shared lines plus the newline that separates them from what follows, if anything does.
     start = len(prefix) + 1 if shared else 0
+    if left[start:] == right[start:]:
+        # They differ only in a line break at the very end: show both whole.
+        return _whole(left, right)
     diff = _whole(left[start:], right[start:])
     diff["common_prefix_chars"] = min(start, len(left), len(right))
     return diff

@@ -148,6 +148,8 @@ def test_memory_difference_is_the_lines_after_the_shared_ones() -> None:
     assert diff["common_prefix_chars"] == len("saw a crumb\n")
     appended = _memory("one", "one\ntwo")
     assert (appended["left"], appended["right"]) == ("", "two")
+    trailing = _memory("a\nb", "a\nb\n")
+    assert (trailing["left"], trailing["right"]) == ("a\nb", "a\nb\n")
     long = _memory("", "x" * (MAX_VALUE_CHARS + 5))
     assert long["truncated"] is True
     assert len(long["right"] or "") == MAX_VALUE_CHARS
