@@ -338,3 +338,22 @@ def test_create_world_cli_sets_replay_from(capsys: pytest.CaptureFixture[str]) -
     world = World.objects.get(slug="copy")
     assert world.replay_from == {"world": "source", "mode": "replay_strict"}
     assert world.replay_source == World.objects.get(slug="source")
+
+
+def test_the_api_shows_request_keys_and_replayed_from(
+    scripted_llm: ScriptedLLM, toy_sources: str, operator_client: APIClient
+) -> None:
+    scenario_hash = scenario_assemble(data=fixture_body("park"))["scenario_hash"]
+    new_world(scenario_hash, "shown")
+    new_world(scenario_hash, "shown-again", ("shown", "replay_strict"))
+    scripted_llm.script(bob_waits(1))
+    original = run_turn("shown")
+    replayed = run_turn("shown-again")
+    assert_committed(replayed)
+    (source_gen,) = world_invocations(original.world, kind="llm_generation")
+    (copy_gen,) = world_invocations(replayed.world, kind="llm_generation")
+    body = operator_client.get(f"/api/source-invocations/{copy_gen.pk}/").json()
+    assert body["replayed_from"] == str(source_gen.pk)
+    assert body["request_key"] == source_gen.request_key
+    attempt = operator_client.get(f"/api/attempts/{replayed.pk}/").json()
+    assert all(inv["replayed_from"] for inv in attempt["source_invocations"])
