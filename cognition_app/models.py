@@ -73,6 +73,13 @@ class SourceInvocation(models.Model):
     generation_attempt = models.IntegerField(null=True, blank=True)
     tool_loop_round = models.IntegerField(null=True, blank=True)
     model_output_kind = models.CharField(max_length=16, blank=True)
+    # sha256 of the canonical (source hash, request as sent minus credentials and per-call ids):
+    # what replay matches on (SPEC §7, §12).
+    request_key = models.CharField(max_length=64, blank=True)
+    # The recorded invocation this one was served from, without any network call (SPEC §12).
+    # A plain id like the event links: the source world may be deleted later, and the replayed
+    # trace must keep saying where its content came from.
+    replayed_from = models.UUIDField(null=True, blank=True)
 
     class Meta:
         ordering = ["attempt", "seq"]
@@ -81,7 +88,14 @@ class SourceInvocation(models.Model):
                 fields=["attempt", "seq"], name="invocation_attempt_seq_unique"
             ),
         ]
-        indexes = [models.Index(fields=["status"], name="invocation_status_idx")]
+        indexes = [
+            models.Index(fields=["status"], name="invocation_status_idx"),
+            # replay looks up the k-th recording of a key in one world
+            models.Index(
+                fields=["world", "request_key", "attempted_turn", "seq"],
+                name="invocation_request_key_idx",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.source_label or self.source_hash[:12]} ({self.status})"

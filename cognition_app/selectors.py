@@ -32,6 +32,8 @@ SUMMARY_FIELDS = (
     "generation_attempt",
     "tool_loop_round",
     "model_output_kind",
+    "request_key",
+    "replayed_from",
 )
 
 

@@ -36,6 +36,13 @@ class World(models.Model):
     # Attempts are numbered per world in enqueue order; the counter lives on the world row so
     # that racing enqueues (serialized by the row lock) get contiguous, unique numbers.
     next_attempt_seq = models.IntegerField(default=1)
+    # Replay (SPEC §12), set at creation: {"world": <slug>, "mode": <mode>} as given, and the
+    # source world itself. If the source is deleted later, replay_source becomes NULL while
+    # replay_from stays, and the world's attempts fail saying so (never a silent switch to live).
+    replay_from = models.JSONField(null=True, blank=True)
+    replay_source = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -46,6 +53,11 @@ class World(models.Model):
                 condition=Q(slug__regex=LABEL_PATTERN), name="world_slug_grammar"
             ),
             models.CheckConstraint(condition=Q(current_turn__gte=0), name="world_turn_gte_0"),
+            # Rule: a replay source is only ever set together with the replay_from it came from.
+            models.CheckConstraint(
+                condition=Q(replay_source__isnull=True) | Q(replay_from__isnull=False),
+                name="world_replay_source_has_replay_from",
+            ),
         ]
 
     def __str__(self) -> str:

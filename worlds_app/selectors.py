@@ -66,6 +66,7 @@ def world_summary(world: World, *, queued: int = 0, running: int = 0) -> dict[st
         "label": world.label,
         "scenario_hash": world.scenario_id,
         "scenario_ref": world.scenario_ref,
+        "replay_from": world.replay_from,
         "chronon_seconds": world.chronon_seconds,
         "current_turn": world.current_turn,
         "created_at": world.created_at,

@@ -25,6 +25,7 @@ from cognition_app.sources.llm import (
     Judgement,
     invoke_llm,
 )
+from cognition_app.sources.replay import REPLAY_MODES, REPLAY_STRICT, Replay
 from cognition_app.sources.tracing import (
     CallContext,
     finish_running,
@@ -33,10 +34,13 @@ from cognition_app.sources.tracing import (
 from cognition_app.sources.variables import scrub
 
 __all__ = [
+    "REPLAY_MODES",
+    "REPLAY_STRICT",
     "CallContext",
     "Generation",
     "Judge",
     "Judgement",
+    "Replay",
     "SourceFailure",
     "finish_running",
     "http_client",

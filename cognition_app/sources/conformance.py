@@ -17,6 +17,7 @@ from chukwa_core.json_values import loads_strict, storable_text
 from cognition_app.models import InvocationKind, InvocationStatus, SourceInvocation, SourceProbe
 from cognition_app.sources.client import http_client
 from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.replay import request_key
 from cognition_app.sources.tracing import (
     CallContext,
     fail_invocation,
@@ -80,6 +81,8 @@ def ensure_schema_enforced(
             source_hash=source_hash,
             source=source,
             request={},
+            # a check is never served from a recording, but it is keyed like every invocation
+            request_key=request_key(source_hash, _probe_payload(model)),
         )
         if fresh and stored is not None:  # a negative verdict, not yet expired
             retry_at = stored.checked_at + timedelta(seconds=_probe_ttl(False))

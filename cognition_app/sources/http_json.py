@@ -9,12 +9,14 @@ from typing import Any
 from uuid import UUID
 
 import httpx
+from django.utils import timezone
 
 from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, storable_text
 from cognition_app.models import InvocationStatus, SourceInvocation
 from cognition_app.sources.client import http_client
 from cognition_app.sources.components import schema_errors, schema_validator, source_content
 from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.replay import fail_miss, open_replayed, request_key
 from cognition_app.sources.tracing import (
     CallContext,
     fail_invocation,
@@ -47,17 +49,50 @@ def invoke_http_json(
         raise SourceFailure(
             "not_executable", f"source {source_hash[:12]} is not an http_json source"
         )
+    request = {
+        "method": "POST",
+        "url_env": iface["url_env"],
+        "path": iface.get("path", ""),
+        "body": body,
+    }
+    # The X-Chukwa-* headers carry per-call ids (and the turn, which the k-th-use rule covers):
+    # not part of the key, nor is the URL the variable points at.
+    key = request_key(source_hash, {"method": "POST", "path": request["path"], "body": body})
+    if ctx.replay is not None:
+        record = ctx.replay.take(key)
+        if record is not None:
+            return _replayed(
+                open_replayed(
+                    ctx,
+                    kind=kind,
+                    source_hash=source_hash,
+                    source=source,
+                    request=request,
+                    key=key,
+                    record=record,
+                    input_schema_hash=input_schema_hash,
+                    output_schema_hash=result_schema_hash,
+                ),
+                record,
+                result_schema_hash,
+            )
+        if ctx.replay.strict:
+            fail_miss(
+                ctx,
+                kind=kind,
+                source_hash=source_hash,
+                source=source,
+                request=request,
+                key=key,
+                what=f"{kind} {ctx.ambient_source_id or ctx.tool_name} of {ctx.subject_id or 'the turn'}",
+            )
     inv = new_invocation(
         ctx,
         kind=kind,
         source_hash=source_hash,
         source=source,
-        request={
-            "method": "POST",
-            "url_env": iface["url_env"],
-            "path": iface.get("path", ""),
-            "body": body,
-        },
+        request=request,
+        request_key=key,
         input_schema_hash=input_schema_hash,
         output_schema_hash=result_schema_hash,
     )
@@ -140,4 +175,43 @@ def _post_json(
             )
         recorded["validation_status"] = "valid"
     finish_invocation(inv, InvocationStatus.SUCCEEDED, **recorded)
+    return HttpResult(value, inv.pk)
+
+
+def _replayed(
+    inv: SourceInvocation, record: SourceInvocation, result_schema_hash: str
+) -> HttpResult:
+    """Serve the call from ``record``: its reply, traced as this call's, no byte sent, so the row
+    is written once, already finished. The reply is checked against *this* call's result schema
+    (a fork may have changed the schema without changing the request)."""
+    inv.request["url"] = record.request.get("url", "")
+    inv.http_status = record.http_status
+    inv.response_headers = record.response_headers
+    inv.response_text = record.response_text
+    inv.response_json = value = record.response_json
+    errors = (
+        schema_errors(schema_validator(result_schema_hash), value) if result_schema_hash else []
+    )
+    if result_schema_hash:
+        inv.validation_status = "invalid" if errors else "valid"
+        inv.validation_errors = errors
+    message = ""
+    if errors:
+        message = (
+            "replayed response does not match its result schema: "
+            f"{errors[0]['pointer'] or '(root)'}: {errors[0]['message']}"
+        )
+        inv.status, inv.failure_class, inv.failure_message = (
+            InvocationStatus.FAILED,
+            "schema_invalid",
+            message,
+        )
+    else:
+        inv.status = InvocationStatus.SUCCEEDED
+    inv.ended_at = timezone.now()
+    inv.duration_ms = int((inv.ended_at - inv.started_at).total_seconds() * 1000)
+    with trace_write():
+        inv.save(force_insert=True)
+    if errors:
+        raise SourceFailure("schema_invalid", message, invocation_id=inv.pk)
     return HttpResult(value, inv.pk)

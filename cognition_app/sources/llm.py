@@ -26,6 +26,7 @@ from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
 from cognition_app.sources.conformance import ensure_schema_enforced
 from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.replay import fail_miss, open_replayed, request_key
 from cognition_app.sources.stream_events import chunk_events
 from cognition_app.sources.tracing import (
     CallContext,
@@ -111,12 +112,49 @@ def invoke_llm(
                     f"Schema, and nothing else:\n{json.dumps(response_schema)}",
                 },
             ]
+    # The messages and the response format live on the LLM call row (not stored twice).
+    request = {
+        **{k: v for k, v in payload.items() if k not in ("messages", "response_format")},
+        "messages": f"{len(payload['messages'])} messages, on the LLM call",
+        "response_format": (
+            {"type": "json_schema", "name": schema_name} if response_format else None
+        ),
+    }
+    # The payload is the whole request as sent: no credential (those are headers) and no
+    # per-call id is in it.
+    req_key = request_key(source_hash, payload)
+    if ctx.replay is not None:
+        # Before the conformance check: a generation served from a recording reaches no backend,
+        # so there is nothing to check; the first one that goes live is checked as usual.
+        record = ctx.replay.take(req_key)
+        if record is not None:
+            inv = open_replayed(
+                ctx,
+                kind=InvocationKind.LLM_GENERATION,
+                source_hash=source_hash,
+                source=source,
+                request=request,
+                key=req_key,
+                record=record,
+                output_schema_hash=output_schema_hash,
+            )
+            return _replayed(inv, record, payload, params, response_format, judge)
+        if ctx.replay.strict:
+            fail_miss(
+                ctx,
+                kind=InvocationKind.LLM_GENERATION,
+                source_hash=source_hash,
+                source=source,
+                request=request,
+                key=req_key,
+                what=f"generation of {ctx.subject_id or 'no subject'}, node {ctx.node_id!r}",
+            )
     try:
         base_url = url_from_env(iface["base_url_env"], "base_url_env")
         headers = {"Content-Type": "application/json"}
         if "api_key_env" in iface:
-            key = key_from_env(iface["api_key_env"], "api_key_env", iface["base_url_env"])
-            headers["Authorization"] = "Bearer " + key
+            api_key = key_from_env(iface["api_key_env"], "api_key_env", iface["base_url_env"])
+            headers["Authorization"] = "Bearer " + api_key
         config_failure = None
     except SourceFailure as exc:
         config_failure = exc
@@ -137,14 +175,8 @@ def invoke_llm(
         kind=InvocationKind.LLM_GENERATION,
         source_hash=source_hash,
         source=source,
-        # The messages and the response format live on the LLM call row (not stored twice).
-        request={
-            **{k: v for k, v in payload.items() if k not in ("messages", "response_format")},
-            "messages": f"{len(payload['messages'])} messages, on the LLM call",
-            "response_format": (
-                {"type": "json_schema", "name": schema_name} if response_format else None
-            ),
-        },
+        request=request,
+        request_key=req_key,
         output_schema_hash=output_schema_hash,
     )
     call = LlmCall(
@@ -370,20 +402,7 @@ def _finish_generation(
     judgement: Judgement | None,
 ) -> None:
     """Finish both rows with one UPDATE each, the verdict included."""
-    call_verdict: dict[str, Any] = {}
-    inv_verdict: dict[str, Any] = {}
-    if judgement is not None:
-        errors = judgement.validation_errors
-        call_verdict = {
-            "parse_error": judgement.parse_error,
-            "validation_errors": errors,
-            "artifacts": judgement.artifacts,
-        }
-        inv_verdict = {
-            "model_output_kind": judgement.output_kind,
-            "validation_status": "invalid" if (judgement.parse_error or errors) else "valid",
-            "validation_errors": errors,
-        }
+    call_verdict, inv_verdict = _verdict_fields(judgement)
     LlmCall.objects.filter(pk=call.pk).update(
         **call_verdict,
         status=InvocationStatus.SUCCEEDED,
@@ -401,3 +420,96 @@ def _finish_generation(
     finish_invocation(
         inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
     )
+
+
+def _verdict_fields(judgement: Judgement | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The judgement as fields of the LLM call row and of the invocation row."""
+    if judgement is None:
+        return {}, {}
+    errors = judgement.validation_errors
+    call_verdict = {
+        "parse_error": judgement.parse_error,
+        "validation_errors": errors,
+        "artifacts": judgement.artifacts,
+    }
+    inv_verdict = {
+        "model_output_kind": judgement.output_kind,
+        "validation_status": "invalid" if (judgement.parse_error or errors) else "valid",
+        "validation_errors": errors,
+    }
+    return call_verdict, inv_verdict
+
+
+def _replayed(
+    inv: SourceInvocation,
+    record: SourceInvocation,
+    payload: dict[str, Any],
+    params: dict[str, Any],
+    response_format: dict[str, Any] | None,
+    judge: Judge | None,
+) -> Generation:
+    """Serve a generation from ``record``: its text, chunks and usage copied into rows of this
+    call, judged afresh by this call's judge (pure), no byte sent. Nothing is open while it
+    runs, so both rows are written once, already finished, with the chunks."""
+    original: LlmCall = record.llm_call
+    text = original.raw_text
+    usage = {
+        name: value
+        for name, value in (
+            ("prompt_tokens", original.prompt_tokens),
+            ("completion_tokens", original.completion_tokens),
+            ("cached_tokens", original.cached_tokens),
+        )
+        if value is not None
+    }
+    call = LlmCall(
+        invocation=inv,
+        base_url=original.base_url,
+        requested_model=payload["model"],
+        messages=payload["messages"],
+        params=params,
+        response_format=response_format,
+        started_at=inv.started_at,
+    )
+    gen = Generation(
+        text=text, invocation=inv, call=call, finish_reason=original.finish_reason, usage=usage
+    )
+    gen.judgement = judge(text) if judge is not None else None
+    call_verdict, inv_verdict = _verdict_fields(gen.judgement)
+    now = timezone.now()
+    for name, value in {
+        **call_verdict,
+        "status": InvocationStatus.SUCCEEDED,
+        "ended_at": now,
+        "ttft_ms": original.ttft_ms,
+        "raw_text": text,
+        "normalized_text": original.normalized_text,
+        "finish_reason": original.finish_reason,
+        "response_model": original.response_model,
+        "prompt_tokens": original.prompt_tokens,
+        "completion_tokens": original.completion_tokens,
+        "cached_tokens": original.cached_tokens,
+        "usage_source": original.usage_source,
+    }.items():
+        setattr(call, name, value)
+    for name, value in {
+        **inv_verdict,
+        "status": InvocationStatus.SUCCEEDED,
+        "ended_at": now,
+        "duration_ms": int((now - inv.started_at).total_seconds() * 1000),
+        "response_text": text,
+        "http_status": record.http_status,
+        "response_headers": record.response_headers,
+    }.items():
+        setattr(inv, name, value)
+    chunks = [
+        LlmChunk(call_id=call.pk, seq=seq, offset_ms=offset_ms, text=chunk)
+        for seq, offset_ms, chunk in LlmChunk.objects.filter(call_id=original.pk)
+        .order_by("seq")
+        .values_list("seq", "offset_ms", "text")
+    ]
+    with trace_write():
+        inv.save(force_insert=True)
+        call.save(force_insert=True)
+        LlmChunk.objects.bulk_create(chunks)
+    return gen

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 from uuid import UUID
 
 from django.db import connection, transaction
@@ -20,6 +20,15 @@ from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.variables import scrub
 
 logger = logging.getLogger(__name__)
+
+
+class ReplaySource(Protocol):
+    """What a call needs of its world's replay (``cognition_app.sources.replay.Replay``)."""
+
+    source_world_slug: str
+    strict: bool
+
+    def take(self, key: str) -> SourceInvocation | None: ...
 
 
 @dataclass
@@ -37,6 +46,9 @@ class CallContext:
     parent_id: UUID | None = None
     generation_attempt: int | None = None
     tool_loop_round: int | None = None
+    # Set when the world replays another (SPEC §12): the worlds layer decides which recordings
+    # count and hands them down here, since this layer may not look up worlds.
+    replay: ReplaySource | None = None
 
     def headers(self, invocation_id: UUID) -> dict[str, str]:
         return {
@@ -55,6 +67,7 @@ def new_invocation(
     source_hash: str,
     source: Mapping[str, Any],
     request: Any,
+    request_key: str,
     input_schema_hash: str = "",
     output_schema_hash: str = "",
 ) -> SourceInvocation:
@@ -74,6 +87,7 @@ def new_invocation(
         parent_id=ctx.parent_id,
         started_at=timezone.now(),
         request=request,
+        request_key=request_key,
         input_schema_hash=input_schema_hash,
         output_schema_hash=output_schema_hash,
         generation_attempt=ctx.generation_attempt,

@@ -41,6 +41,10 @@ class InvocationSummarySerializer(serializers.Serializer):
     generation_attempt = serializers.IntegerField(allow_null=True)
     tool_loop_round = serializers.IntegerField(allow_null=True)
     model_output_kind = _text()
+    request_key = _text(help_text="sha256 of the source hash and the request as sent (SPEC §7)")
+    replayed_from = serializers.UUIDField(
+        allow_null=True, help_text="the recorded invocation this one was served from (SPEC §12)"
+    )
 
     class Meta:
         ref_name = "SourceInvocationSummary"

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chukwa_core.errors import invalid
+from cognition_app.sources import REPLAY_MODES
 from surfaces.api.cognition import InvocationSummarySerializer
 from surfaces.api.contract import (
     HASH_SCHEMA,
@@ -62,12 +63,21 @@ def _text(**kwargs: Any) -> serializers.CharField:
 STATUSES = [choice.value for choice in AttemptStatus]
 
 
+class ReplayFromSerializer(serializers.Serializer):
+    world = LabelOutField(help_text="the world whose recorded invocations serve this one's calls")
+    mode = serializers.ChoiceField(choices=list(REPLAY_MODES))
+
+    class Meta:
+        ref_name = "ReplayFrom"
+
+
 class WorldSummarySerializer(serializers.Serializer):
     slug = LabelOutField()
     name = serializers.CharField()
     label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
     scenario_hash = HashOutField()
     scenario_ref = JSONObjectField(help_text="the reference the world was created from")
+    replay_from = ReplayFromSerializer(allow_null=True, help_text="replay (SPEC §12), if any")
     chronon_seconds = serializers.IntegerField()
     current_turn = serializers.IntegerField()
     created_at = InstantField()
@@ -103,8 +113,25 @@ class WorldDetailSerializer(WorldSummarySerializer):
         ref_name = "WorldDetail"
 
 
+class ReplayFromInputSerializer(StrictInputSerializer):
+    world = LabelField(help_text="an existing world, whose recorded invocations serve this one's")
+    mode = serializers.ChoiceField(
+        choices=list(REPLAY_MODES),
+        help_text="replay_then_live: unmatched calls go live; replay_strict: they fail the attempt",
+    )
+
+    class Meta:
+        ref_name = "ReplayFromInput"
+
+
 class WorldCreateInputSerializer(StrictInputSerializer):
-    field_codes = {"slug": "invalid_slug", "start_time": "invalid_start_time"}
+    field_codes = {
+        "slug": "invalid_slug",
+        "start_time": "invalid_start_time",
+        "replay_from": "invalid_replay_from",
+        "replay_from.world": "invalid_replay_from",
+        "replay_from.mode": "invalid_replay_from",
+    }
     slug = LabelField()
     name = StrictCharField(required=False, allow_null=True, max_length=200)
     scenario_ref = described(
@@ -120,6 +147,11 @@ class WorldCreateInputSerializer(StrictInputSerializer):
     )
     start_time = InstantInField(
         required=False, allow_null=True, help_text="ISO 8601 with an offset; default now"
+    )
+    replay_from = ReplayFromInputSerializer(
+        required=False,
+        help_text="serve calls from another world's recordings (SPEC §12); replaying exactly "
+        "needs the same scenario and start_time",
     )
 
     class Meta:

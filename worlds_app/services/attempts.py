@@ -34,9 +34,12 @@ from cognition_app.ambient import (
     runs_for_subject,
     visible_tree,
 )
+from cognition_app.models import SourceInvocation
 from cognition_app.runner import run_subject_workflow
 from cognition_app.sources import (
+    REPLAY_STRICT,
     CallContext,
+    Replay,
     SourceFailure,
     finish_running,
     interrupt_running,
@@ -199,6 +202,27 @@ def _workflow_for(world: World, subject: dict[str, Any]) -> tuple[dict[str, Any]
     return profile["workflow"], profile["workflow_hash"]
 
 
+def _replay_for(world: World) -> Replay | None:
+    """The world's replay source (SPEC §12), as the recordings and earlier uses that count:
+    both from committed attempts only, so the replay follows the committed history and a failed
+    attempt's retry reuses what the failed attempt used."""
+    if world.replay_from is None:
+        return None
+    if world.replay_source_id is None:
+        raise AttemptFailure(
+            "replay",
+            f"world {world.replay_from['world']!r}, which this world replays, was deleted; "
+            "its calls can be neither replayed nor silently sent live",
+        )
+    committed = SourceInvocation.objects.filter(attempt__status=AttemptStatus.COMMITTED)
+    return Replay(
+        source_world_slug=world.replay_from["world"],
+        strict=world.replay_from["mode"] == REPLAY_STRICT,
+        recorded=committed.filter(world_id=world.replay_source_id),
+        used=committed.filter(world_id=world.pk),
+    )
+
+
 class _Heartbeat:
     """Renews the attempt's lease from a background thread while the attempt works (LLM calls
     can take longer than a lease); stops when the attempt ends. If the worker dies, so does
@@ -260,6 +284,7 @@ def turn_attempt_execute(
         simulation_time=simulation_time.isoformat(),
     )
     counter = itertools.count(1)
+    replay = _replay_for(world)
 
     def make_call_context(**fields: Any) -> CallContext:
         return CallContext(
@@ -268,6 +293,7 @@ def turn_attempt_execute(
             world_slug=world.slug,
             attempted_turn=attempted_turn,
             next_seq=lambda: next(counter),
+            replay=replay,
             **fields,
         )
 

@@ -12,6 +12,7 @@ from chukwa_core.component_validation import check_keys, require_object, type_na
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
 from chukwa_core.world_state import WorldState
+from cognition_app.sources import REPLAY_MODES
 from scenarios_app import selectors as scenario_selectors
 from scenarios_app.services import scenario_assemble_within
 from scenarios_app.services._store import reject_nul
@@ -19,7 +20,7 @@ from worlds_app.models import AttemptStatus, DeletedWorld, Turn, TurnAttempt, Wo
 from worlds_app.selectors import require_slug
 
 CREATE_FIELDS = ("slug", "scenario_ref")
-CREATE_OPTIONAL = ("name", "start_time")
+CREATE_OPTIONAL = ("name", "start_time", "replay_from")
 
 
 def _scenario_hash_from_ref(ref: Any) -> tuple[str, dict[str, Any]]:
@@ -96,6 +97,33 @@ def _check_room_to_run(start: datetime, chronon_seconds: int) -> None:
         ) from None
 
 
+class ReplayFromInput(TypedDict):
+    """Replay (SPEC §12): the world whose recordings serve this one's calls, and the mode."""
+
+    world: str
+    mode: str  # replay_then_live | replay_strict
+
+
+def _replay_from(value: Any) -> tuple[World, ReplayFromInput]:
+    """Check ``{"world": slug, "mode": mode}``: an existing world, a known mode."""
+    body = require_object(value, "replay_from", "invalid_replay_from")
+    check_keys(body, "replay_from", required=("world", "mode"), code="invalid_replay_from")
+    slug, mode = body["world"], body["mode"]
+    if mode not in REPLAY_MODES:
+        raise invalid(
+            "invalid_replay_from",
+            "replay_from.mode",
+            f"must be one of {', '.join(REPLAY_MODES)}, got {mode!r}",
+        )
+    problem = label_problem(slug) if isinstance(slug, str) else "is not a string"
+    if problem is not None:
+        raise invalid("invalid_replay_from", "replay_from.world", f"{slug!r} {problem}")
+    source = World.objects.filter(slug=slug).first()
+    if source is None:
+        raise invalid("invalid_replay_from", "replay_from.world", f"no world {slug!r}")
+    return source, {"world": slug, "mode": mode}
+
+
 class WorldCreateInput(TypedDict, total=False):
     """World creation (SPEC §6); the service checks it in full (the CLI hands it raw input)."""
 
@@ -103,10 +131,12 @@ class WorldCreateInput(TypedDict, total=False):
     scenario_ref: dict[str, Any]  # {"name"} | {"hash"} | {"data": <assembly input>}
     name: str
     start_time: str
+    replay_from: ReplayFromInput
 
 
 def world_create(*, data: WorldCreateInput) -> World:
-    """Create a world and its turn 0 from ``{"slug", "scenario_ref", "name"?, "start_time"?}``."""
+    """Create a world and its turn 0 from ``{"slug", "scenario_ref", "name"?, "start_time"?,
+    "replay_from"?}``."""
     body = require_object(data, "body", "invalid_input")
     check_keys(body, "", required=CREATE_FIELDS, optional=CREATE_OPTIONAL, code="invalid_input")
     slug = body["slug"]
@@ -128,6 +158,9 @@ def world_create(*, data: WorldCreateInput) -> World:
             raise ConflictError(
                 "world_exists", f"slug: a world {slug!r} already exists", {"field": "slug"}
             )
+        replay_source, replay_from = (
+            _replay_from(body["replay_from"]) if "replay_from" in body else (None, None)
+        )
         scenario_hash, recorded_ref = _scenario_hash_from_ref(body["scenario_ref"])
         snapshot = scenario_snapshot(scenario_hash)
         _check_room_to_run(start, snapshot["chronon_seconds"])
@@ -143,6 +176,8 @@ def world_create(*, data: WorldCreateInput) -> World:
                     scenario_ref=recorded_ref,
                     label=label,
                     chronon_seconds=snapshot["chronon_seconds"],
+                    replay_from=replay_from,
+                    replay_source=replay_source,
                 )
         except IntegrityError:
             # Two creates racing on one slug: the unique constraint decides.

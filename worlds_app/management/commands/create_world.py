@@ -7,6 +7,7 @@ from typing import Any, cast
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chukwa_core.errors import ChukwaError
+from cognition_app.sources import REPLAY_MODES
 from worlds_app.services import WorldCreateInput, world_create
 
 
@@ -22,6 +23,18 @@ class Command(BaseCommand):
         parser.add_argument(
             "--start-time", help="simulation time of turn 0 (ISO 8601; default now)"
         )
+        parser.add_argument(
+            "--replay-from",
+            metavar="SLUG",
+            help="serve calls from this world's recorded invocations (same scenario and "
+            "--start-time reproduce it exactly)",
+        )
+        parser.add_argument(
+            "--replay-mode",
+            choices=REPLAY_MODES,
+            help="with --replay-from: replay_then_live (unmatched calls go live) or "
+            "replay_strict (they fail the attempt)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         ref = (
@@ -34,10 +47,20 @@ class Command(BaseCommand):
             data["name"] = options["name"]
         if options["start_time"]:
             data["start_time"] = options["start_time"]
+        if (options["replay_from"] is None) != (options["replay_mode"] is None):
+            raise CommandError("--replay-from and --replay-mode go together")
+        if options["replay_from"] is not None:
+            data["replay_from"] = {"world": options["replay_from"], "mode": options["replay_mode"]}
         try:
             world = world_create(data=cast(WorldCreateInput, data))  # checked by the service
         except ChukwaError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
+        replaying = (
+            f", replaying {world.replay_from['world']!r} ({world.replay_from['mode']})"
+            if world.replay_from
+            else ""
+        )
         self.stdout.write(
-            f"world {world.slug!r} created from {world.label} ({world.scenario_id[:12]}), turn 0"
+            f"world {world.slug!r} created from {world.label} ({world.scenario_id[:12]}), "
+            f"turn 0{replaying}"
         )
