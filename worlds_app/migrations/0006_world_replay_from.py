@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('scenarios_app', '0002_world_patch_schema_and_operators'),
-        ('worlds_app', '0004_trace_links'),
+        ('worlds_app', '0005_annotations'),
     ]
 
     operations = [
