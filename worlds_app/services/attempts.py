@@ -51,7 +51,7 @@ from worlds_app.models import (
     TurnAttempt,
     World,
 )
-from worlds_app.selectors import require_slug
+from worlds_app.selectors import require_slug, world_budget_limits
 from worlds_app.services.dispatch import kick_on_commit
 
 logger = logging.getLogger(__name__)
@@ -260,6 +260,8 @@ def turn_attempt_execute(
         simulation_time=simulation_time.isoformat(),
     )
     counter = itertools.count(1)
+    # Read once: a budget changed while the attempt runs applies from the next attempt.
+    budget = world_budget_limits(world_id=world.pk)
 
     def make_call_context(**fields: Any) -> CallContext:
         return CallContext(
@@ -268,6 +270,7 @@ def turn_attempt_execute(
             world_slug=world.slug,
             attempted_turn=attempted_turn,
             next_seq=lambda: next(counter),
+            budget=budget,
             **fields,
         )
 
