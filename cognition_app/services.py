@@ -22,15 +22,15 @@ MAX_PRICE = Decimal("99999999")
 class ModelPriceInput(TypedDict, total=False):
     url_env: str
     model: str
-    input_per_million: str
-    output_per_million: str
-    cached_input_per_million: str
+    input_per_million: str | Decimal
+    output_per_million: str | Decimal
+    cached_input_per_million: str | Decimal
     valid_from: str  # ISO 8601 with an offset; default now
     operator: str
 
 
 def _price(raw: Any, field: str) -> Decimal:
-    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float | Decimal):
         raise invalid("invalid_price", field, f"must be a decimal string, got {type_name(raw)}")
     try:
         amount = Decimal(str(raw))  # str() first: a float's text, not its binary expansion
