@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from decimal import Decimal
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -22,7 +25,8 @@ from cognition_app.services import model_price_add
 from scenarios_app.services import scenario_assemble
 from tests.cognition_app.conftest import create_world, fixture_body, run_turn
 from tests.support.scripted_llm import Reply, ScriptedLLM
-from worlds_app.models import AttemptStatus, TurnAttempt, World
+from worlds_app.management.commands.run_turns import summarize_turn
+from worlds_app.models import AttemptStatus, TurnAttempt, World, WorldBudget
 from worlds_app.selectors import attempt_get, turn_get, world_get
 from worlds_app.services import (
     turn_attempt_enqueue,
@@ -81,6 +85,12 @@ def no_usage_stream() -> Reply:
     ]
     body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
     return Reply(raw_body=body.encode())
+
+
+@pytest.fixture
+def reader(client: Client, reader_user: Any) -> Client:
+    client.force_login(reader_user)
+    return client
 
 
 def only_call(attempt: TurnAttempt) -> LlmCall:
@@ -248,3 +258,52 @@ def test_a_cost_budget_per_turn_counts_this_attempt(scripted_llm: ScriptedLLM) -
     attempt = run_turn("pricey")
     assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
     assert only_call(attempt).cost == Decimal("1.2")
+
+
+# --- CLI and pages ----------------------------------------------------------------------------
+
+
+def test_cli_budget_options_and_cost_per_turn(scripted_llm: ScriptedLLM) -> None:
+    add_price()
+    scenario_hash = scenario_assemble(data=fixture_body("ant_on_plate"))["scenario_hash"]
+    out = StringIO()
+    call_command(
+        "create_world",
+        "cli",
+        "--scenario-hash",
+        scenario_hash,
+        "--budget-max-tokens-total",
+        "50000",
+        "--budget-max-cost-per-turn",
+        "0.01",
+        stdout=out,
+    )
+    assert "budget max_tokens_per_turn" not in out.getvalue()
+    assert "budget max_tokens_total 50000, max_cost_per_turn 0.01" in out.getvalue()
+    budget = WorldBudget.objects.get(world__slug="cli")
+    assert (budget.max_tokens_total, budget.max_cost_per_turn) == (50000, Decimal("0.01"))
+    assert budget.set_by == "cli"
+    scripted_llm.script(ant_ok())
+    assert run_turn("cli").status == AttemptStatus.COMMITTED
+    line = summarize_turn("cli", 1)
+    assert line.endswith("— cost 0.00024 (1200 tokens)"), line
+
+
+def test_cli_shows_unknown_cost_never_zero(scripted_llm: ScriptedLLM) -> None:
+    create_world("ant_on_plate", "cli-unpriced")
+    scripted_llm.script(ant_ok())
+    run_turn("cli-unpriced")
+    assert summarize_turn("cli-unpriced", 1).endswith("— cost unknown (1200 tokens)")
+
+
+def test_pages_show_costs(scripted_llm: ScriptedLLM, reader: Client) -> None:
+    add_price()
+    create_world("ant_on_plate", "paged")
+    scripted_llm.script(ant_ok())
+    attempt = run_turn("paged")
+    page = reader.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert "cost 0.00024" in page  # the generation's row
+    assert '<div class="n sm" title="0 call(s) without a price">0.00024</div>' in page
+    world_page = reader.get("/worlds/paged/").content.decode()
+    assert "0.00024 · 1200" in world_page
+    assert "cost 0.00024" in world_page  # turn 1 in the history

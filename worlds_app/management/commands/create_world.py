@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chukwa_core.errors import ChukwaError
 from worlds_app.services import WorldCreateInput, world_create
+from worlds_app.services.budgets import BUDGET_FIELDS
 
 
 class Command(BaseCommand):
@@ -22,6 +23,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--start-time", help="simulation time of turn 0 (ISO 8601; default now)"
         )
+        budget = parser.add_argument_group("budget (SPEC §12; any of them, none by default)")
+        budget.add_argument("--budget-max-tokens-per-turn", type=int, metavar="N")
+        budget.add_argument("--budget-max-cost-per-turn", metavar="AMOUNT")
+        budget.add_argument("--budget-max-tokens-total", type=int, metavar="N")
+        budget.add_argument("--budget-max-cost-total", metavar="AMOUNT")
 
     def handle(self, *args: Any, **options: Any) -> None:
         ref = (
@@ -34,10 +40,24 @@ class Command(BaseCommand):
             data["name"] = options["name"]
         if options["start_time"]:
             data["start_time"] = options["start_time"]
+        budget = {
+            name: options[f"budget_{name}"]
+            for name in BUDGET_FIELDS
+            if options[f"budget_{name}"] is not None
+        }
+        if budget:
+            data["budget"] = budget  # checked by the service, like the API's
         try:
-            world = world_create(data=cast(WorldCreateInput, data))  # checked by the service
+            world = world_create(  # checked by the service
+                data=cast(WorldCreateInput, data), created_by="cli"
+            )
         except ChukwaError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
         self.stdout.write(
             f"world {world.slug!r} created from {world.label} ({world.scenario_id[:12]}), turn 0"
+            + (f", budget {_budget_text(budget)}" if budget else "")
         )
+
+
+def _budget_text(budget: dict[str, Any]) -> str:
+    return ", ".join(f"{name} {value}" for name, value in budget.items())
