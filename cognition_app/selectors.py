@@ -11,7 +11,9 @@ from uuid import UUID
 from django.db.models import Count, Q, QuerySet, Sum
 
 from chukwa_core.errors import NotFoundError, invalid
+from chukwa_core.ids import is_url_env_name
 from cognition_app.models import LlmCall, LlmChunk, ModelPrice, SourceInvocation
+from scenarios_app.services._store import reject_nul
 
 SUMMARY_FIELDS = (
     "id",
@@ -255,7 +257,12 @@ def model_price_list(
     """Every price row (the history included), by pair, newest first within a pair."""
     rows = ModelPrice.objects.all()
     if url_env:
+        if not is_url_env_name(url_env):
+            shown = repr(url_env) if len(url_env) <= 64 else f"{url_env[:64]!r}…"
+            raise invalid("invalid_query", "url_env", f"{shown} is not a URL variable name")
         rows = rows.filter(url_env=url_env)
     if model:
+        # a query parameter PostgreSQL text cannot hold names no row: a 400, not a 500
+        reject_nul(model, "model")
         rows = rows.filter(model=model)
     return list(rows.order_by("url_env", "model", "-valid_from").values(*PRICE_FIELDS))

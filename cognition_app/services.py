@@ -13,6 +13,7 @@ from chukwa_core.component_validation import check_keys, require_object, type_na
 from chukwa_core.errors import ConflictError, invalid
 from chukwa_core.ids import is_url_env_name
 from cognition_app.models import ModelPrice
+from scenarios_app.services._store import reject_nul
 
 PRICE_FIELDS = ("input_per_million", "output_per_million", "cached_input_per_million")
 # The columns hold 8 integer digits and 6 decimals.
@@ -61,18 +62,22 @@ def model_price_add(*, data: ModelPriceInput) -> ModelPrice:
             f"{body['url_env']!r} is not a URL variable name (CHUKWA_<NAME>_URL)",
         )
     model = body["model"]
-    if not isinstance(model, str) or not model.strip() or len(model) > 200 or "\x00" in model:
+    if not isinstance(model, str) or not model.strip() or len(model) > 200:
         raise invalid("invalid_input", "model", "must be a non-empty string ≤ 200 chars")
+    reject_nul(model, "model")
     prices = {name: _price(body[name], name) for name in PRICE_FIELDS}
     valid_from = timezone.now() if body.get("valid_from") is None else _instant(body["valid_from"])
     operator = body.get("operator") or ""
+    if not isinstance(operator, str) or len(operator) > 150:
+        raise invalid("invalid_input", "operator", "must be a string ≤ 150 chars")
+    reject_nul(operator, "operator")
     try:
         with transaction.atomic(durable=True):
             return ModelPrice.objects.create(
                 url_env=body["url_env"],
                 model=model,
                 valid_from=valid_from,
-                created_by=str(operator)[:150],
+                created_by=operator,
                 **prices,
             )
     except IntegrityError:

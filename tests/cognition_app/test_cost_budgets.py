@@ -307,3 +307,15 @@ def test_pages_show_costs(scripted_llm: ScriptedLLM, reader: Client) -> None:
     world_page = reader.get("/worlds/paged/").content.decode()
     assert "0.00024 · 1200" in world_page
     assert "cost 0.00024" in world_page  # turn 1 in the history
+    call_page = reader.get(f"/llm-calls/{only_call(attempt).pk}/").content.decode()
+    assert '<div class="n sm">0.00024</div>' in call_page
+
+
+def test_pages_show_unknown_cost(scripted_llm: ScriptedLLM, reader: Client) -> None:
+    create_world("ant_on_plate", "paged-unknown")
+    scripted_llm.script(ant_ok())
+    attempt = run_turn("paged-unknown")
+    page = reader.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert "cost unknown" in page
+    assert '<div class="n sm" title="1 call(s) without a price">unknown</div>' in page
+    assert "unknown · 1200" in reader.get("/worlds/paged-unknown/").content.decode()
