@@ -9,6 +9,10 @@ Fail closed: a source with no completion cap cannot be bounded, so under any bud
 refused; under a cost budget, so is a call with no price row. Never a truncated or empty reply.
 
 The limits come from the worlds layer through the call context; nothing here imports it.
+
+Check-then-send is not a reservation: it is exact while a world's LLM calls run one after the
+other (one running attempt per world, subjects in order). Calls running side by side would
+each see the others' spend only once they finish; running calls' caps must then be counted.
 """
 
 from __future__ import annotations

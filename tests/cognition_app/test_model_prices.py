@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
 from rest_framework.test import APIClient
 
 from cognition_app.models import ModelPrice
@@ -71,3 +73,27 @@ def test_bad_prices_are_refused(
     assert response.status_code == 400, response.content
     assert response.json()["error"]["code"] == code
     assert not ModelPrice.objects.exists()
+
+
+def _staff(user: User) -> Client:
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_admin_staff_read_operators_write(operator_user: User, reader_user: User) -> None:
+    reader, operator = _staff(reader_user), _staff(operator_user)
+    assert reader.get("/admin/cognition_app/modelprice/").status_code == 200
+    form = {
+        **PRICE,
+        "valid_from_0": "2026-01-01",
+        "valid_from_1": "00:00:00",
+    }
+    assert reader.post("/admin/cognition_app/modelprice/add/", form).status_code == 403
+    assert not ModelPrice.objects.exists()
+    response = operator.post("/admin/cognition_app/modelprice/add/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    row = ModelPrice.objects.get()
+    assert (row.created_by, str(row.input_per_million)) == ("ops", "0.150000")
