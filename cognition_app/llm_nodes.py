@@ -367,9 +367,10 @@ def _budget_exhausted(
 
 
 def _source_failure(node: Mapping[str, Any], run: SubjectRun, exc: SourceFailure) -> Exception:
-
+    # A call refused by the world's budget fails the attempt under its own step, so reviewers
+    # and the CLI see at once that money (not a backend) stopped it.
     return AttemptFailure(
-        "source",
+        "budget_exhausted" if exc.failure_class == "budget_exhausted" else "source",
         f"node {node['id']!r}: {exc.failure_class}: {exc.message}",
         subject_id=run.subject_id,
         node_id=node["id"],

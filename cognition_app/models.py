@@ -17,6 +17,9 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.db.models import Q
+
+from chukwa_core.ids import URL_ENV_PATTERN
 
 
 class InvocationKind(models.TextChoices):
@@ -104,6 +107,47 @@ class SourceInvocation(models.Model):
         return f"/invocations/{self.pk}/"
 
 
+class ModelPrice(models.Model):
+    """What an operator pays per million tokens of one model behind one URL variable, from a
+    time on (SPEC §12). Mutable operator data, not content-addressed: a new price is a new row
+    with a later ``valid_from``, so the row an LLM call used stays as it was."""
+
+    url_env = models.CharField(
+        max_length=100
+    )  # the source's base_url_env, e.g. CHUKWA_LLM_BASE_URL
+    model = models.CharField(max_length=200)  # the model the source requests
+    input_per_million = models.DecimalField(max_digits=14, decimal_places=6)
+    output_per_million = models.DecimalField(max_digits=14, decimal_places=6)
+    cached_input_per_million = models.DecimalField(max_digits=14, decimal_places=6)
+    valid_from = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["url_env", "model", "-valid_from"]
+        constraints = [
+            # one price per pair and instant: "the price at time t" is never ambiguous
+            models.UniqueConstraint(
+                fields=["url_env", "model", "valid_from"], name="model_price_pair_from_unique"
+            ),
+            # the URL variable grammar of SPEC §5
+            models.CheckConstraint(
+                condition=Q(url_env__regex=URL_ENV_PATTERN),
+                name="model_price_url_env_grammar",
+            ),
+            # a price is never negative (a free model is 0, an unknown one has no row)
+            models.CheckConstraint(
+                condition=Q(input_per_million__gte=0)
+                & Q(output_per_million__gte=0)
+                & Q(cached_input_per_million__gte=0),
+                name="model_price_not_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.url_env} {self.model} from {self.valid_from:%Y-%m-%d %H:%M}"
+
+
 class LlmCall(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     invocation = models.OneToOneField(
@@ -127,7 +171,14 @@ class LlmCall(models.Model):
     prompt_tokens = models.IntegerField(null=True, blank=True)
     completion_tokens = models.IntegerField(null=True, blank=True)
     cached_tokens = models.IntegerField(null=True, blank=True)
-    usage_source = models.CharField(max_length=16, blank=True)  # provider | estimated
+    usage_source = models.CharField(max_length=16, blank=True)  # provider | estimated | not_sent
+    base_url_env = models.CharField(max_length=100, blank=True)
+    # The price row the cost was computed with; null with a null cost when none matched.
+    price = models.ForeignKey(
+        ModelPrice, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    cost = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    cost_estimated = models.BooleanField(default=False)  # computed from estimated usage
     parse_error = models.TextField(blank=True)
     validation_errors = models.JSONField(default=list)
     artifacts = models.JSONField(default=dict)

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any, TypedDict
 from uuid import UUID
 
+from django.db.models import Count, Q, QuerySet, Sum
+
 from chukwa_core.errors import NotFoundError, invalid
-from cognition_app.models import LlmCall, LlmChunk, SourceInvocation
+from chukwa_core.ids import is_url_env_name
+from cognition_app.models import LlmCall, LlmChunk, ModelPrice, SourceInvocation
+from scenarios_app.services._store import reject_nul
 
 SUMMARY_FIELDS = (
     "id",
@@ -54,9 +60,13 @@ def invocation_summaries(*, attempt_id: UUID) -> list[dict[str, Any]]:
             "llm_call__prompt_tokens",
             "llm_call__completion_tokens",
             "llm_call__ttft_ms",
+            "llm_call__cost",
+            "llm_call__cost_estimated",
         )
     )
     for row in rows:
+        row["cost"] = row.pop("llm_call__cost")
+        row["cost_estimated"] = bool(row.pop("llm_call__cost_estimated"))
         row["llm_call_id"] = row.pop("llm_call__id")
         row["prompt_tokens"] = row.pop("llm_call__prompt_tokens")
         row["completion_tokens"] = row.pop("llm_call__completion_tokens")
@@ -127,9 +137,134 @@ def llm_call_get(*, call_id: str) -> dict[str, Any]:
             "cached_tokens": call.cached_tokens,
             "source": call.usage_source,
         },
+        "cost": call.cost,  # null: no price matched, shown "unknown" (never 0)
+        "cost_estimated": call.cost_estimated,
+        "price_id": call.price_id,
         "parse_error": call.parse_error,
         "validation_errors": call.validation_errors,
         "artifacts": call.artifacts,
         "error": call.error,
         "chunks": chunks,
     }
+
+
+# --- cost totals (SPEC §12) --------------------------------------------------------------------
+
+
+class TokenTotals(TypedDict):
+    prompt: int
+    completion: int
+    cached: int
+    total: int
+
+
+class CostTotals(TypedDict):
+    total: Decimal | None  # the sum of the known costs; null when no call has one
+    unknown_calls: int  # calls without a cost (no price matched, or no usage): not in total
+    estimated_calls: int  # calls whose cost comes from estimated usage
+    calls: int
+    tokens: TokenTotals
+
+
+_TOTALS = {
+    "calls": Count("pk"),
+    "priced": Count("pk", filter=Q(cost__isnull=False)),
+    "unknown_calls": Count("pk", filter=Q(cost__isnull=True)),
+    "estimated_calls": Count("pk", filter=Q(cost_estimated=True)),
+    "cost": Sum("cost"),
+    "prompt": Sum("prompt_tokens"),
+    "completion": Sum("completion_tokens"),
+    "cached": Sum("cached_tokens"),
+}
+
+
+def _totals(row: Mapping[str, Any]) -> CostTotals:
+    prompt, completion = row["prompt"] or 0, row["completion"] or 0
+    return {
+        "total": row["cost"] if row["priced"] else None,
+        "unknown_calls": row["unknown_calls"],
+        "estimated_calls": row["estimated_calls"],
+        "calls": row["calls"],
+        "tokens": {
+            "prompt": prompt,
+            "completion": completion,
+            "cached": row["cached"] or 0,
+            "total": prompt + completion,
+        },
+    }
+
+
+def _calls(
+    *, world_id: int, attempt_id: UUID | None = None, attempted_turn: int | None = None
+) -> QuerySet[LlmCall]:
+    calls = LlmCall.objects.filter(invocation__world_id=world_id)
+    if attempt_id is not None:
+        calls = calls.filter(invocation__attempt_id=attempt_id)
+    if attempted_turn is not None:
+        calls = calls.filter(invocation__attempted_turn=attempted_turn)
+    return calls
+
+
+def cost_totals(
+    *, world_id: int, attempt_id: UUID | None = None, attempted_turn: int | None = None
+) -> CostTotals:
+    """Cost and tokens of a world's LLM calls — all, one attempt's, or those of every attempt
+    at one turn (the failed ones too: they were spent on it). One query."""
+    calls = _calls(world_id=world_id, attempt_id=attempt_id, attempted_turn=attempted_turn)
+    return _totals(calls.aggregate(**_TOTALS))
+
+
+def cost_totals_by_attempt(*, attempt_ids: Iterable[UUID]) -> dict[str, CostTotals]:
+    """Totals of several attempts in one query, keyed by attempt id (as text); an attempt
+    without LLM calls is absent."""
+    rows = (
+        LlmCall.objects.filter(invocation__attempt_id__in=list(attempt_ids))
+        .values("invocation__attempt_id")
+        .annotate(**_TOTALS)
+        .order_by()
+    )
+    return {str(row["invocation__attempt_id"]): _totals(row) for row in rows}
+
+
+def cost_totals_by_turn(*, world_id: int) -> dict[int, CostTotals]:
+    """Totals per attempted turn of a world in one query."""
+    rows = (
+        _calls(world_id=world_id)
+        .values("invocation__attempted_turn")
+        .annotate(**_TOTALS)
+        .order_by()
+    )
+    return {row["invocation__attempted_turn"]: _totals(row) for row in rows}
+
+
+# --- prices ----------------------------------------------------------------------------------
+
+
+PRICE_FIELDS = (
+    "id",
+    "url_env",
+    "model",
+    "input_per_million",
+    "output_per_million",
+    "cached_input_per_million",
+    "valid_from",
+    "created_at",
+    "created_by",
+)
+
+
+def model_price_list(
+    *, url_env: str | None = None, model: str | None = None
+) -> list[dict[str, Any]]:
+    """Every price row (the history included), by pair, newest first within a pair."""
+    rows = ModelPrice.objects.all()
+    if url_env:
+        if not is_url_env_name(url_env):
+            shown = repr(url_env) if len(url_env) <= 64 else f"{url_env[:64]!r}…"
+            raise invalid("invalid_query", "url_env", f"{shown} is not a URL variable name")
+        rows = rows.filter(url_env=url_env)
+    if model:
+        # a query parameter PostgreSQL text cannot hold names no row: a 400, not a 500
+        reject_nul(model, "model")
+        rows = rows.filter(model=model)
+    return list(rows.order_by("url_env", "model", "-valid_from").values(*PRICE_FIELDS))

@@ -67,6 +67,35 @@ class World(models.Model):
         return f"/worlds/{self.slug}/"
 
 
+class WorldBudget(models.Model):
+    """One setting of a world's budget (SPEC §12); the newest row is in force, older rows are
+    its history. A null limit is no limit; a row with all four null lifts the budget."""
+
+    world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="budgets")
+    max_tokens_per_turn = models.BigIntegerField(null=True, blank=True)
+    max_cost_per_turn = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    max_tokens_total = models.BigIntegerField(null=True, blank=True)
+    max_cost_total = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    set_at = models.DateTimeField(auto_now_add=True)
+    set_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["world", "-set_at", "-id"]
+        constraints = [
+            # a limit is positive: 0 would refuse every call, which no-one means to say
+            models.CheckConstraint(
+                condition=(Q(max_tokens_per_turn__isnull=True) | Q(max_tokens_per_turn__gt=0))
+                & (Q(max_cost_per_turn__isnull=True) | Q(max_cost_per_turn__gt=0))
+                & (Q(max_tokens_total__isnull=True) | Q(max_tokens_total__gt=0))
+                & (Q(max_cost_total__isnull=True) | Q(max_cost_total__gt=0)),
+                name="world_budget_limits_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"budget of world {self.world_id} set {self.set_at:%Y-%m-%d %H:%M}"
+
+
 class Turn(models.Model):
     world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="turns")
     number = models.IntegerField()

@@ -12,6 +12,8 @@ from django.db.models import Count, Q, QuerySet
 from chukwa_core.component_validation import type_name
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
+from cognition_app.budgets import BudgetLimits
+from cognition_app.selectors import cost_totals
 from scenarios_app.selectors import parse_paging
 from worlds_app.models import (
     Annotation,
@@ -21,6 +23,7 @@ from worlds_app.models import (
     Turn,
     TurnAttempt,
     World,
+    WorldBudget,
 )
 
 # Turn numbers are stored as PostgreSQL integer; a larger one names no turn and must not reach
@@ -96,6 +99,37 @@ def world_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+BUDGET_LIMITS = ("max_tokens_per_turn", "max_cost_per_turn", "max_tokens_total", "max_cost_total")
+
+
+def world_budget_limits(*, world_id: int) -> BudgetLimits | None:
+    """The budget in force (the newest row), as the cognition layer checks it; None if none."""
+    row = WorldBudget.objects.filter(world_id=world_id).order_by("-set_at", "-id").first()
+    if row is None:
+        return None
+    limits = BudgetLimits(**{name: getattr(row, name) for name in BUDGET_LIMITS})
+    return None if limits.is_empty() else limits
+
+
+def world_budget_history(*, world_id: int) -> list[dict[str, Any]]:
+    """Every budget setting of a world, newest (the one in force) first."""
+    return list(
+        WorldBudget.objects.filter(world_id=world_id)
+        .order_by("-set_at", "-id")
+        .values(*BUDGET_LIMITS, "set_at", "set_by")
+    )
+
+
+def world_budget_get(*, slug: str) -> dict[str, Any]:
+    world = _world(slug)
+    history = world_budget_history(world_id=world.pk)
+    return {
+        "world": world.slug,
+        "budget": {k: history[0][k] for k in BUDGET_LIMITS} if history else None,
+        "history": history,
+    }
+
+
 def world_get(*, slug: str) -> dict[str, Any]:
     world = _world(slug)
     counts = TurnAttempt.objects.filter(world=world).aggregate(
@@ -124,6 +158,8 @@ def world_get(*, slug: str) -> dict[str, Any]:
         "state_hash": turn.state_hash,
         "scenario_snapshot": world.scenario_snapshot,
         "recent_attempts": recent,
+        "budget": world_budget_get(slug=world.slug)["budget"],
+        "cost": cost_totals(world_id=world.pk),
     }
 
 
@@ -169,6 +205,7 @@ def turn_get(*, slug: str, number: int) -> dict[str, Any]:
         "state_hash": turn.state_hash,
         "attempt_id": turn.attempt_id,
         "created_at": turn.created_at,
+        "cost": cost_totals(world_id=world.pk, attempted_turn=turn.number),
         "patches": [
             {
                 "subject_id": s,
@@ -235,6 +272,7 @@ def attempt_get(*, attempt_id: str) -> dict[str, Any]:
         ),
         "events": events,
         "source_invocations": invocations,
+        "cost": cost_totals(world_id=attempt.world_id, attempt_id=attempt.pk),
     }
 
 

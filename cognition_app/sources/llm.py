@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -15,11 +16,14 @@ from django.utils import timezone
 from httpx_sse import SSEError
 
 from chukwa_core.json_values import storable_text
+from cognition_app.budgets import budget_refusal, completion_cap, prompt_estimate
+from cognition_app.costs import price_at, usage_cost
 from cognition_app.models import (
     InvocationKind,
     InvocationStatus,
     LlmCall,
     LlmChunk,
+    ModelPrice,
     SourceInvocation,
 )
 from cognition_app.sources.client import http_client
@@ -160,6 +164,20 @@ def invoke_llm(
         config_failure = exc
         base_url = ""
     timeout = iface["timeout_ms"] / 1000
+    # The price in force when the call starts; the cost is computed from it when it finishes.
+    price = price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now())
+    if config_failure is None and ctx.budget is not None:
+        refusal = budget_refusal(
+            limits=ctx.budget,
+            world_id=ctx.world_id,
+            attempt_id=ctx.attempt_id,
+            prompt_tokens=prompt_estimate(payload["messages"], response_format),
+            max_completion=completion_cap(params),
+            price=price,
+            price_key=f"({iface['base_url_env']}, {iface['model']})",
+        )
+        if refusal is not None:
+            config_failure = SourceFailure("budget_exhausted", refusal)
     if response_format is not None and config_failure is None:
         ensure_schema_enforced(
             ctx=ctx,
@@ -187,8 +205,13 @@ def invoke_llm(
         params=params,
         response_format=response_format,
         started_at=inv.started_at,
+        base_url_env=iface["base_url_env"],
+        price=price,
     )
     if config_failure is not None:
+        # Nothing was sent: the call spent nothing, a known zero (not an unknown cost).
+        call.prompt_tokens = call.completion_tokens = 0
+        call.cost, call.usage_source = Decimal(0), "not_sent"
         with trace_write():
             inv.status = call.status = InvocationStatus.FAILED
             inv.failure_class = config_failure.failure_class
@@ -383,6 +406,7 @@ def _stream(
                 usage_source,
                 http_meta,
                 gen.judgement,
+                call.price,
             )
     call.raw_text, call.finish_reason = text, finish_reason
     return gen
@@ -400,8 +424,10 @@ def _finish_generation(
     usage_source: str,
     http_meta: dict[str, Any],
     judgement: Judgement | None,
+    price: ModelPrice | None,
 ) -> None:
-    """Finish both rows with one UPDATE each, the verdict included."""
+    """Finish both rows with one UPDATE each, the verdict and the cost included. No price row,
+    no cost: null, shown "unknown", never 0."""
     call_verdict, inv_verdict = _verdict_fields(judgement)
     LlmCall.objects.filter(pk=call.pk).update(
         **call_verdict,
@@ -416,6 +442,17 @@ def _finish_generation(
         completion_tokens=usage.get("completion_tokens"),
         cached_tokens=usage.get("cached_tokens"),
         usage_source=usage_source,
+        cost=(
+            usage_cost(
+                price,
+                prompt_tokens=usage.get("prompt_tokens", 0),
+                completion_tokens=usage.get("completion_tokens", 0),
+                cached_tokens=usage.get("cached_tokens", 0),
+            )
+            if price is not None
+            else None
+        ),
+        cost_estimated=usage_source == "estimated",
     )
     finish_invocation(
         inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
@@ -490,6 +527,9 @@ def _replayed(
         "completion_tokens": original.completion_tokens,
         "cached_tokens": original.cached_tokens,
         "usage_source": original.usage_source,
+        # Served from the record: nothing was sent, nothing spent (a known zero, so replayed
+        # calls neither show as "unknown" cost nor count against a budget).
+        "cost": Decimal(0),
     }.items():
         setattr(call, name, value)
     for name, value in {

@@ -15,6 +15,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from chukwa_core.json_values import storable_text
+from cognition_app.budgets import BudgetLimits
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.variables import scrub
@@ -49,6 +50,8 @@ class CallContext:
     # Set when the world replays another (SPEC §12): the worlds layer decides which recordings
     # count and hands them down here, since this layer may not look up worlds.
     replay: ReplaySource | None = None
+    # the world's budget in force for this attempt (SPEC §12), handed down by the worlds layer
+    budget: BudgetLimits | None = None
 
     def headers(self, invocation_id: UUID) -> dict[str, str]:
         return {

@@ -11,6 +11,6 @@ Django's admin autodiscovery imports this module only: importing the entity modu
 what registers their admins.
 """
 
-from surfaces.admin import components, names, scenarios
+from surfaces.admin import components, costs, names, scenarios
 
-__all__ = ["components", "names", "scenarios"]
+__all__ = ["components", "costs", "names", "scenarios"]

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from drf_spectacular.utils import extend_schema
-from rest_framework import serializers
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from cognition_app import selectors
-from surfaces.api.contract import READ_ERRORS, InstantField, LabelOutField, uuid_path
+from cognition_app import selectors, services
+from surfaces.api.contract import (
+    READ_ERRORS,
+    WRITE_ERRORS,
+    InstantField,
+    InstantInField,
+    LabelOutField,
+    StrictCharField,
+    StrictInputSerializer,
+    operator_of,
+    uuid_path,
+    validate_body,
+)
 
 
 def _text(**kwargs: Any) -> serializers.CharField:
@@ -118,6 +129,14 @@ class LlmCallDetailApi(APIView):
         normalized_text = _text()
         finish_reason = _text()
         usage = LlmUsageSerializer()
+        cost = serializers.DecimalField(
+            max_digits=20,
+            decimal_places=10,
+            allow_null=True,
+            help_text="null: no price matched (unknown, never 0)",
+        )
+        cost_estimated = serializers.BooleanField(help_text="computed from estimated usage")
+        price_id = serializers.IntegerField(allow_null=True, help_text="the price row used")
         parse_error = _text()
         validation_errors = serializers.JSONField()
         artifacts = serializers.JSONField()
@@ -134,3 +153,87 @@ class LlmCallDetailApi(APIView):
     )
     def get(self, request: Request, call_id: str) -> Response:
         return Response(self.OutputSerializer(selectors.llm_call_get(call_id=call_id)).data)
+
+
+URL_ENV_SCHEMA = {"type": "string", "pattern": r"^CHUKWA_[A-Z0-9_]+_URL$"}
+
+
+def _price_field(help_text: str) -> serializers.DecimalField:
+    return serializers.DecimalField(
+        max_digits=14, decimal_places=6, min_value=0, help_text=help_text
+    )
+
+
+class ModelPriceSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    url_env = serializers.CharField()
+    model = serializers.CharField()
+    input_per_million = serializers.DecimalField(max_digits=14, decimal_places=6)
+    output_per_million = serializers.DecimalField(max_digits=14, decimal_places=6)
+    cached_input_per_million = serializers.DecimalField(max_digits=14, decimal_places=6)
+    valid_from = InstantField()
+    created_at = InstantField()
+    created_by = _text()
+
+    class Meta:
+        ref_name = "ModelPrice"
+
+
+class ModelPriceApi(APIView):
+    """GET lists the price table with its history; PUT (operators) adds a row in force from
+    ``valid_from`` for a (URL variable, model) pair. Rows are never overwritten."""
+
+    class InputSerializer(StrictInputSerializer):
+        field_codes = {
+            "url_env": "invalid_url_env",
+            "valid_from": "invalid_valid_from",
+            "input_per_million": "invalid_price",
+            "output_per_million": "invalid_price",
+            "cached_input_per_million": "invalid_price",
+        }
+        url_env = StrictCharField(
+            max_length=100, help_text="the sources' base_url_env, e.g. CHUKWA_LLM_BASE_URL"
+        )
+        model = StrictCharField(max_length=200, help_text="the model the sources request")
+        input_per_million = _price_field("per million prompt tokens not cached")
+        output_per_million = _price_field("per million completion tokens")
+        cached_input_per_million = _price_field("per million cached prompt tokens")
+        valid_from = InstantInField(
+            required=False, allow_null=True, help_text="ISO 8601 with an offset; default now"
+        )
+        operator = StrictCharField(required=False, max_length=150)
+
+        class Meta:
+            ref_name = "ModelPriceInput"
+
+    class OutputSerializer(serializers.Serializer):
+        results = ModelPriceSerializer(many=True)
+
+        class Meta:
+            ref_name = "ModelPriceListOutput"
+
+    @extend_schema(
+        operation_id="model_price_list",
+        parameters=[
+            OpenApiParameter("url_env", URL_ENV_SCHEMA, description="only this URL variable"),
+            OpenApiParameter("model", str, description="only this model"),
+        ],
+        responses={200: OutputSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        rows = selectors.model_price_list(
+            url_env=request.query_params.get("url_env"), model=request.query_params.get("model")
+        )
+        return Response(self.OutputSerializer({"results": rows}).data)
+
+    @extend_schema(
+        operation_id="model_price_put",
+        request=InputSerializer,
+        responses={201: ModelPriceSerializer, **WRITE_ERRORS},
+    )
+    def put(self, request: Request) -> Response:
+        data = operator_of(request, validate_body(self.InputSerializer, request))
+        row = services.model_price_add(data=cast(services.ModelPriceInput, data))
+        out = selectors.model_price_list(url_env=row.url_env, model=row.model)
+        created = next(r for r in out if r["id"] == row.pk)
+        return Response(ModelPriceSerializer(created).data, status=status.HTTP_201_CREATED)

@@ -8,5 +8,6 @@ urlpatterns = [
         api.SourceInvocationDetailApi.as_view(),
         name="api-source-invocation-detail",
     ),
+    path("model-prices/", api.ModelPriceApi.as_view(), name="api-model-prices"),
     path("llm-calls/<str:call_id>/", api.LlmCallDetailApi.as_view(), name="api-llm-call-detail"),
 ]

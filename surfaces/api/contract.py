@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any, ClassVar
 
 from django.core.validators import ProhibitNullCharactersValidator
@@ -357,3 +358,77 @@ class HashField(StrictCharField):
 @extend_schema_field(OpenApiTypes.DATETIME)
 class InstantInField(StrictCharField):
     """An ISO 8601 instant with an offset; the service parses it on the calendar of SPEC §6."""
+
+
+# --- cost and budgets (SPEC §12) ----------------------------------------------------------------
+
+
+class TokenTotalsSerializer(serializers.Serializer):
+    prompt = serializers.IntegerField()
+    completion = serializers.IntegerField()
+    cached = serializers.IntegerField()
+    total = serializers.IntegerField(help_text="prompt + completion")
+
+    class Meta:
+        ref_name = "TokenTotals"
+
+
+class CostTotalsSerializer(serializers.Serializer):
+    total = serializers.DecimalField(
+        max_digits=30,
+        decimal_places=10,
+        allow_null=True,
+        help_text="sum of the known costs; null (unknown) when no call has a price — never 0",
+    )
+    unknown_calls = serializers.IntegerField(
+        help_text="LLM calls without a cost (no matching price, or no usage), not in total"
+    )
+    estimated_calls = serializers.IntegerField(help_text="calls costed from estimated usage")
+    calls = serializers.IntegerField()
+    tokens = TokenTotalsSerializer()
+
+    class Meta:
+        ref_name = "CostTotals"
+
+
+def _limit_int(help_text: str) -> StrictIntegerField:
+    return StrictIntegerField(
+        required=False, allow_null=True, min_value=1, max_value=2**62, help_text=help_text
+    )
+
+
+def _limit_cost(help_text: str) -> serializers.DecimalField:
+    return serializers.DecimalField(
+        max_digits=20,
+        decimal_places=10,
+        required=False,
+        allow_null=True,
+        min_value=Decimal("0.0000000001"),
+        help_text=help_text,
+    )
+
+
+class BudgetInputSerializer(StrictInputSerializer):
+    field_codes = {
+        "max_tokens_per_turn": "invalid_budget",
+        "max_cost_per_turn": "invalid_budget",
+        "max_tokens_total": "invalid_budget",
+        "max_cost_total": "invalid_budget",
+    }
+    max_tokens_per_turn = _limit_int("prompt + completion tokens one attempt may spend")
+    max_cost_per_turn = _limit_cost("what one attempt may cost (price table currency)")
+    max_tokens_total = _limit_int("prompt + completion tokens the world may spend in all")
+    max_cost_total = _limit_cost("what the world may cost in all")
+
+    class Meta:
+        ref_name = "BudgetInput"
+
+
+class BudgetSerializer(serializers.Serializer):
+    max_tokens_per_turn = serializers.IntegerField(allow_null=True)
+    max_cost_per_turn = serializers.DecimalField(max_digits=20, decimal_places=10, allow_null=True)
+    max_tokens_total = serializers.IntegerField(allow_null=True)
+    max_cost_total = serializers.DecimalField(max_digits=20, decimal_places=10, allow_null=True)
+
+    class Meta:
+        ref_name = "Budget"

@@ -23,6 +23,9 @@ from surfaces.api.contract import (
     SLUG_PATH,
     TURN_PATH,
     WRITE_ERRORS,
+    BudgetInputSerializer,
+    BudgetSerializer,
+    CostTotalsSerializer,
     HashOutField,
     InstantField,
     InstantInField,
@@ -108,6 +111,8 @@ class WorldDetailSerializer(WorldSummarySerializer):
     state_hash = HashOutField()
     scenario_snapshot = JSONObjectField()
     recent_attempts = RecentAttemptSerializer(many=True)
+    budget = BudgetSerializer(allow_null=True, help_text="the budget in force; null: none")
+    cost = CostTotalsSerializer(help_text="every LLM call of the world, failed attempts included")
 
     class Meta:
         ref_name = "WorldDetail"
@@ -131,6 +136,7 @@ class WorldCreateInputSerializer(StrictInputSerializer):
         "replay_from": "invalid_replay_from",
         "replay_from.world": "invalid_replay_from",
         "replay_from.mode": "invalid_replay_from",
+        **{f"budget.{k}": v for k, v in BudgetInputSerializer.field_codes.items()},
     }
     slug = LabelField()
     name = StrictCharField(required=False, allow_null=True, max_length=200)
@@ -153,6 +159,7 @@ class WorldCreateInputSerializer(StrictInputSerializer):
         help_text="serve calls from another world's recordings (SPEC §12); replaying exactly "
         "needs the same scenario and start_time",
     )
+    budget = BudgetInputSerializer(required=False, allow_null=True, help_text="SPEC §12")
 
     class Meta:
         ref_name = "WorldCreateInput"
@@ -195,7 +202,9 @@ class WorldCollectionApi(APIView):
     )
     def post(self, request: Request) -> Response:
         body = validate_body(self.InputSerializer, request)
-        world = services.world_create(data=cast(services.WorldCreateInput, body))
+        world = services.world_create(
+            data=cast(services.WorldCreateInput, body), created_by=request.user.get_username()
+        )
         detail = selectors.world_get(slug=world.slug)
         return Response(self.OutputSerializer(detail).data, status=status.HTTP_201_CREATED)
 
@@ -316,6 +325,7 @@ class TurnDetailApi(APIView):
         created_at = InstantField()
         patches = TurnPatchSerializer(many=True)
         transitions = TransitionSerializer(many=True)
+        cost = CostTotalsSerializer(help_text="every attempt at this turn, failed ones included")
 
         class Meta:
             ref_name = "TurnGetOutput"
@@ -380,6 +390,10 @@ class InvocationRowSerializer(InvocationSummarySerializer):
     prompt_tokens = serializers.IntegerField(allow_null=True)
     completion_tokens = serializers.IntegerField(allow_null=True)
     ttft_ms = serializers.IntegerField(allow_null=True)
+    cost = serializers.DecimalField(
+        max_digits=20, decimal_places=10, allow_null=True, help_text="null: unknown (no price)"
+    )
+    cost_estimated = serializers.BooleanField()
 
     class Meta:
         ref_name = "AttemptSourceInvocation"
@@ -431,6 +445,7 @@ class AttemptDetailApi(APIView):
         failure = AttemptFailureSerializer(allow_null=True)
         events = AttemptEventSerializer(many=True)
         source_invocations = InvocationRowSerializer(many=True)
+        cost = CostTotalsSerializer()
 
         class Meta:
             ref_name = "AttemptGetOutput"
@@ -515,3 +530,45 @@ class WorldCompareApi(APIView):
     def get(self, request: Request, slug: str, other: str) -> Response:
         comparison = world_compare(slug=slug, other=other, params=request.query_params)
         return Response(self.OutputSerializer(comparison).data)
+
+
+class BudgetHistorySerializer(BudgetSerializer):
+    set_at = InstantField()
+    set_by = _text()
+
+    class Meta:
+        ref_name = "BudgetSetting"
+
+
+class WorldBudgetApi(APIView):
+    """GET reads a world's budget and its history; PUT replaces it (limits left out are
+    lifted), keeping the history. A change applies from the next attempt."""
+
+    InputSerializer = BudgetInputSerializer
+
+    class OutputSerializer(serializers.Serializer):
+        world = LabelOutField()
+        budget = BudgetSerializer(allow_null=True, help_text="in force; null: none")
+        history = BudgetHistorySerializer(many=True, help_text="newest first")
+
+        class Meta:
+            ref_name = "WorldBudgetOutput"
+
+    @extend_schema(
+        operation_id="world_budget_get",
+        parameters=[SLUG_PATH],
+        responses={200: OutputSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        return Response(self.OutputSerializer(selectors.world_budget_get(slug=slug)).data)
+
+    @extend_schema(
+        operation_id="world_budget_put",
+        parameters=[SLUG_PATH],
+        request=BudgetInputSerializer,
+        responses={200: OutputSerializer, **WRITE_ERRORS},
+    )
+    def put(self, request: Request, slug: str) -> Response:
+        body = validate_body(self.InputSerializer, request)
+        services.world_budget_set(slug=slug, budget=body, set_by=request.user.get_username())
+        return Response(self.OutputSerializer(selectors.world_budget_get(slug=slug)).data)

@@ -10,6 +10,7 @@ urlpatterns = [
     path(
         "worlds/<str:slug>/turns/<int:number>/", api.TurnDetailApi.as_view(), name="api-turn-detail"
     ),
+    path("worlds/<str:slug>/budget/", api.WorldBudgetApi.as_view(), name="api-world-budget"),
     path("worlds/<str:slug>/diff/", api.WorldDiffApi.as_view(), name="api-world-diff"),
     path(
         "worlds/<str:slug>/compare/<str:other>/",

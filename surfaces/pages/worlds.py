@@ -13,6 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from chukwa_core.errors import ChukwaError, NotFoundError
+from cognition_app.selectors import cost_totals_by_turn
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
 from worlds_app import selectors
@@ -46,7 +47,8 @@ def world_list_page(request: HttpRequest) -> HttpResponse:
 
 
 def _turn_history(world: World) -> list[dict[str, Any]]:
-    """The newest committed turns with their narrations: two queries whatever the history length."""
+    """The newest committed turns with their narrations and costs: three queries whatever the
+    history length."""
     turns: list[dict[str, Any]] = [
         dict(t)
         for t in Turn.objects.filter(world=world)
@@ -62,8 +64,10 @@ def _turn_history(world: World) -> list[dict[str, Any]]:
         narrations.setdefault(attempt_id, []).append(
             {"subject_id": subject, "narration": payload.get("patch", {}).get("narration", "")}
         )
+    costs = cost_totals_by_turn(world_id=world.pk)  # one query, every turn
     for turn in turns:
         turn["narrations"] = narrations.get(turn["attempt_id"], [])
+        turn["cost"] = costs.get(turn["number"])
     return turns
 
 
@@ -341,6 +345,8 @@ def _timeline(data: dict[str, Any]) -> dict[str, Any]:
                 "left": offset / total * 100,
                 "width": max(duration / total * 100, 0.4),
                 "tokens": (inv["prompt_tokens"], inv["completion_tokens"]),
+                "cost": inv["cost"],
+                "cost_estimated": inv["cost_estimated"],
                 "ttft_ms": inv["ttft_ms"],
                 "invocation_id": inv["id"],
                 "llm_call_id": inv["llm_call_id"],

@@ -23,3 +23,25 @@ def short(value: Any, length: int = 12) -> str:
 @register.filter
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@register.filter
+def cost_amount(value: Any) -> str:
+    """An LLM call's cost: the amount, or "unknown" when no price matched (never 0)."""
+    if value is None:
+        return "unknown"
+    return format(value.normalize(), "f") if value else "0"
+
+
+@register.filter
+def cost_total(totals: Any) -> str:
+    """A cost total: "unknown" when no call has a price, a trailing "+" when some calls have
+    none (the sum is then a lower bound), "0" only when there were no calls."""
+    if not totals or not totals.get("calls"):
+        return "0"
+    text = cost_amount(totals["total"])
+    if totals["total"] is not None and totals["unknown_calls"]:
+        text += "+"
+    if totals["estimated_calls"]:
+        text += " (est.)"
+    return text

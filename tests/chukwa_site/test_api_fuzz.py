@@ -36,6 +36,7 @@ from schemathesis.core.failures import FailureGroup
 
 from chukwa_site.wsgi import application
 from cognition_app.models import LlmCall, SourceInvocation
+from cognition_app.services import model_price_add
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
 from worlds_app.models import Annotation, Turn
@@ -156,6 +157,8 @@ def _known_rows(
         ("GET /api/worlds/{slug}/turns/{number}/", {"slug": "plate", "number": 1}, {}),
         ("GET /api/worlds/{slug}/diff/", {"slug": "plate"}, {"from": 0, "to": 1}),
         ("GET /api/worlds/{slug}/", {"slug": "plate"}, {}),
+        ("GET /api/worlds/{slug}/budget/", {"slug": "plate"}, {}),
+        ("GET /api/model-prices/", {}, {}),
         ("GET /api/scenarios/{ref}/", {"ref": "ant_on_plate_rules"}, {}),
         ("GET /api/scenarios/{ref}/lineage/", {"ref": "ant_on_plate_rules"}, {}),
         ("GET /api/scenario-names/{name}/", {"name": "ant_on_plate_rules"}, {}),
@@ -197,7 +200,22 @@ def test_no_operation_answers_with_a_server_error(
 ) -> None:
     # Some real rows, so generated names and slugs can land on existing things too.
     scenario_assemble(data=load_fixture("ant_on_plate_rules"))
-    world_create(data={"slug": "plate", "scenario_ref": {"name": "ant_on_plate_rules"}})
+    world_create(
+        data={
+            "slug": "plate",
+            "scenario_ref": {"name": "ant_on_plate_rules"},
+            "budget": {"max_tokens_total": 10_000, "max_cost_total": "2.5"},
+        }
+    )
+    model_price_add(
+        data={
+            "url_env": "CHUKWA_LLM_BASE_URL",
+            "model": "gpt-4o-mini",
+            "input_per_million": "0.15",
+            "output_per_million": "0.6",
+            "cached_input_per_million": "0.075",
+        }
+    )
     # One committed turn (rule policy: no model, no outside source), so the reads of attempts,
     # turns and diffs answer with real rows too.
     (attempt_id,) = turn_attempt_enqueue(slug="plate")["attempt_ids"]

@@ -601,8 +601,11 @@ def test_turn_get_shape() -> None:
         "created_at",
         "patches",
         "transitions",
+        "cost",
     }
     assert (turn["world"], turn["number"], str(turn["attempt_id"])) == ("shape", 1, attempt_id)
+    # a rule policy calls no model: nothing spent, and no cost to know
+    assert (turn["cost"]["calls"], turn["cost"]["total"]) == (0, None)
     assert turn["simulation_time"] == START + timedelta(seconds=60)
     assert turn["state"] == turn_state("shape", 1)
     (patch,) = turn["patches"]

@@ -54,7 +54,7 @@ from worlds_app.models import (
     TurnAttempt,
     World,
 )
-from worlds_app.selectors import require_slug
+from worlds_app.selectors import require_slug, world_budget_limits
 from worlds_app.services.dispatch import kick_on_commit
 
 logger = logging.getLogger(__name__)
@@ -285,6 +285,8 @@ def turn_attempt_execute(
     )
     counter = itertools.count(1)
     replay = _replay_for(world)
+    # Read once: a budget changed while the attempt runs applies from the next attempt.
+    budget = world_budget_limits(world_id=world.pk)
 
     def make_call_context(**fields: Any) -> CallContext:
         return CallContext(
@@ -294,6 +296,7 @@ def turn_attempt_execute(
             attempted_turn=attempted_turn,
             next_seq=lambda: next(counter),
             replay=replay,
+            budget=budget,
             **fields,
         )
 

@@ -18,9 +18,10 @@ from scenarios_app.services import scenario_assemble_within
 from scenarios_app.services._store import reject_nul
 from worlds_app.models import AttemptStatus, DeletedWorld, Turn, TurnAttempt, World
 from worlds_app.selectors import require_slug
+from worlds_app.services.budgets import BudgetInput, parse_budget, world_budget_record
 
 CREATE_FIELDS = ("slug", "scenario_ref")
-CREATE_OPTIONAL = ("name", "start_time", "replay_from")
+CREATE_OPTIONAL = ("name", "start_time", "replay_from", "budget")
 
 
 def _scenario_hash_from_ref(ref: Any) -> tuple[str, dict[str, Any]]:
@@ -132,11 +133,12 @@ class WorldCreateInput(TypedDict, total=False):
     name: str
     start_time: str
     replay_from: ReplayFromInput
+    budget: BudgetInput
 
 
-def world_create(*, data: WorldCreateInput) -> World:
+def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
     """Create a world and its turn 0 from ``{"slug", "scenario_ref", "name"?, "start_time"?,
-    "replay_from"?}``."""
+    "replay_from"?, "budget"?}``."""
     body = require_object(data, "body", "invalid_input")
     check_keys(body, "", required=CREATE_FIELDS, optional=CREATE_OPTIONAL, code="invalid_input")
     slug = body["slug"]
@@ -153,6 +155,7 @@ def world_create(*, data: WorldCreateInput) -> World:
     if name is not None:
         reject_nul(name, "name")
     start = _parse_start_time(body.get("start_time"))
+    budget = parse_budget(body["budget"]) if body.get("budget") is not None else None
     with transaction.atomic(durable=True):
         if World.objects.filter(slug=slug).exists():
             raise ConflictError(
@@ -191,6 +194,8 @@ def world_create(*, data: WorldCreateInput) -> World:
             state=state.to_snapshot(),
             state_hash=state.snapshot_hash(),
         )
+        if budget is not None:
+            world_budget_record(world=world, limits=budget, set_by=created_by)
     return world
 
 

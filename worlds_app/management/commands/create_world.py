@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from chukwa_core.errors import ChukwaError
 from cognition_app.sources import REPLAY_MODES
 from worlds_app.services import WorldCreateInput, world_create
+from worlds_app.services.budgets import BUDGET_FIELDS
 
 
 class Command(BaseCommand):
@@ -35,6 +36,11 @@ class Command(BaseCommand):
             help="with --replay-from: replay_then_live (unmatched calls go live) or "
             "replay_strict (they fail the attempt)",
         )
+        budget = parser.add_argument_group("budget (SPEC §12; any of them, none by default)")
+        budget.add_argument("--budget-max-tokens-per-turn", type=int, metavar="N")
+        budget.add_argument("--budget-max-cost-per-turn", metavar="AMOUNT")
+        budget.add_argument("--budget-max-tokens-total", type=int, metavar="N")
+        budget.add_argument("--budget-max-cost-total", metavar="AMOUNT")
 
     def handle(self, *args: Any, **options: Any) -> None:
         ref = (
@@ -51,8 +57,17 @@ class Command(BaseCommand):
             raise CommandError("--replay-from and --replay-mode go together")
         if options["replay_from"] is not None:
             data["replay_from"] = {"world": options["replay_from"], "mode": options["replay_mode"]}
+        budget = {
+            name: options[f"budget_{name}"]
+            for name in BUDGET_FIELDS
+            if options[f"budget_{name}"] is not None
+        }
+        if budget:
+            data["budget"] = budget  # checked by the service, like the API's
         try:
-            world = world_create(data=cast(WorldCreateInput, data))  # checked by the service
+            world = world_create(  # checked by the service
+                data=cast(WorldCreateInput, data), created_by="cli"
+            )
         except ChukwaError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
         replaying = (
@@ -62,5 +77,9 @@ class Command(BaseCommand):
         )
         self.stdout.write(
             f"world {world.slug!r} created from {world.label} ({world.scenario_id[:12]}), "
-            f"turn 0{replaying}"
+            f"turn 0{replaying}" + (f", budget {_budget_text(budget)}" if budget else "")
         )
+
+
+def _budget_text(budget: dict[str, Any]) -> str:
+    return ", ".join(f"{name} {value}" for name, value in budget.items())

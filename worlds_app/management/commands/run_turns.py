@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from chukwa_core.errors import ChukwaError
+from cognition_app.selectors import CostTotals
 from worlds_app import selectors
 from worlds_app.models import AttemptStatus, TurnAttempt
 from worlds_app.services import turn_attempt_enqueue
@@ -22,14 +23,30 @@ def _worker_names() -> list[str]:
     return [name for reply in replies for name in reply]
 
 
+def cost_text(cost: CostTotals) -> str:
+    """ "cost 0.00024 (1200 tokens)"; a call without a price makes it "unknown", never 0."""
+    tokens = f"{cost['tokens']['total']} tokens"
+    if cost["total"] is None:
+        amount = "unknown" if cost["calls"] else "0"
+    else:
+        amount = format(cost["total"].normalize(), "f") if cost["total"] else "0"
+    notes = [tokens]
+    if cost["unknown_calls"] and cost["total"] is not None:
+        amount += "+"  # a lower bound: some calls have no price
+        notes.append(f"{cost['unknown_calls']} call(s) unpriced")
+    if cost["estimated_calls"]:
+        notes.append("estimated")
+    return f"cost {amount} ({', '.join(notes)})"
+
+
 def summarize_turn(slug: str, number: int) -> str:
-    """One line: the turn, each subject's narration, and what changed."""
+    """One line: the turn, each subject's narration, what changed, and what it cost."""
     turn = selectors.turn_get(slug=slug, number=number)
     narrations = " | ".join(f"{p['subject_id']}: {p['narration']}" for p in turn["patches"])
     changed = sorted({t["target_id"] for t in turn["transitions"]})
     return (
         f"turn {number} [{turn['simulation_time']:%H:%M:%S}] {narrations or '(no patches)'}"
-        f" — changed: {', '.join(changed) or 'nothing'}"
+        f" — changed: {', '.join(changed) or 'nothing'} — {cost_text(turn['cost'])}"
     )
 
 

@@ -1,0 +1,194 @@
+"""Whether an LLM call may be sent under its world's budget (SPEC §12).
+
+Before every LLM call, what the call *could* spend — its prompt estimate plus its completion cap
+(the source's ``max_tokens``) — is checked against what is left of each limit: the per-turn
+limits against this attempt's calls so far, the total limits against every call the world has
+made (failed attempts spent real tokens too). A call that could exceed a limit is not sent.
+
+Fail closed: a source with no completion cap cannot be bounded, so under any budget its call is
+refused; under a cost budget, so is a call with no price row. Never a truncated or empty reply.
+
+The limits come from the worlds layer through the call context; nothing here imports it.
+
+Check-then-send is not a reservation: it is exact while a world's LLM calls run one after the
+other (one running attempt per world, subjects in order). Calls running side by side would
+each see the others' spend only once they finish; running calls' caps must then be counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from django.db.models import DecimalField, F, IntegerField, Q, Sum, Value
+from django.db.models.functions import Coalesce
+
+from cognition_app.costs import worst_case_cost
+from cognition_app.models import LlmCall, ModelPrice
+
+# Chat formats wrap each message in a few tokens of their own (role, separators).
+TOKENS_PER_MESSAGE = 4
+
+
+@dataclass(frozen=True)
+class BudgetLimits:
+    max_tokens_per_turn: int | None = None
+    max_cost_per_turn: Decimal | None = None
+    max_tokens_total: int | None = None
+    max_cost_total: Decimal | None = None
+
+    def is_empty(self) -> bool:
+        return all(
+            v is None
+            for v in (
+                self.max_tokens_per_turn,
+                self.max_cost_per_turn,
+                self.max_tokens_total,
+                self.max_cost_total,
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Spent:
+    turn_tokens: int
+    turn_cost: Decimal
+    total_tokens: int
+    total_cost: Decimal
+
+
+def prompt_estimate(messages: Sequence[Mapping[str, Any]], response_format: Any = None) -> int:
+    """An upper-leaning estimate of the prompt's tokens: characters / 4, rounded up, of every
+    message and of the response format's schema (the model reads it too), plus a few tokens
+    per message."""
+    chars = sum(len(str(m.get("content", ""))) for m in messages)
+    if response_format is not None:
+        chars += len(json.dumps(response_format))
+    return math.ceil(chars / 4) + TOKENS_PER_MESSAGE * len(messages)
+
+
+def completion_cap(params: Mapping[str, Any]) -> int | None:
+    """The most the call may generate, as the source says (``max_completion_tokens`` wins,
+    like the OpenAI API); None when the source sets no cap."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = params.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def spent(*, world_id: int, attempt_id: UUID) -> Spent:
+    """What the world's LLM calls have spent, in all and in this attempt (one query)."""
+    tokens = Coalesce(F("prompt_tokens"), 0) + Coalesce(F("completion_tokens"), 0)
+    zero = Value(Decimal(0), output_field=DecimalField(max_digits=20, decimal_places=10))
+    this_attempt = Q(invocation__attempt_id=attempt_id)
+    row = LlmCall.objects.filter(invocation__world_id=world_id).aggregate(
+        total_tokens=Coalesce(Sum(tokens, output_field=IntegerField()), 0),
+        total_cost=Coalesce(Sum("cost"), zero),
+        turn_tokens=Coalesce(Sum(tokens, filter=this_attempt, output_field=IntegerField()), 0),
+        turn_cost=Coalesce(Sum("cost", filter=this_attempt), zero),
+    )
+    return Spent(
+        turn_tokens=int(row["turn_tokens"]),
+        turn_cost=Decimal(row["turn_cost"]),
+        total_tokens=int(row["total_tokens"]),
+        total_cost=Decimal(row["total_cost"]),
+    )
+
+
+def budget_refusal(
+    *,
+    limits: BudgetLimits,
+    world_id: int,
+    attempt_id: UUID,
+    prompt_tokens: int,
+    max_completion: int | None,
+    price: ModelPrice | None,
+    price_key: str,
+) -> str | None:
+    """Why this call may not be sent, naming the budget and the figures; None if it may."""
+    if limits.is_empty():
+        return None
+    names = [
+        name
+        for name in (
+            "max_tokens_per_turn",
+            "max_cost_per_turn",
+            "max_tokens_total",
+            "max_cost_total",
+        )
+        if getattr(limits, name) is not None
+    ]
+    if max_completion is None:
+        return (
+            f"budget {', '.join(names)}: the source sets no max_tokens, so what this call could "
+            "spend has no bound; it was not sent (give the source a max_tokens param)"
+        )
+    cost_limits = [n for n in names if n.startswith("max_cost")]
+    if cost_limits and price is None:
+        return (
+            f"budget {', '.join(cost_limits)}: no price for {price_key}, so what this call could "
+            "cost is unknown; it was not sent (add a model price)"
+        )
+    used = spent(world_id=world_id, attempt_id=attempt_id)
+    could_tokens = prompt_tokens + max_completion
+    figures = f"prompt estimate {prompt_tokens} + max_tokens {max_completion}"
+    checks: list[tuple[str, Any, Any, Any, str]] = []
+    if limits.max_tokens_per_turn is not None:
+        checks.append(
+            (
+                "max_tokens_per_turn",
+                limits.max_tokens_per_turn,
+                used.turn_tokens,
+                could_tokens,
+                "this turn's attempt",
+            )
+        )
+    if limits.max_tokens_total is not None:
+        checks.append(
+            (
+                "max_tokens_total",
+                limits.max_tokens_total,
+                used.total_tokens,
+                could_tokens,
+                "the world",
+            )
+        )
+    if cost_limits and price is not None:
+        could_cost = worst_case_cost(
+            price, prompt_tokens=prompt_tokens, completion_tokens=max_completion
+        )
+        if limits.max_cost_per_turn is not None:
+            checks.append(
+                (
+                    "max_cost_per_turn",
+                    limits.max_cost_per_turn,
+                    used.turn_cost,
+                    could_cost,
+                    "this turn's attempt",
+                )
+            )
+        if limits.max_cost_total is not None:
+            checks.append(
+                ("max_cost_total", limits.max_cost_total, used.total_cost, could_cost, "the world")
+            )
+    for name, limit, so_far, could, whose in checks:
+        if so_far + could > limit:
+            unit = "tokens" if name.startswith("max_tokens") else "in cost"
+            return (
+                f"budget {name} = {_fmt(limit)}: {whose} has spent {_fmt(so_far)} {unit}, "
+                f"{_fmt(max(limit - so_far, 0))} left; this call could spend {_fmt(could)} "
+                f"({figures}); it was not sent"
+            )
+    return None
+
+
+def _fmt(value: int | Decimal) -> str:
+    if isinstance(value, Decimal):
+        return format(value.normalize(), "f") if value else "0"
+    return str(value)

@@ -1,0 +1,99 @@
+"""The price table through the API (SPEC §12): operators add rows, everyone reads them, the
+history stays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from rest_framework.test import APIClient
+
+from cognition_app.models import ModelPrice
+
+pytestmark = pytest.mark.django_db
+
+PRICE: dict[str, Any] = {
+    "url_env": "CHUKWA_LLM_BASE_URL",
+    "model": "gpt-4o-mini",
+    "input_per_million": "0.15",
+    "output_per_million": "0.60",
+    "cached_input_per_million": "0.075",
+}
+
+
+def test_put_then_get_keeps_the_history(
+    operator_client: APIClient, reader_client: APIClient
+) -> None:
+    first = operator_client.put(
+        "/api/model-prices/", {**PRICE, "valid_from": "2026-01-01T00:00:00Z"}, format="json"
+    )
+    assert first.status_code == 201, first.content
+    assert first.json()["input_per_million"] == "0.150000"
+    assert first.json()["created_by"] == "ops"
+    second = operator_client.put(
+        "/api/model-prices/",
+        {**PRICE, "input_per_million": "0.2", "valid_from": "2026-06-01T00:00:00+02:00"},
+        format="json",
+    )
+    assert second.status_code == 201, second.content
+
+    rows = reader_client.get("/api/model-prices/?model=gpt-4o-mini").json()["results"]
+    assert [(r["input_per_million"], r["valid_from"]) for r in rows] == [
+        ("0.200000", "2026-05-31T22:00:00Z"),
+        ("0.150000", "2026-01-01T00:00:00Z"),
+    ]
+    same_instant = operator_client.put(
+        "/api/model-prices/", {**PRICE, "valid_from": "2026-01-01T00:00:00Z"}, format="json"
+    )
+    assert same_instant.status_code == 409
+    assert same_instant.json()["error"]["code"] == "price_exists"
+
+
+def test_readers_cannot_put(reader_client: APIClient) -> None:
+    response = reader_client.put("/api/model-prices/", PRICE, format="json")
+    assert response.status_code == 403
+    assert not ModelPrice.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"url_env": "HOME"}, "invalid_url_env"),
+        ({"input_per_million": "-1"}, "invalid_price"),
+        ({"output_per_million": "abc"}, "invalid_price"),
+        ({"valid_from": "yesterday"}, "invalid_valid_from"),
+    ],
+)
+def test_bad_prices_are_refused(
+    operator_client: APIClient, change: dict[str, Any], code: str
+) -> None:
+    response = operator_client.put("/api/model-prices/", {**PRICE, **change}, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == code
+    assert not ModelPrice.objects.exists()
+
+
+def _staff(user: User) -> Client:
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def test_admin_staff_read_operators_write(operator_user: User, reader_user: User) -> None:
+    reader, operator = _staff(reader_user), _staff(operator_user)
+    assert reader.get("/admin/cognition_app/modelprice/").status_code == 200
+    form = {
+        **PRICE,
+        "valid_from_0": "2026-01-01",
+        "valid_from_1": "00:00:00",
+    }
+    assert reader.post("/admin/cognition_app/modelprice/add/", form).status_code == 403
+    assert not ModelPrice.objects.exists()
+    response = operator.post("/admin/cognition_app/modelprice/add/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    row = ModelPrice.objects.get()
+    assert (row.created_by, str(row.input_per_million)) == ("ops", "0.150000")
