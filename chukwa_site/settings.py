@@ -214,7 +214,10 @@ CELERY_TASK_DEFAULT_QUEUE = env.str("CHUKWA_CELERY_QUEUE", "chukwa")
 # The periodic reaper/re-drive has a queue of its own, consumed by a worker that runs no turn
 # attempts, so it never waits behind them (SPEC §6).
 CHUKWA_CONTROL_QUEUE = env.str("CHUKWA_CELERY_CONTROL_QUEUE", "chukwa-control")
-CELERY_TASK_ROUTES = {"worlds.reap_expired_attempts": {"queue": CHUKWA_CONTROL_QUEUE}}
+CELERY_TASK_ROUTES = {
+    "worlds.reap_expired_attempts": {"queue": CHUKWA_CONTROL_QUEUE},
+    "worlds.export_attempt_trace": {"queue": CHUKWA_CONTROL_QUEUE},
+}
 # How often the reaper/re-drive runs: a lost dispatch delays an attempt by at most this long.
 CHUKWA_REAPER_PERIOD_SECONDS = env.float("CHUKWA_REAPER_PERIOD_SECONDS", 15)
 CELERY_BEAT_SCHEDULE = {
@@ -229,6 +232,11 @@ CELERY_BEAT_SCHEDULE = {
 }
 # At most this many idle worlds are re-driven per period (the longest-waiting first).
 CHUKWA_REDRIVE_LIMIT = env.int("CHUKWA_REDRIVE_LIMIT", 500)
+# OpenTelemetry export of finished attempts (SPEC §9): the standard OTLP variables; an empty
+# endpoint turns export off (nothing is enqueued). The exporter appends /v1/traces to it.
+OTEL_EXPORTER_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+OTEL_EXPORTER_OTLP_HEADERS = env.str("OTEL_EXPORTER_OTLP_HEADERS", "")
+OTEL_EXPORTER_OTLP_TIMEOUT = env.float("OTEL_EXPORTER_OTLP_TIMEOUT", 10)
 # A running attempt renews its lease while it works; one that stops renewing for this long is
 # considered dead and is marked interrupted by the reaper.
 CHUKWA_ATTEMPT_LEASE_SECONDS = env.int("CHUKWA_ATTEMPT_LEASE_SECONDS", 60)

@@ -57,3 +57,19 @@ def reap_expired_attempts() -> dict[str, Any]:
         # left half-done.
         logger.warning("reaper skipped this period: database unavailable (%s)", type(exc).__name__)
         return {"reaped": [], "redriven": [], "skipped": "database unavailable"}
+
+
+# Routed to the control queue (settings.CELERY_TASK_ROUTES): exporting never takes a turn worker.
+# Idempotent: the trace is rebuilt from finished rows with derived ids, so a redelivery re-sends
+# the same spans. No retries: the exporter retries transient HTTP answers itself.
+@shared_task(
+    name="worlds.export_attempt_trace",  # = services.dispatch.EXPORT_ATTEMPT_TRACE_TASK
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=60,
+    time_limit=90,
+)
+def export_attempt_trace(attempt_id: str) -> dict[str, Any]:
+    from worlds_app.telemetry import attempt_trace_export
+
+    return attempt_trace_export(attempt_id=attempt_id)

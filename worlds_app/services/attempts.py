@@ -55,7 +55,7 @@ from worlds_app.models import (
     World,
 )
 from worlds_app.selectors import require_slug, world_budget_limits
-from worlds_app.services.dispatch import kick_on_commit
+from worlds_app.services.dispatch import export_on_commit, kick_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -487,6 +487,7 @@ def _commit(
             duration_ms=int((time.monotonic() - started) * 1000),
         )
         kick_on_commit(world.pk)
+        export_on_commit(attempt.pk)
     return turn
 
 
@@ -549,6 +550,7 @@ def _fail(
         finish_running(attempt_id=attempt.pk, reason=f"attempt failed: {failure.step}")
         _cancel_rest_of_batch(attempt, f"cancelled: attempt {attempt.pk} of this batch failed")
         kick_on_commit(attempt.world_id)
+        export_on_commit(attempt.pk)
 
 
 def _fail_safely(
@@ -671,5 +673,6 @@ def turn_attempt_reap(*, now: datetime | None = None) -> list[str]:
                 attempt, f"cancelled: attempt {attempt.pk} of this batch was interrupted"
             )
             kick_on_commit(attempt.world_id)
+            export_on_commit(attempt.pk)
         reaped.append(str(attempt_id))
     return reaped

@@ -10,6 +10,7 @@ an attempt by at most one reaper period.
 from __future__ import annotations
 
 import logging
+from uuid import UUID
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
@@ -24,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 
 RUN_TURN_ATTEMPT_TASK = "worlds.run_turn_attempt"
+EXPORT_ATTEMPT_TRACE_TASK = "worlds.export_attempt_trace"
 
 
 def kick_on_commit(world_id: int) -> None:
@@ -88,6 +90,34 @@ def _dispatch(*, attempt_id: str, world_slug: str) -> bool:
         )
         return False
     return True
+
+
+def export_on_commit(attempt_id: UUID) -> None:
+    """After commit, ask the control queue to export the finished attempt's trace (SPEC §9).
+
+    Nothing at all happens while export is off. A message the broker cannot take is a trace
+    lost, logged, never an error for the attempt that just ended."""
+    if not settings.OTEL_EXPORTER_OTLP_ENDPOINT:
+        return
+
+    def send() -> None:
+        from celery import current_app
+
+        try:
+            current_app.send_task(
+                EXPORT_ATTEMPT_TRACE_TASK,
+                args=[str(attempt_id)],
+                queue=settings.CHUKWA_CONTROL_QUEUE,
+            )
+        except BROKER_ERRORS as exc:
+            logger.warning(
+                "attempt %s: trace not exported, broker unavailable (%s: %s)",
+                attempt_id,
+                type(exc).__name__,
+                exc,
+            )
+
+    transaction.on_commit(send)
 
 
 # --- re-drive ------------------------------------------------------------------------------
