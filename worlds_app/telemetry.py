@@ -144,6 +144,15 @@ def _invocation_span(inv: SourceInvocation) -> tuple[str, SpanKind, dict[str, An
     return str(inv.kind), SpanKind.CLIENT, _without_none(common)
 
 
+def _resource() -> Resource:
+    """OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES as the SDK reads them; the service is
+    ``chukwa`` unless they name it."""
+    detected = Resource.create()
+    if str(detected.attributes.get("service.name", "")).startswith("unknown_service"):
+        return detected.merge(Resource({"service.name": "chukwa"}))
+    return detected
+
+
 def attempt_spans(*, attempt_id: str | UUID) -> list[ReadableSpan]:
     """The finished spans of one finished attempt's trace (empty if it is not finished)."""
     attempt = (
@@ -158,9 +167,7 @@ def attempt_spans(*, attempt_id: str | UUID) -> list[ReadableSpan]:
     )
     ids = _DerivedIds(attempt.pk.int)
     collected = _Collect()
-    provider = TracerProvider(
-        resource=Resource.create({"service.name": "chukwa"}), id_generator=ids
-    )
+    provider = TracerProvider(resource=_resource(), id_generator=ids)
     provider.add_span_processor(collected)
     tracer = provider.get_tracer(SCOPE)
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -20,7 +22,12 @@ from tests.cognition_app.conftest import create_world, run_turn
 from tests.cognition_app.test_park import BUY_CANDY, final, set_state
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from worlds_app.models import AttemptStatus, TurnAttempt
-from worlds_app.services import dispatch, turn_attempt_enqueue
+from worlds_app.services import (
+    dispatch,
+    turn_attempt_claim,
+    turn_attempt_enqueue,
+    turn_attempt_reap,
+)
 from worlds_app.telemetry import attempt_spans, attempt_trace_export
 
 pytestmark = pytest.mark.django_db
@@ -144,6 +151,37 @@ def test_an_unfinished_attempt_has_no_trace() -> None:
     assert attempt_spans(attempt_id=attempt_id) == []
     attempt = TurnAttempt.objects.get(pk=attempt_id)
     assert attempt_spans(attempt_id=attempt.pk) == []
+
+
+def test_an_interrupted_attempt_is_exported_when_the_reaper_ends_it(
+    scripted_llm: ScriptedLLM,
+    toy_sources: str,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    sent: list[list[str]] = []
+
+    class _App:
+        def send_task(self, name: str, args: list[str], queue: str) -> None:
+            if name == dispatch.EXPORT_ATTEMPT_TRACE_TASK:
+                sent.append(args)
+
+    monkeypatch.setattr("celery.current_app", _App())
+    world = create_world("park", "reaped")
+    (attempt_id,) = turn_attempt_enqueue(slug=world.slug)["attempt_ids"]
+    assert turn_attempt_claim(attempt_id=attempt_id, owner="dead-worker") is not None
+    with (
+        override_settings(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        assert turn_attempt_reap(now=timezone.now() + timedelta(hours=1)) == [attempt_id]
+    assert sent == [[attempt_id]]
+    (root,) = attempt_spans(attempt_id=attempt_id)
+    assert root.attributes is not None
+    assert root.attributes["chukwa.attempt.status"] == "interrupted"
+    assert root.attributes["chukwa.attempt.failure_step"] == "lease"
+    assert root.status.status_code is StatusCode.ERROR
+    assert root.resource.attributes["service.name"] == "chukwa"
 
 
 class _Receiver(ThreadingHTTPServer):
