@@ -1,4 +1,4 @@
-FROM python:3.11-slim
+FROM python:3.11-slim AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 WORKDIR /app
 # The runtime only: no test tools, no embedded PostgreSQL/Redis, no embedded model (and so no
@@ -10,3 +10,12 @@ RUN DATABASE_URL=postgres://x@localhost/x REDIS_URL=redis://localhost DJANGO_SEC
     python manage.py collectstatic --noinput -v 0
 EXPOSE 8000
 CMD ["gunicorn", "chukwa_site.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]
+
+# Optional: Flower for docker-compose's "monitoring" profile (`docker compose build` picks this
+# stage by its target); the runtime image below stays without it.
+FROM runtime AS flower
+COPY requirements-monitoring.txt .
+RUN pip install --no-cache-dir -r requirements-monitoring.txt
+
+# The default image (`docker build .`): the runtime.
+FROM runtime

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import dj_database_url
 from environs import Env
+from marshmallow.validate import OneOf
 
 from chukwa_site import embedded
 
@@ -248,9 +249,26 @@ CHUKWA_PROBE_RETRY_SECONDS = env.int("CHUKWA_PROBE_RETRY_SECONDS", 60)
 
 OPERATORS_GROUP = "operators"
 
+# One JSON object per line by default (what log collectors read); `text` for a terminal. The web
+# process and the Celery workers (chukwa_site.celery) both log through this configuration.
+CHUKWA_LOG_FORMAT = env.str("CHUKWA_LOG_FORMAT", "json", validate=OneOf(["json", "text"]))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"log_context": {"()": "chukwa_core.log_context.LogContextFilter"}},
+    "formatters": {
+        "json": {"()": "chukwa_site.logs.JsonFormatter"},
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["log_context"],
+            "formatter": CHUKWA_LOG_FORMAT,
+        }
+    },
     "root": {"handlers": ["console"], "level": env.log_level("CHUKWA_LOG_LEVEL", logging.WARNING)},
+    # httpx logs every request's full URL at INFO, query string included; "source call
+    # finished" (cognition_app.sources.tracing) says what happened without the URL.
+    "loggers": {"httpx": {"level": "WARNING"}},
 }

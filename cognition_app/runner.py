@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from chukwa_core import log_context
 from chukwa_core.node_types import NODE_TYPES, PATCH_NODE_TYPES
 from chukwa_core.rule_policy import RuleContext, ToolResultMissing, evaluate_rule_policy
 from cognition_app import sources
@@ -122,6 +123,11 @@ if set(NODE_EXECUTORS) != set(NODE_TYPES):
 
 def run_subject_workflow(run: SubjectRun) -> tuple[dict[str, Any], str]:
     """Run every node in order; return (the patch named by ``apply.from``, its node id)."""
+    with log_context.bound(subject=run.subject_id):
+        return _run_nodes(run)
+
+
+def _run_nodes(run: SubjectRun) -> tuple[dict[str, Any], str]:
     node_types: dict[str, str] = {}
     for node in run.workflow["nodes"]:
         executor = NODE_EXECUTORS.get(node["type"])

@@ -123,6 +123,19 @@ def finish_invocation(inv: SourceInvocation, status: str, **fields: Any) -> None
             SourceInvocation.objects.filter(pk=inv.pk).update(**fields)
     for key, value in fields.items():
         setattr(inv, key, value)
+    # Ids and outcome only: never the request (its headers carry keys) nor the response.
+    logger.info(
+        "source call finished",
+        extra={
+            "invocation": str(inv.pk),
+            "kind": inv.kind,
+            "source": inv.source_label or inv.source_hash[:12],
+            "node": inv.node_id,
+            "status": status,
+            "failure_class": fields.get("failure_class", ""),
+            "duration_ms": inv.duration_ms,
+        },
+    )
 
 
 def _ms_since(start: datetime, end: datetime) -> int:

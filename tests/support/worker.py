@@ -29,7 +29,13 @@ def worker_process(
     test can drive the periodic reaper/re-drive on it. Its log is var/<name>.log."""
     from chukwa_site.celery import app
 
-    full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "chukwa_site.settings", **(env or {})}
+    # The worker logs at CHUKWA_LOG_LEVEL (Celery's --loglevel is not used: chukwa_site.celery).
+    full_env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "chukwa_site.settings",
+        "CHUKWA_LOG_LEVEL": "INFO",
+        **(env or {}),
+    }
     command = [sys.executable, "-m", "celery", "-A", "chukwa_site", "worker", "--pool", pool]
     if pool == "prefork":
         command += ["--concurrency", str(concurrency)]
@@ -37,7 +43,7 @@ def worker_process(
         full_env["CHUKWA_CELERY_QUEUE"] = queue
         full_env["CHUKWA_CELERY_CONTROL_QUEUE"] = control_queue(queue)
         command += ["-Q", f"{queue},{control_queue(queue)}"]
-    command += ["--hostname", f"{name}@%h", "--loglevel", "INFO"]
+    command += ["--hostname", f"{name}@%h"]
     log_path = PROJECT / "var" / f"{name}.log"
     log_path.parent.mkdir(exist_ok=True)
     with log_path.open("w") as log:

@@ -9,6 +9,7 @@ transaction, or not at all.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 import threading
@@ -22,7 +23,7 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from chukwa_core import clock
+from chukwa_core import clock, log_context
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.json_values import storable_text
 from chukwa_core.patching import PatchRejected, Transition, apply_patch, validate_patch
@@ -232,7 +233,13 @@ class _Heartbeat:
         self.attempt = attempt
         self.lost = False
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"lease-{attempt.pk}", daemon=True)
+        # In a copy of the caller's context, so its log lines carry the attempt's ids too.
+        self._thread = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(self._beat,),
+            name=f"lease-{attempt.pk}",
+            daemon=True,
+        )
 
     def _beat(self) -> None:
         try:
@@ -321,13 +328,14 @@ def turn_attempt_execute(
                 "subject": {"id": subject["id"], "environment": subject["environment"]},
             }
         try:
-            result = invoke_ambient(
-                source=source,
-                workflow_hash=workflow_hash,
-                request_context=context,
-                make_ctx=make_call_context,
-                subject_id=subject["id"] if subject is not None else "",
-            )
+            with log_context.bound(subject=subject["id"] if subject is not None else None):
+                result = invoke_ambient(
+                    source=source,
+                    workflow_hash=workflow_hash,
+                    request_context=context,
+                    make_ctx=make_call_context,
+                    subject_id=subject["id"] if subject is not None else "",
+                )
         except SourceFailure as exc:
             raise AttemptFailure(
                 "ambient",
@@ -582,6 +590,15 @@ def turn_attempt_run(*, attempt_id: str, owner: str) -> str | None:
     attempt = turn_attempt_claim(attempt_id=attempt_id, owner=owner)
     if attempt is None:
         return None
+    with log_context.bound(world=attempt.world.slug, attempt=str(attempt.pk)):
+        logger.info(
+            "attempt claimed",
+            extra={"turn": attempt.attempted_turn, "worker": owner},
+        )
+        return _run_claimed(attempt, owner)
+
+
+def _run_claimed(attempt: TurnAttempt, owner: str) -> str:
     started = time.monotonic()
     events: list[StagedEvent] = [
         StagedEvent(
@@ -603,13 +620,26 @@ def turn_attempt_run(*, attempt_id: str, owner: str) -> str | None:
             )
         if heartbeat.lost:
             raise LeaseLost(str(attempt.pk))
-        _commit(attempt, previous, working, staged, events, started)
+        turn = _commit(attempt, previous, working, staged, events, started)
+        logger.info(
+            "attempt committed",
+            extra={"turn": turn.number, "duration_ms": _ms_since(started)},
+        )
         return AttemptStatus.COMMITTED
     except LeaseLost:
-        logger.warning("attempt %s lost its lease; its outcome is the reaper's", attempt_id)
+        logger.warning("attempt %s lost its lease; its outcome is the reaper's", attempt.pk)
         return AttemptStatus.INTERRUPTED
     except AttemptFailure as failure:
         _fail_safely(attempt, failure, events, started)
+        # The step only: the reason may quote a source's answer; it is kept on the attempt.
+        logger.info(
+            "attempt failed",
+            extra={
+                "step": failure.step,
+                "failed_subject": failure.subject_id,
+                "duration_ms": _ms_since(started),
+            },
+        )
         return AttemptStatus.FAILED
     except Exception as exc:
         # Unexpected: still end the attempt (never leave it running until the reaper), then
@@ -620,7 +650,15 @@ def turn_attempt_run(*, attempt_id: str, owner: str) -> str | None:
             events,
             started,
         )
+        logger.exception(
+            "attempt failed",
+            extra={"step": "internal_error", "duration_ms": _ms_since(started)},
+        )
         raise
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
 
 
 # --- reaper --------------------------------------------------------------------------------
