@@ -247,7 +247,8 @@ def _turn_in_pieces(slug: str, *, capture: bool = False) -> PieceTiming:
 
     from cognition_app.subject_run import AttemptFailure, StagedEvent
     from worlds_app.models import Turn
-    from worlds_app.services.attempts import _commit, turn_attempt_execute
+    from worlds_app.services.attempts import _commit
+    from worlds_app.services.execution import turn_attempt_execute
 
     attempt_id = _enqueue_one(slug)
     t0 = time.perf_counter()

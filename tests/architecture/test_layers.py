@@ -156,3 +156,17 @@ def test_no_module_import_cycles() -> None:
 def test_the_checker_sees_a_cycle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+MAX_MODULE_LINES = 600  # STYLE.md: past ~600 lines a module becomes a package split by entity
+
+
+def test_every_module_stays_within_the_size_rule() -> None:
+    too_long = {}
+    for name, path in _modules().items():
+        if ".migrations." in f".{name}.":
+            continue
+        lines = sum(1 for line in path.read_text().splitlines() if line.strip())
+        if lines > MAX_MODULE_LINES:
+            too_long[name] = lines
+    assert too_long == {}
