@@ -1,7 +1,18 @@
-"""Shared plumbing for the benchmarks: a throwaway database on the embedded server and a
-private Celery queue. Import after the bench has set CHUKWA_DB_NAME / CHUKWA_CELERY_QUEUE."""
+"""Shared plumbing for the benchmarks: a throwaway database on the embedded server, a private
+Celery queue and a worker process consuming it. Import after the bench has set CHUKWA_DB_NAME / CHUKWA_CELERY_QUEUE."""
 
 from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+WORKER_START_TIMEOUT_S = 60.0
 
 
 def recreate_database(name: str, *, create: bool, async_commit: bool = False) -> None:
@@ -44,3 +55,56 @@ def queue_delete(queue: str) -> None:
         bound = app.amqp.queues[queue].bind(conn.default_channel)
         bound.declare()  # the transport deletes only bindings it knows of
         bound.delete()
+
+
+def start_worker(
+    *, queue: str, name: str, concurrency: int, log: IO[bytes]
+) -> subprocess.Popen[bytes]:
+    """A prefork Celery worker on ``queue``, its output in ``log``."""
+    command = [
+        *(sys.executable, "-m", "celery", "-A", "chukwa_site", "worker"),
+        *("--pool", "prefork", "--concurrency", str(concurrency), "-Q", queue, "-n", name),
+    ]
+    # A session of its own, so that a worker that ignores SIGTERM can be killed with its
+    # children (and only those).
+    return subprocess.Popen(
+        command,
+        cwd=PROJECT_DIR,
+        env={**os.environ, "CHUKWA_LOG_LEVEL": "WARNING"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def log_tail(log: IO[bytes]) -> str:
+    log.flush()
+    log.seek(0)
+    return "\n".join(log.read().decode("utf-8", "replace").splitlines()[-40:])
+
+
+def wait_for_worker(proc: subprocess.Popen[bytes], *, name: str, log: IO[bytes]) -> float:
+    """Seconds until the worker answers a ping; raises with its log if it exits or never does."""
+    from chukwa_site.celery import app
+
+    t0 = time.perf_counter()
+    deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the worker exited with status {proc.returncode}:\n{log_tail(log)}")
+        if any(name in reply for reply in app.control.ping(destination=[name], timeout=0.5)):
+            return time.perf_counter() - t0
+    raise RuntimeError(
+        f"the worker did not answer a ping within {WORKER_START_TIMEOUT_S:.0f} s:\n{log_tail(log)}"
+    )
+
+
+def stop_worker(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()  # warm shutdown: the main process stops its pool children
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -44,7 +43,6 @@ os.environ["CHUKWA_CELERY_QUEUE"] = BENCH_QUEUE
 AGENTS = ("ada", "bea", "cyd", "dov", "eli")
 ROOM = "storeroom"
 START = "2031-01-01T08:00:00+00:00"
-WORKER_START_TIMEOUT_S = 60.0
 BATCH_TIMEOUT_S = 600.0
 ACTING = re.compile(r"Acting subject:\n- (\w+) \(")
 TURN = re.compile(r"\(turn (\d+)\)")
@@ -113,53 +111,6 @@ def _reply(request: dict[str, Any]) -> str:
 # --- the worker --------------------------------------------------------------------------------
 
 
-def _start_worker(log: IO[bytes]) -> subprocess.Popen[bytes]:
-    command = [
-        *(sys.executable, "-m", "celery", "-A", "chukwa_site", "worker"),
-        *("--pool", "prefork", "--concurrency", "1", "-Q", BENCH_QUEUE, "-n", WORKER_NAME),
-        *("--loglevel", "WARNING"),
-    ]
-    # A session of its own, so that a worker that ignores SIGTERM can be killed with its
-    # children (and only those).
-    return subprocess.Popen(
-        command,
-        cwd=PROJECT_DIR,
-        env=os.environ.copy(),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def _log_tail(log: IO[bytes]) -> str:
-    log.flush()
-    log.seek(0)
-    return "\n".join(log.read().decode("utf-8", "replace").splitlines()[-40:])
-
-
-def _wait_for_worker(proc: subprocess.Popen[bytes], log: IO[bytes]) -> None:
-    from chukwa_site.celery import app
-
-    deadline = time.monotonic() + WORKER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the worker exited ({proc.returncode}):\n{_log_tail(log)}")
-        if any(WORKER_NAME in r for r in app.control.ping(destination=[WORKER_NAME], timeout=0.5)):
-            return
-    raise RuntimeError(f"the worker did not answer a ping:\n{_log_tail(log)}")
-
-
-def _stop_worker(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
 def _run_turns(slug: str, turns: int, proc: subprocess.Popen[bytes], log: IO[bytes]) -> float:
     """Queue ``turns`` attempts, wait until all are committed; seconds per turn, end to end."""
     from worlds_app.models import AttemptStatus, TurnAttempt
@@ -182,7 +133,7 @@ def _run_turns(slug: str, turns: int, proc: subprocess.Popen[bytes], log: IO[byt
             )
             raise RuntimeError(f"{slug}: the batch did not commit: {dict(statuses)}; {reasons}")
         if proc.poll() is not None:
-            raise RuntimeError(f"the worker exited ({proc.returncode}):\n{_log_tail(log)}")
+            raise RuntimeError(f"the worker exited ({proc.returncode}):\n{benchdb.log_tail(log)}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"{slug}: not committed in {BATCH_TIMEOUT_S:.0f} s: {statuses}")
         time.sleep(0.02)
@@ -247,8 +198,8 @@ def main() -> int:
             f"world: {len(AGENTS)} LLM agents (llm_tool_loop, response_format), {args.turns} turns"
         )
 
-        worker = _start_worker(log)
-        _wait_for_worker(worker, log)
+        worker = benchdb.start_worker(queue=BENCH_QUEUE, name=WORKER_NAME, concurrency=1, log=log)
+        benchdb.wait_for_worker(worker, name=WORKER_NAME, log=log)
         llm.script(*[_reply] * (len(AGENTS) * args.turns))
         recorded_s = _run_turns("recorded", args.turns, worker, log)
         recorded_requests = len(llm.requests) + len(llm.probes)
@@ -272,7 +223,7 @@ def main() -> int:
     finally:
         try:
             if worker is not None:
-                _stop_worker(worker)
+                benchdb.stop_worker(worker)
             log.close()
             llm.stop()
             if django_ready:

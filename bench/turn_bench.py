@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import socket
 import statistics
 import subprocess
@@ -48,7 +47,6 @@ ITERATIONS = 7
 BATCH = 20
 TURN_TARGET_MS = 1000.0
 BATCH_TARGET_S = 30.0
-WORKER_START_TIMEOUT_S = 60.0
 BATCH_TIMEOUT_S = 180.0
 OWNER = "bench"
 
@@ -331,74 +329,6 @@ def _rules_fired(attempt_id: str) -> str:
 # --- end to end through a worker -------------------------------------------------------------
 
 
-def _start_worker(log: IO[bytes]) -> subprocess.Popen[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "chukwa_site",
-        "worker",
-        "--pool",
-        "prefork",
-        "--concurrency",
-        "2",
-        "-Q",
-        BENCH_QUEUE,
-        "-n",
-        WORKER_NAME,
-        "--loglevel",
-        "WARNING",
-    ]
-    # A session of its own, so that a worker that ignores SIGTERM can be killed with its
-    # children (and only those).
-    return subprocess.Popen(
-        command,
-        cwd=PROJECT_DIR,
-        env=os.environ.copy(),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def _worker_log_tail(log: IO[bytes]) -> str:
-    log.flush()
-    log.seek(0)
-    lines = log.read().decode("utf-8", "replace").splitlines()
-    return "\n".join(lines[-40:])
-
-
-def _wait_for_worker(proc: subprocess.Popen[bytes], log: IO[bytes]) -> float:
-    from chukwa_site.celery import app
-
-    t0 = time.perf_counter()
-    deadline = time.monotonic() + WORKER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(
-                f"the worker exited with status {proc.returncode}:\n{_worker_log_tail(log)}"
-            )
-        replies = app.control.ping(destination=[WORKER_NAME], timeout=0.5)
-        if any(WORKER_NAME in reply for reply in replies):
-            return time.perf_counter() - t0
-    raise RuntimeError(
-        f"the worker did not answer a ping within {WORKER_START_TIMEOUT_S:.0f} s:\n"
-        f"{_worker_log_tail(log)}"
-    )
-
-
-def _stop_worker(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()  # warm shutdown: the main process stops its pool children
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
 @dataclass
 class BatchResult:
     total_s: float
@@ -433,7 +363,7 @@ def _run_batch(slug: str, proc: subprocess.Popen[bytes], log: IO[bytes]) -> Batc
             raise RuntimeError(f"the batch did not commit: {dict(statuses)}; {reasons}")
         if proc.poll() is not None:
             raise RuntimeError(
-                f"the worker exited with status {proc.returncode}:\n{_worker_log_tail(log)}"
+                f"the worker exited with status {proc.returncode}:\n{benchdb.log_tail(log)}"
             )
         if time.monotonic() > deadline:
             raise RuntimeError(
@@ -535,11 +465,11 @@ def main() -> int:
                     print(f"      {line}")
 
         # --- phase 2: end to end through a worker
-        worker = _start_worker(log)
-        ready_s = _wait_for_worker(worker, log)
+        worker = benchdb.start_worker(queue=BENCH_QUEUE, name=WORKER_NAME, concurrency=2, log=log)
+        ready_s = benchdb.wait_for_worker(worker, name=WORKER_NAME, log=log)
         print(f"\nworker {WORKER_NAME} answered a ping after {ready_s:.1f} s")
         batch = _run_batch(big.slug, worker, log)
-        _stop_worker(worker)
+        benchdb.stop_worker(worker)
         per_turn_ms = batch.total_s * 1000 / BATCH
         print(
             f"end to end: {BATCH} turns in {batch.total_s:.2f} s "
@@ -566,7 +496,7 @@ def main() -> int:
     finally:
         try:
             if worker is not None:
-                _stop_worker(worker)
+                benchdb.stop_worker(worker)
             log.close()
             if django_ready:
                 _queue_delete()
