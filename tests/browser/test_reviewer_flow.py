@@ -137,7 +137,12 @@ def test_reviewer_watches_a_park_turn_and_follows_provenance(
     browser.find_element(
         By.CSS_SELECTOR, "form button[type=submit], form input[type=submit]"
     ).click()
-    _wait(lambda: "/worlds/park-ui/" in browser.current_url, 10, "the world page")
+    # The sign-in URL itself carries ?next=/worlds/park-ui/, so wait on the path alone.
+    _wait(
+        lambda: browser.current_url.split("?")[0].endswith("/worlds/park-ui/"),
+        10,
+        "the world page",
+    )
     assert "Bob" in browser.page_source
     browser.save_screenshot(str(ARTIFACTS / "world-page.png"))
 
