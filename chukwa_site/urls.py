@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView
 
+from surfaces.api.schema import CachedSchemaView
 from surfaces.pages import site as views
 
 urlpatterns = [
@@ -11,7 +11,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/schema/", CachedSchemaView.as_view(), name="api-schema"),
     path("api/", include("surfaces.api.store_urls")),
     path("api/", include("surfaces.api.worlds_urls")),
     path("api/", include("surfaces.api.cognition_urls")),
