@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, storable_text
 from cognition_app.models import InvocationStatus, SourceInvocation
+from cognition_app.rows import insert_statement
 from cognition_app.sources.client import http_client
 from cognition_app.sources.components import schema_errors, schema_validator, source_content
 from cognition_app.sources.failure import SourceFailure
@@ -23,7 +24,7 @@ from cognition_app.sources.tracing import (
     finish_invocation,
     finished_on_error,
     new_invocation,
-    trace_write,
+    trace_batch,
 )
 from cognition_app.sources.variables import redact_headers, scrub, scrub_json, url_from_env
 
@@ -107,8 +108,7 @@ def invoke_http_json(
         exc.invocation_id = inv.pk
         raise
     inv.request["url"] = base + iface.get("path", "")
-    with trace_write():  # the row exists before any byte is sent
-        inv.save(force_insert=True)
+    trace_batch([insert_statement(inv)])  # the row exists before any byte is sent
     with finished_on_error(inv):
         return _post_json(inv, iface, base, body, ctx, result_schema_hash)
 
@@ -210,8 +210,7 @@ def _replayed(
         inv.status = InvocationStatus.SUCCEEDED
     inv.ended_at = timezone.now()
     inv.duration_ms = int((inv.ended_at - inv.started_at).total_seconds() * 1000)
-    with trace_write():
-        inv.save(force_insert=True)
+    trace_batch([insert_statement(inv)])
     if errors:
         raise SourceFailure("schema_invalid", message, invocation_id=inv.pk)
     return HttpResult(value, inv.pk)
