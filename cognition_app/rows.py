@@ -5,8 +5,9 @@ Why not ``bulk_create``: on PostgreSQL, Django 5.2 inserts literal rows through
 ``INSERT … SELECT * FROM UNNEST(%s::jsonb[], …)``, so psycopg dumps each column as an *array*
 literal, and a jsonb or text array literal escapes every ``"`` and ``\\`` of every value through
 a regular expression — most of a big commit's time (profiled: 4.65 s of a 6 s commit at 500
-agents). Here each row is one ``(%s, …)`` group of a plain multi-row ``INSERT … VALUES``: one
-statement, one round trip per ``MAX_PARAMS`` parameters, JSON dumped once per value.
+agents). :func:`insert_rows` sends many rows with ``COPY`` (formatted in C, JSON dumped once
+per value); :meth:`RowTable.statements` gives a plain multi-row ``INSERT … VALUES`` for a few
+rows sent with other statements in one round trip (``sources.tracing.trace_batch``).
 
 Errors are Django's (``django.db.DataError``, ``IntegrityError``…), as with the ORM, so callers
 catch ``DatabaseError`` as before. Runs on Django's connection, inside the caller's transaction.
@@ -90,13 +91,29 @@ class RowTable:
 
 
 def insert_rows(table: RowTable, rows: Sequence[tuple[Any, ...]]) -> int:
-    """INSERT the rows (tuples in ``table.columns`` order) on Django's connection, in the
-    caller's transaction if there is one. Returns the number of rows."""
+    """Insert the rows (tuples in ``table.columns`` order) on Django's connection with one
+    ``COPY … FROM STDIN``, in the caller's transaction if there is one: psycopg formats the
+    rows in C (Django's default cursor binds parameters client-side, quoting every value of a
+    multi-row INSERT through a regular expression). Returns the number of rows."""
     if not rows:
         return 0
-    with connection.cursor() as cursor:
-        for sql, params in table.statements(rows):
-            cursor.execute(sql, params)
+    names = ", ".join(_quote(c) for c in table.columns)
+    sql = f"COPY {_quote(table.table)} ({names}) FROM STDIN"
+    width = len(table.columns)
+    json_indexes = table.json_indexes
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        with cursor.cursor.copy(sql) as copy:
+            for row in rows:
+                if len(row) != width:
+                    raise ValueError(
+                        f"{table.table}: a row of {len(row)} values for {width} columns"
+                    )
+                if json_indexes:
+                    row = tuple(
+                        _dumps(value) if index in json_indexes and value is not None else value
+                        for index, value in enumerate(row)
+                    )
+                copy.write_row(row)
     return len(rows)
 
 
