@@ -26,14 +26,14 @@ class WorldState:
     def from_snapshot(cls, state: dict[str, Any]) -> WorldState:
         return cls(
             environments=dict(state["environments"]),
-            entities={e["id"]: copy.deepcopy(e) for e in state["entities"]},
+            entities={e["id"]: copy_entity(e) for e in state["entities"]},
         )
 
     @classmethod
     def from_scenario(cls, scenario: dict[str, Any]) -> WorldState:
         return cls(
             environments=dict(sorted(scenario["environments"].items())),
-            entities={e["id"]: copy.deepcopy(e) for e in scenario["entities"]},
+            entities={e["id"]: copy_entity(e) for e in scenario["entities"]},
         )
 
     def to_snapshot(self, *, share: bool = False) -> dict[str, Any]:
@@ -42,7 +42,7 @@ class WorldState:
         entities = self.entities.values()
         return {
             "environments": dict(self.environments),
-            "entities": list(entities) if share else [copy.deepcopy(e) for e in entities],
+            "entities": list(entities) if share else [copy_entity(e) for e in entities],
         }
 
     def snapshot_hash(self) -> str:
@@ -51,7 +51,7 @@ class WorldState:
     def copy(self) -> WorldState:
         return WorldState(
             environments=dict(self.environments),
-            entities={k: copy.deepcopy(v) for k, v in self.entities.items()},
+            entities={k: copy_entity(v) for k, v in self.entities.items()},
         )
 
     def agents(self) -> list[dict[str, Any]]:
@@ -70,6 +70,21 @@ class WorldState:
     def co_located(self, subject_id: str) -> list[dict[str, Any]]:
         subject = self.entities[subject_id]
         return [e for e in self.in_environment(subject["environment"]) if e["id"] != subject_id]
+
+
+def copy_entity(entity: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an entity that a WorldPatch can change without touching the original: its own
+    dict, ``kind`` and ``kind.agent`` (what ``apply_patch`` writes: ``state`` and
+    ``kind.agent.memory``); every other value is a string or shared unchanged. A deep copy of
+    every entity was a large share of a big world's turn."""
+    copied = dict(entity)
+    kind = copied.get("kind")
+    if isinstance(kind, dict):
+        copied["kind"] = {
+            name: dict(value) if isinstance(value, dict) else copy.deepcopy(value)
+            for name, value in kind.items()
+        }
+    return copied
 
 
 def is_agent(entity: dict[str, Any]) -> bool:
