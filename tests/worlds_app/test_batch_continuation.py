@@ -111,15 +111,15 @@ def test_a_follower_claimed_elsewhere_is_left_alone(
 ) -> None:
     _world("raced")
     ids = turn_attempt_enqueue(slug="raced", count=2)["attempt_ids"]
-    claim = attempts.turn_attempt_claim
+    claim = attempts._claim_follower
 
     def other_worker_first(**kwargs: object) -> object:
-        if kwargs["attempt_id"] == ids[1]:
-            # the re-drive handed it to another worker, which claimed it first
-            assert turn_attempt_claim(attempt_id=ids[1], owner="w2") is not None
+        assert kwargs["attempt_id"] == ids[1]
+        # the re-drive handed it to another worker, which claimed it first
+        assert turn_attempt_claim(attempt_id=ids[1], owner="w2") is not None
         return claim(**kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(attempts, "turn_attempt_claim", other_worker_first)
+    monkeypatch.setattr(attempts, "_claim_follower", other_worker_first)
     assert turn_attempt_run(attempt_id=ids[0], owner="w1", continue_for=60) == "committed"
     second = TurnAttempt.objects.get(pk=ids[1])
     assert (second.status, second.lease_owner) == ("running", "w2")
@@ -133,17 +133,15 @@ def test_a_follower_the_task_never_claimed_is_sent_by_the_redrive(
     _world("died")
     ids = turn_attempt_enqueue(slug="died", count=2)["attempt_ids"]
     _sent(queue)
-    claim = attempts.turn_attempt_claim
 
     class Died(BaseException):
         pass
 
     def die_before_the_follower(**kwargs: object) -> object:
-        if kwargs["attempt_id"] == ids[1]:
-            raise Died
-        return claim(**kwargs)  # type: ignore[arg-type]
+        assert kwargs["attempt_id"] == ids[1]
+        raise Died
 
-    monkeypatch.setattr(attempts, "turn_attempt_claim", die_before_the_follower)
+    monkeypatch.setattr(attempts, "_claim_follower", die_before_the_follower)
     with pytest.raises(Died):
         turn_attempt_run(attempt_id=ids[0], owner="w1", continue_for=60)
     assert _statuses(ids) == ["committed", "queued"]

@@ -15,10 +15,17 @@ import threading
 import time
 import uuid
 from datetime import datetime, timedelta
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.utils import timezone
 
 from chukwa_core import log_context
@@ -124,13 +131,9 @@ def turn_attempt_enqueue(*, slug: str, count: int = 1, requested_by: str = "") -
 # --- claim ---------------------------------------------------------------------------------
 
 
-def turn_attempt_claim(
-    *, attempt_id: str, owner: str, world: World | None = None
-) -> TurnAttempt | None:
+def turn_attempt_claim(*, attempt_id: str, owner: str) -> TurnAttempt | None:
     """queued → running with a lease, if this attempt is the world's next and nothing runs.
-    Returns None (and claims nothing) otherwise. ``world``: the attempt's world as the caller
-    already holds it (the previous attempt of a batch): its scenario snapshot, written once at
-    creation, is not read again; its changeable columns are."""
+    Returns None (and claims nothing) otherwise."""
     with transaction.atomic(durable=True):
         attempt = TurnAttempt.objects.filter(pk=attempt_id).values("world_id", "status").first()
         if attempt is None or attempt["status"] != AttemptStatus.QUEUED:
@@ -163,13 +166,63 @@ def turn_attempt_claim(
         )
         if not claimed:
             return None
-    if world is None or world.pk != world_row.pk:
-        return TurnAttempt.objects.select_related("world").get(pk=attempt_id)
-    for name in ("slug", "current_turn", "replay_source_id"):
-        setattr(world, name, getattr(world_row, name))
-    claimed_attempt = TurnAttempt.objects.get(pk=attempt_id)
-    claimed_attempt.world = world
-    return claimed_attempt
+    return TurnAttempt.objects.select_related("world").get(pk=attempt_id)
+
+
+_ATTEMPT_FIELDS = [f for f in TurnAttempt._meta.concrete_fields if f.column is not None]
+# The claim of the next attempt of a batch by the task that committed the previous one: the
+# same conditions as turn_attempt_claim (queued, the world's head, nothing running, under the
+# world's row lock), in one statement and one round trip. The partial unique index still
+# refuses a second running attempt of a world.
+_CLAIM_FOLLOWER_SQL = """
+WITH w AS (
+    SELECT id, current_turn, slug, replay_source_id FROM {world} WHERE id = %s FOR UPDATE
+)
+UPDATE {attempt} AS a
+SET status = 'running', attempted_turn = w.current_turn + 1, lease_owner = %s,
+    lease_expires_at = %s, started_at = %s
+FROM w
+WHERE a.id = %s AND a.world_id = w.id AND a.status = 'queued'
+  AND NOT EXISTS (
+    SELECT 1 FROM {attempt} r WHERE r.world_id = w.id AND r.status = 'running')
+  AND NOT EXISTS (
+    SELECT 1 FROM {attempt} q WHERE q.world_id = w.id AND q.status = 'queued' AND q.seq < a.seq)
+RETURNING w.slug, w.replay_source_id, {returning}
+""".format(  # noqa: S608 - table and column names from the models, quoted
+    world=connection.ops.quote_name(World._meta.db_table),
+    attempt=connection.ops.quote_name(TurnAttempt._meta.db_table),
+    returning=", ".join(f"a.{connection.ops.quote_name(f.column or '')}" for f in _ATTEMPT_FIELDS),
+)
+
+
+def _claim_follower(*, attempt_id: str, owner: str, world: World) -> TurnAttempt | None:
+    """Claim the next attempt of a batch for ``owner`` (see turn_attempt_run), reusing the
+    world the previous attempt ran with: its scenario snapshot, written once at creation, is
+    not read again; its changeable columns come back with the claim. None if not claimed."""
+    now = _now()
+    params: list[Any] = [
+        world.pk,
+        owner,
+        now + timedelta(seconds=_lease_seconds()),
+        now,
+        attempt_id,
+    ]
+    try:
+        with transaction.atomic(savepoint=connection.in_atomic_block):
+            with connection.cursor() as cursor:
+                cursor.execute(_CLAIM_FOLLOWER_SQL, params)
+                row = cursor.fetchone()
+    except IntegrityError:  # another attempt of the world got running first
+        return None
+    if row is None:
+        return None
+    world.slug, world.replay_source_id = row[0], row[1]
+    attempt = TurnAttempt.from_db(
+        connection.alias, [f.attname for f in _ATTEMPT_FIELDS], list(row[2:])
+    )
+    world.current_turn = (attempt.attempted_turn or 1) - 1
+    attempt.world = world
+    return attempt
 
 
 def _renew_lease(attempt: TurnAttempt) -> None:
@@ -465,7 +518,7 @@ def turn_attempt_run(*, attempt_id: str, owner: str, continue_for: float = 0) ->
             return first
         world = attempt.world
         try:
-            attempt = turn_attempt_claim(attempt_id=follower, owner=owner, world=world)
+            attempt = _claim_follower(attempt_id=follower, owner=owner, world=world)
         except Exception:
             kick_on_commit(world.pk)  # not claimed here: hand it out (runs at once, no atomic)
             raise
