@@ -17,6 +17,7 @@ def test_the_openapi_document_is_generated_once_and_served_from_memory(
     reader_client: APIClient, operator_client: APIClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(CachedSchemaView, "_documents", {})
+    monkeypatch.setattr(CachedSchemaView, "_rendered", {})
     generated: list[Any] = []
     original = CachedSchemaView.generator_class.get_schema
 
@@ -29,7 +30,11 @@ def test_the_openapi_document_is_generated_once_and_served_from_memory(
     first = reader_client.get("/api/schema/?format=json")
     again = operator_client.get("/api/schema/?format=json")
     as_yaml = reader_client.get("/api/schema/")
-    assert [r.status_code for r in (first, again, as_yaml)] == [200, 200, 200]
+    yaml_again = operator_client.get("/api/schema/")
+    assert [r.status_code for r in (first, again, as_yaml, yaml_again)] == [200] * 4
+    assert first["Content-Type"].startswith("application/vnd.oai.openapi+json")
+    assert as_yaml["Content-Type"].startswith("application/vnd.oai.openapi")
+    assert as_yaml.content == yaml_again.content
     assert len(generated) == 1
     assert json.loads(first.content) == json.loads(again.content)
     assert "/api/worlds/" in json.loads(first.content)["paths"]
