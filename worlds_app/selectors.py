@@ -5,17 +5,26 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from datetime import datetime
+from typing import Any, TypedDict
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models.fields.json import KT
 
 from chukwa_core.component_validation import type_name
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
 from cognition_app.budgets import BudgetLimits
-from cognition_app.selectors import cost_totals
+from cognition_app.models import LlmCall, SourceInvocation
+from cognition_app.selectors import (
+    CostTotals,
+    cost_totals,
+    cost_totals_by_attempt,
+    cost_totals_by_turn,
+)
 from scenarios_app.selectors import parse_paging
 from worlds_app.models import (
+    ACTIVE_STATUSES,
     Annotation,
     AnnotationTarget,
     AttemptEvent,
@@ -62,7 +71,13 @@ def _world(slug: str) -> World:
     return world
 
 
-def world_summary(world: World, *, queued: int = 0, running: int = 0) -> dict[str, Any]:
+def world_summary(
+    world: World,
+    *,
+    queued: int = 0,
+    running: int = 0,
+    last_attempt: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     return {
         "slug": world.slug,
         "name": world.name,
@@ -75,7 +90,15 @@ def world_summary(world: World, *, queued: int = 0, running: int = 0) -> dict[st
         "created_at": world.created_at,
         "attempts_queued": queued,
         "attempts_running": running,
+        "last_attempt": last_attempt,
     }
+
+
+LAST_ATTEMPT_FIELDS = ("id", "seq", "status", "ended_at")
+
+
+def _finished_attempts() -> QuerySet[TurnAttempt]:
+    return TurnAttempt.objects.exclude(status__in=ACTIVE_STATUSES)
 
 
 def world_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,16 +110,23 @@ def world_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
         if not is_hash(scenario):
             raise invalid("invalid_hash", "scenario", f"{scenario!r} is not a lowercase sha256 hex")
         qs = qs.filter(scenario_id=scenario)
+    # The newest finished attempt's outcome, so a world whose last attempt failed never reads
+    # as plain "idle"; subqueries keep the page at one query whatever its length.
+    last = _finished_attempts().filter(world=OuterRef("pk")).order_by("-seq")
     rows = qs.annotate(
         queued=Count("attempts", filter=Q(attempts__status="queued")),
         running=Count("attempts", filter=Q(attempts__status="running")),
+        **{f"last_{f}": Subquery(last.values(f)[:1]) for f in LAST_ATTEMPT_FIELDS},
     ).order_by("-created_at", "slug")[offset : offset + limit]
-    return {
-        "count": qs.count(),
-        "limit": limit,
-        "offset": offset,
-        "results": [world_summary(w, queued=w.queued, running=w.running) for w in rows],
-    }
+    results = []
+    for w in rows:
+        last_attempt = (
+            {f: getattr(w, f"last_{f}") for f in LAST_ATTEMPT_FIELDS} if w.last_id else None
+        )
+        results.append(
+            world_summary(w, queued=w.queued, running=w.running, last_attempt=last_attempt)
+        )
+    return {"count": qs.count(), "limit": limit, "offset": offset, "results": results}
 
 
 BUDGET_LIMITS = ("max_tokens_per_turn", "max_cost_per_turn", "max_tokens_total", "max_cost_total")
@@ -151,8 +181,16 @@ def world_get(*, slug: str) -> dict[str, Any]:
             "failure_reason",
         )
     )
+    last_attempt = (
+        _finished_attempts().filter(world=world).order_by("-seq").values(*LAST_ATTEMPT_FIELDS)
+    ).first()
     return {
-        **world_summary(world, queued=counts["queued"], running=counts["running"]),
+        **world_summary(
+            world,
+            queued=counts["queued"],
+            running=counts["running"],
+            last_attempt=last_attempt,
+        ),
         "simulation_time": turn.simulation_time,
         "state": turn.state,
         "state_hash": turn.state_hash,
@@ -282,6 +320,137 @@ def _is_uuid(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+# --- indexes: attempts across worlds, a world's turns (SPEC §9) ---------------------------
+
+
+class AttemptFilters(TypedDict, total=False):
+    """What the surfaces' filter serializer validated; every key is optional."""
+
+    status: str
+    world: str
+    subject: str  # an entity that thought in the attempt (events, invocations, or its failure)
+    model: str  # requested or answering model of one of its LLM calls
+    since: datetime  # queued at or after
+    until: datetime  # queued before
+
+
+NO_COST: CostTotals = {
+    "total": None,
+    "unknown_calls": 0,
+    "estimated_calls": 0,
+    "calls": 0,
+    "tokens": {"prompt": 0, "completion": 0, "cached": 0, "total": 0},
+}
+
+ATTEMPT_ROW_FIELDS = (
+    "id",
+    "seq",
+    "status",
+    "attempted_turn",
+    "produced_turn",
+    "queued_at",
+    "started_at",
+    "ended_at",
+    "duration_ms",
+    "failure_step",
+    "failure_subject",
+    "failure_reason",
+)
+
+
+def _filtered_attempts(filters: AttemptFilters) -> QuerySet[TurnAttempt]:
+    qs = TurnAttempt.objects.all()
+    if "status" in filters:
+        qs = qs.filter(status=filters["status"])
+    if "world" in filters:
+        qs = qs.filter(world__slug=filters["world"])
+    if "subject" in filters:
+        subject = filters["subject"]
+        here = OuterRef("pk")
+        qs = qs.filter(
+            Q(failure_subject=subject)
+            | Exists(AttemptEvent.objects.filter(attempt=here, subject_id=subject))
+            | Exists(SourceInvocation.objects.filter(attempt=here, subject_id=subject))
+        )
+    if "model" in filters:
+        model = filters["model"]
+        calls = LlmCall.objects.filter(invocation__attempt=OuterRef("pk"))
+        qs = qs.filter(Exists(calls.filter(Q(requested_model=model) | Q(response_model=model))))
+    if "since" in filters:
+        qs = qs.filter(queued_at__gte=filters["since"])
+    if "until" in filters:
+        qs = qs.filter(queued_at__lt=filters["until"])
+    return qs
+
+
+def attempt_list(*, filters: AttemptFilters, limit: int, offset: int) -> dict[str, Any]:
+    """Attempts of every world, newest first, each with its failure and its cost: three
+    queries whatever the page size."""
+    qs = _filtered_attempts(filters)
+    rows = list(
+        qs.order_by("-queued_at", "-seq").values(*ATTEMPT_ROW_FIELDS, "world__slug")[
+            offset : offset + limit
+        ]
+    )
+    costs = cost_totals_by_attempt(attempt_ids=[r["id"] for r in rows])
+    results = []
+    for row in rows:
+        step, subject, reason = (
+            row.pop("failure_step"),
+            row.pop("failure_subject"),
+            row.pop("failure_reason"),
+        )
+        results.append(
+            {
+                **row,
+                "id": str(row["id"]),
+                "world": row.pop("world__slug"),
+                "failure": (
+                    {"step": step, "subject_id": subject, "reason": reason} if reason else None
+                ),
+                "cost": costs.get(str(row["id"]), NO_COST),
+            }
+        )
+    return {"count": qs.count(), "limit": limit, "offset": offset, "results": results}
+
+
+def turn_list(*, slug: str, limit: int, offset: int) -> dict[str, Any]:
+    """A world's committed turns, newest first, with their narrations and costs: four queries
+    whatever the history length (narrations are read as text, never whole patches)."""
+    world = _world(slug)
+    qs = Turn.objects.filter(world=world)
+    turns = list(
+        qs.order_by("-number").values(
+            "number", "simulation_time", "state_hash", "attempt_id", "created_at"
+        )[offset : offset + limit]
+    )
+    narrations: dict[Any, list[dict[str, Any]]] = {}
+    events = (
+        AttemptEvent.objects.filter(
+            attempt_id__in=[t["attempt_id"] for t in turns if t["attempt_id"]],
+            kind="world_patch_applied",
+        )
+        .order_by("seq")
+        .values_list("attempt_id", "subject_id", "patch_seq", KT("payload__patch__narration"))
+    )
+    for attempt_id, subject, patch_seq, narration in events:
+        narrations.setdefault(attempt_id, []).append(
+            {"subject_id": subject, "patch_seq": patch_seq, "narration": narration or ""}
+        )
+    costs = cost_totals_by_turn(world_id=world.pk, turns=[t["number"] for t in turns])
+    for turn in turns:
+        turn["narrations"] = narrations.get(turn["attempt_id"], [])
+        turn["cost"] = costs.get(turn["number"], NO_COST)
+    return {
+        "world": world.slug,
+        "current_turn": world.current_turn,
+        "count": qs.count(),
+        "limit": limit,
+        "offset": offset,
+        "results": turns,
+    }
 
 
 def world_diff(*, slug: str, from_turn: int, to_turn: int) -> dict[str, Any]:
