@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypedDict
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Case, Count, Exists, OuterRef, Q, QuerySet, Subquery, Value, When
 from django.db.models.fields.json import KT
 
 from chukwa_core.component_validation import type_name
@@ -116,12 +116,22 @@ def world_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
     rows = qs.annotate(
         queued=Count("attempts", filter=Q(attempts__status="queued")),
         running=Count("attempts", filter=Q(attempts__status="running")),
-        **{f"last_{f}": Subquery(last.values(f)[:1]) for f in LAST_ATTEMPT_FIELDS},
+        last_id=Subquery(last.values("id")[:1]),
+        last_seq=Subquery(last.values("seq")[:1]),
+        last_status=Subquery(last.values("status")[:1]),
+        last_ended_at=Subquery(last.values("ended_at")[:1]),
     ).order_by("-created_at", "slug")[offset : offset + limit]
     results = []
     for w in rows:
         last_attempt = (
-            {f: getattr(w, f"last_{f}") for f in LAST_ATTEMPT_FIELDS} if w.last_id else None
+            {
+                "id": w.last_id,
+                "seq": w.last_seq,
+                "status": w.last_status,
+                "ended_at": w.last_ended_at,
+            }
+            if w.last_id
+            else None
         )
         results.append(
             world_summary(w, queued=w.queued, running=w.running, last_attempt=last_attempt)
@@ -322,6 +332,40 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
+def world_current_turn(*, slug: str) -> int:
+    return _world(slug).current_turn
+
+
+def world_neighbours(*, slug: str, limit: int) -> list[dict[str, Any]]:
+    """Other worlds to compare one with: those of the same scenario first, newest first."""
+    world = _world(slug)
+    same = Q(scenario_id=world.scenario_id)
+    rows = (
+        World.objects.exclude(pk=world.pk)
+        .annotate(same_scenario=Case(When(same, then=Value(1)), default=Value(0)))
+        .order_by("-same_scenario", "-created_at", "slug")
+        .values("slug", "name", "same_scenario")[:limit]
+    )
+    return [{**r, "same_scenario": bool(r["same_scenario"])} for r in rows]
+
+
+def turn_narrations(*, slug: str, numbers: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """The narrations of some committed turns of a world, by turn number (one query)."""
+    rows = (
+        AttemptEvent.objects.filter(
+            kind="world_patch_applied",
+            attempt__world__slug=slug,
+            attempt__produced_turn__in=numbers,
+        )
+        .order_by("attempt__produced_turn", "seq")
+        .values_list("attempt__produced_turn", "subject_id", KT("payload__patch__narration"))
+    )
+    found: dict[int, list[dict[str, Any]]] = {}
+    for number, subject, narration in rows:
+        found.setdefault(number, []).append({"subject_id": subject, "narration": narration or ""})
+    return found
+
+
 # --- indexes: attempts across worlds, a world's turns (SPEC §9) ---------------------------
 
 
@@ -421,11 +465,12 @@ def turn_list(*, slug: str, limit: int, offset: int) -> dict[str, Any]:
     whatever the history length (narrations are read as text, never whole patches)."""
     world = _world(slug)
     qs = Turn.objects.filter(world=world)
-    turns = list(
-        qs.order_by("-number").values(
+    turns: list[dict[str, Any]] = [
+        dict(t)
+        for t in qs.order_by("-number").values(
             "number", "simulation_time", "state_hash", "attempt_id", "created_at"
         )[offset : offset + limit]
-    )
+    ]
     narrations: dict[Any, list[dict[str, Any]]] = {}
     events = (
         AttemptEvent.objects.filter(

@@ -28,11 +28,13 @@ ALWAYS_ALLOWED = ("format",)
 
 
 @extend_schema_field(OpenApiTypes.DATETIME)
-class InstantQueryField(serializers.CharField):
+class InstantQueryField(serializers.Field):
     """An ISO 8601 instant with an offset (``2030-01-01T09:00:00Z``), in UTC."""
 
     def to_internal_value(self, data: Any) -> datetime:
-        raw = super().to_internal_value(data)
+        if not isinstance(data, str):
+            raise serializers.ValidationError("must be a string")
+        raw = data.strip()
         try:
             return clock.parse_instant(raw)
         except (clock.NotAnInstant, clock.CalendarOverflow) as exc:
