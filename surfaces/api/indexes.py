@@ -29,7 +29,7 @@ from surfaces.api.queries import (
     text_filter,
 )
 from surfaces.api.worlds import STATUSES, AttemptFailureSerializer
-from worlds_app import selectors as world_selectors
+from worlds_app import indexes as world_indexes
 
 
 class AttemptFilterSerializer(PagingQuerySerializer, SinceUntilMixin):
@@ -53,8 +53,8 @@ class LlmCallFilterSerializer(PagingQuerySerializer, SinceUntilMixin):
 def attempt_page_of(params: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the validated filters, the page of attempts)."""
     filters, limit, offset = split_paging(parse_query(AttemptFilterSerializer, params))
-    page = world_selectors.attempt_list(
-        filters=cast(world_selectors.AttemptFilters, filters), limit=limit, offset=offset
+    page = world_indexes.attempt_list(
+        filters=cast(world_indexes.AttemptFilters, filters), limit=limit, offset=offset
     )
     return filters, page
 

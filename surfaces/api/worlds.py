@@ -42,7 +42,7 @@ from surfaces.api.contract import (
     validate_body,
 )
 from surfaces.api.queries import PagingQuerySerializer, parse_query, split_paging
-from worlds_app import selectors, services
+from worlds_app import indexes, selectors, services
 from worlds_app.comparison import MAX_VALUE_CHARS, world_compare
 from worlds_app.models import AttemptStatus
 from worlds_app.services.attempts import MAX_BATCH
@@ -333,7 +333,7 @@ class TurnCollectionApi(APIView):
         _filters, limit, offset = split_paging(
             parse_query(PagingQuerySerializer, request.query_params)
         )
-        page = selectors.turn_list(slug=slug, limit=limit, offset=offset)
+        page = indexes.turn_list(slug=slug, limit=limit, offset=offset)
         return Response(self.ListOutputSerializer(page).data)
 
     @extend_schema(

@@ -23,7 +23,7 @@ from surfaces.pages.layout import (
 )
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
-from worlds_app import selectors
+from worlds_app import indexes, selectors
 from worlds_app.comparison import world_compare
 from worlds_app.models import PatchTransition
 from worlds_app.services import turn_attempt_enqueue
@@ -61,8 +61,8 @@ def _world_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], dic
     data = selectors.world_get(slug=slug)
     turn_offset = page_offset(request, "turn_offset")
     attempt_offset = page_offset(request, "attempt_offset")
-    turns = selectors.turn_list(slug=slug, limit=TURNS_PER_PAGE, offset=turn_offset)
-    attempts = selectors.attempt_list(
+    turns = indexes.turn_list(slug=slug, limit=TURNS_PER_PAGE, offset=turn_offset)
+    attempts = indexes.attempt_list(
         filters={"world": slug}, limit=ATTEMPTS_PER_PAGE, offset=attempt_offset
     )
     data["turns"] = turns["results"]
@@ -88,7 +88,7 @@ def _world_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], dic
         ),
         "queue_url": queue_url,
         "queue_active": active,
-        "compare_with": selectors.world_neighbours(slug=slug, limit=COMPARE_CHOICES),
+        "compare_with": indexes.world_neighbours(slug=slug, limit=COMPARE_CHOICES),
         "is_operator": is_operator(request.user),
     }
     return context, data
@@ -212,8 +212,8 @@ def world_compare_page(request: HttpRequest, slug: str, other: str) -> HttpRespo
     data = world_compare(slug=slug, other=other, params=request.GET)
     limit, offset, count = data["limit"], data["offset"], data["count"]
     numbers = [t["number"] for t in data["turns"]]
-    left = selectors.turn_narrations(slug=data["world"], numbers=numbers)
-    right = selectors.turn_narrations(slug=data["other"], numbers=numbers)
+    left = indexes.turn_narrations(slug=data["world"], numbers=numbers)
+    right = indexes.turn_narrations(slug=data["other"], numbers=numbers)
     turns = [
         {
             **t,
