@@ -40,6 +40,15 @@ def sign_in(browser: webdriver.Chrome, base: str, username: str, target: str = "
     _wait(lambda: "/accounts/login/" not in browser.current_url, 10, "the sign-in")
 
 
+CONTRAST = (Path(__file__).parent / "contrast.js").read_text()
+
+
+def low_contrast(browser: webdriver.Chrome) -> list[Any]:
+    """Text below WCAG AA contrast on the current page (see contrast.js)."""
+    rows: list[Any] = browser.execute_script(CONTRAST)
+    return rows
+
+
 def shot(browser: webdriver.Chrome, name: str) -> None:
     browser.save_screenshot(str(ARTIFACTS / f"reviewer-{name}.png"))
 
@@ -69,6 +78,7 @@ def test_the_failed_attempt_is_one_click_from_home(
 ) -> None:
     sign_in(browser, live_server.url, "reviewer")
     browser.get(f"{live_server.url}/")
+    assert low_contrast(browser) == []
     full_height_shot(browser, "home", 1400)
     browser.set_window_size(1400, 1000)
     failed = browser.find_element(By.CSS_SELECTOR, "#failed-recently li a[href*='/attempts/']")
@@ -81,15 +91,18 @@ def test_the_failed_attempt_is_one_click_from_home(
     browser.get(f"{live_server.url}/worlds/")
     row = browser.find_element(By.XPATH, "//tr[.//a[contains(@href, '/worlds/broken/')]]")
     assert "failed" in row.text.lower()
+    assert low_contrast(browser) == []
     shot(browser, "world-list")
     # The indexes find it too, filtered; the LLM calls of the failure read "rejected".
     browser.get(f"{live_server.url}/attempts/?status=failed")
     links = browser.find_elements(By.CSS_SELECTOR, "table a[href*='/attempts/']")
     assert links and (links[0].get_attribute("href") or "").endswith(f"/attempts/{failed_world}/")
+    assert low_contrast(browser) == []
     shot(browser, "attempt-index")
     browser.get(f"{live_server.url}/llm-calls/?world=broken")
     badges = [b.text.lower() for b in browser.find_elements(By.CSS_SELECTOR, "td .badge")]
     assert badges and set(badges) == {"rejected"}
+    assert low_contrast(browser) == []
     shot(browser, "llm-call-index")
 
     # At 390 px the navigation folds behind a Menu button and nothing scrolls sideways.
@@ -125,7 +138,11 @@ def test_the_failed_attempt_is_one_click_from_home(
     browser.get(f"{live_server.url}/")
     background = browser.execute_script("return getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(15, 19, 27)"
+    assert low_contrast(browser) == []
     shot(browser, "home-dark")
+    for path in ("/worlds/", "/worlds/calm/", "/attempts/", "/llm-calls/", "/worlds/calm/turns/1/"):
+        browser.get(f"{live_server.url}{path}")
+        assert low_contrast(browser) == [], path
     browser.get(f"{live_server.url}/worlds/calm/")
     shot(browser, "world-dark")
 
@@ -160,6 +177,7 @@ def test_compare_two_worlds_and_annotate_in_place(
     sides = turn_one.find_elements(By.CSS_SELECTOR, ".side-by-side > div")
     assert len(sides) == 2 and all(s.text for s in sides)
     assert sides[0].text != sides[1].text  # the worlds did different things
+    assert low_contrast(browser) == []
     full_height_shot(browser, "compare", 1400)
     browser.set_window_size(1400, 1000)
 
@@ -207,6 +225,7 @@ def test_compare_two_worlds_and_annotate_in_place(
     assert browser.execute_script("return window.__sameDocument === true")
     note.refresh_from_db()
     assert (note.value_number, note.comment) == (2.0, "On a second look, too direct.")
+    assert low_contrast(browser) == []
     shot(browser, "annotation-edited")
 
     browser.get(f"{live_server.url}/annotations/?world=base")
