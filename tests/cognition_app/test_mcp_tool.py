@@ -223,9 +223,7 @@ def test_a_tool_slower_than_timeout_ms_is_a_transport_failure(
         pytest.param({"tool": "fail_not_json"}, "non_json", NOT_JSON_TEXT, id="text_not_json"),
         pytest.param({"tool": "no_such_tool"}, "tool_error", "Unknown tool", id="unknown_tool"),
         pytest.param({"env": "wrong-key"}, "http_status", "HTTP 401", id="wrong_key"),
-        pytest.param(
-            {"env": None}, "config", "CHUKWA_MCP_LAMP_API_KEY", id="key_variable_missing"
-        ),
+        pytest.param({"env": None}, "config", "CHUKWA_MCP_LAMP_API_KEY", id="key_variable_missing"),
         pytest.param(
             {"url": "not a url"}, "config", "CHUKWA_MCP_LAMP_URL", id="url_variable_not_a_url"
         ),
