@@ -334,3 +334,104 @@ def test_a_strict_replay_serves_the_mcp_call_from_the_record(
         "succeeded",
     )
     assert copy.request["url"] == toy_mcp_server.url  # where the recorded call went
+
+
+# --- a rule plan's tool step, through a real Celery worker ----------------------------------
+
+
+def _lamplighter_scenario() -> dict[str, Any]:
+    tool = lamp_tool(fixture_body("park_mcp"))
+    rules = [
+        {
+            "id": "light",
+            "when": [],
+            "tool_call": {"tool": "toggle_lamp", "arguments": {}},
+            "intent": "flip the lamp switch",
+            "plan": [
+                {
+                    "op": "set_entity_state",
+                    "entity_id": "lamp",
+                    "state": "{{tool.result.lamp}}, switched by the lamplighter",
+                }
+            ],
+            "memory": "Turn {{world.attempted_turn}}: the lamp went {{tool.result.lamp}}.",
+            "narration": "{{subject.name}} flips the switch: the lamp is {{tool.result.lamp}}.",
+        }
+    ]
+    workflow = {
+        "version": 1,
+        "execution": "per_subject_ordered",
+        "ambient_sources": [],
+        "nodes": [
+            {"id": "decide", "type": "rule_policy", "available_tools": [tool], "rules": rules}
+        ],
+        "apply": {"from": "decide.final"},
+    }
+    agent = {"goal": "keep the park lit", "memory": "", "cognition_profile": "lamplighter"}
+    return {
+        "scenario_slug": "lamplighter",
+        "description": "A rule-policy lamplighter and a lamp behind an MCP server.",
+        "chronon_seconds": 60,
+        "cognition_profiles": {"lamplighter": {"inline": {"workflow": {"inline": workflow}}}},
+        "environments": {"park": {"inline": "A park at dusk."}},
+        "entities": [
+            {
+                "inline": {
+                    "id": "lighter",
+                    "name": "Lamplighter",
+                    "state": "standing by the lamp",
+                    "environment": "park",
+                    "kind": {"agent": agent},
+                }
+            },
+            {
+                "inline": {
+                    "id": "lamp",
+                    "name": "Lamp",
+                    "state": "off",
+                    "environment": "park",
+                    "kind": "prop",
+                }
+            },
+        ],
+    }
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_rule_plan_calls_the_mcp_tool_in_a_real_worker(toy_mcp_server: RunningMcp) -> None:
+    import os
+    import time
+
+    from django.db import connection
+
+    from tests.support.worker import routed_to, worker_process
+    from worlds_app.services import turn_attempt_enqueue
+
+    scenario_hash = scenario_assemble(data=_lamplighter_scenario())["scenario_hash"]
+    world_create(data={"slug": "lamplighter", "scenario_ref": {"hash": scenario_hash}})
+    queue = f"test-mcp-{os.getpid()}"
+    env = {"CHUKWA_DB_NAME": connection.settings_dict["NAME"]}  # the lamp variables are inherited
+    with (
+        worker_process(f"mcp-{os.getpid()}", env=env, queue=queue, pool="prefork"),
+        routed_to(queue),
+    ):
+        attempt_ids = turn_attempt_enqueue(slug="lamplighter", count=2)["attempt_ids"]
+        deadline = time.monotonic() + 60
+        while TurnAttempt.objects.filter(
+            pk__in=attempt_ids, status__in=("queued", "running")
+        ).exists():
+            assert time.monotonic() < deadline, "the worker did not finish the attempts"
+            time.sleep(0.1)
+    first, second = (TurnAttempt.objects.get(pk=pk) for pk in attempt_ids)
+    for attempt in (first, second):
+        assert_committed(attempt)
+    results = [invocations(a, kind="model_elected_tool")[0] for a in (first, second)]
+    assert [inv.response_json for inv in results] == [{"lamp": "on"}, {"lamp": "off"}]
+    assert all(inv.tool_name == "toggle_lamp" and inv.duration_ms is not None for inv in results)
+    (event,) = events(first, "tool_invoked")
+    assert event.payload["by"] == "rule_policy"
+    assert event.invocation_id == results[0].pk
+    world_id = first.world_id
+    assert entity_state(world_id, 1, "lamp") == "on, switched by the lamplighter"
+    assert entity_state(world_id, 2, "lamp") == "off, switched by the lamplighter"
