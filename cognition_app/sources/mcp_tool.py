@@ -7,29 +7,14 @@ The arguments are the JSON object the model (or the rule plan) gave. The result 
 ``isError: true`` fails it as ``tool_error`` carrying the tool's message — the MCP form of an
 HTTP tool answering 4xx (``http_status``): a failed invocation that fails the attempt, never a
 model-content retry. Timeouts, refused connections and HTTP 5xx/429 are ``transport`` failures;
-a JSON-RPC error or a reply that breaks the protocol is a ``protocol_error``.
-
-Each call is one short MCP connection (the SDK negotiates the protocol version, with the
-``initialize`` handshake for servers that predate ``server/discover``) run on an event loop of
-its own, so the synchronous worker thread that asked simply waits for it; ``timeout_ms`` bounds
-the whole exchange.
+a JSON-RPC error or a reply that breaks the protocol is a ``protocol_error``. The exchange
+itself is ``mcp_client``'s.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import lru_cache
-from ssl import SSLContext
-from typing import Any
-
-import anyio
-import httpx2
-from mcp import Client, MCPError
-from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, Implementation, TextContent
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, storable_text
 from cognition_app.models import InvocationStatus, SourceInvocation
@@ -50,42 +35,12 @@ from cognition_app.sources.tracing import (
     new_invocation,
     trace_write,
 )
-from cognition_app.sources.variables import (
-    key_from_env,
-    redact_headers,
-    scrub,
-    scrub_json,
-    url_from_env,
-)
+from cognition_app.sources.variables import key_from_env, scrub, scrub_json, url_from_env
 
-CLIENT_INFO = Implementation(name="chukwa", version="1")
+if TYPE_CHECKING:
+    from cognition_app.sources.mcp_client import ToolReply
+
 RESPONSE_TEXT_LIMIT = 200_000
-
-
-@lru_cache(maxsize=1)
-def _ssl_context() -> SSLContext:
-    # Building a context reads the system trust store (tens of milliseconds): once per process.
-    return httpx2.create_ssl_context()
-
-
-@dataclass
-class _Exchange:
-    """The HTTP answers one call received, to tell a server error from a protocol error and to
-    trace the ``tools/call`` answer's status and headers."""
-
-    statuses: list[int] = field(default_factory=list)
-    call_status: int | None = None
-    call_headers: dict[str, str] = field(default_factory=dict)
-
-    async def on_response(self, response: httpx2.Response) -> None:
-        self.statuses.append(response.status_code)
-        try:
-            method = json.loads(response.request.content).get("method")
-        except (ValueError, AttributeError):
-            method = None
-        if method == "tools/call":
-            self.call_status = response.status_code
-            self.call_headers = redact_headers(response.headers)
 
 
 def invoke_mcp_tool(
@@ -162,95 +117,40 @@ def invoke_mcp_tool(
     with trace_write():  # the row exists before any byte is sent
         inv.save(force_insert=True)
     with finished_on_error(inv):
-        headers = {**ctx.headers(inv.pk), **auth}
-        return _call(inv, iface, url, headers, body, result_schema_hash)
-
-
-async def _call_tool(
-    url: str,
-    tool: str,
-    arguments: dict[str, Any],
-    headers: Mapping[str, str],
-    timeout_s: float,
-    exchange: _Exchange,
-) -> CallToolResult:
-    with anyio.fail_after(timeout_s):
-        async with httpx2.AsyncClient(
-            headers=dict(headers),
-            timeout=timeout_s,
-            verify=_ssl_context(),
-            event_hooks={"response": [exchange.on_response]},
-        ) as http:
-            transport = streamable_http_client(url, http_client=http)
-            async with Client(transport, client_info=CLIENT_INFO, cache=None) as client:
-                return await client.call_tool(tool, arguments)
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    """The exceptions inside (possibly nested) exception groups: the SDK's task groups wrap a
-    refused connection or a JSON-RPC error in one or two of them."""
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
-
-
-def _failure(exc: Exception, exchange: _Exchange, timeout_ms: int) -> tuple[str, str] | None:
-    """The failure class and message of an exception the call raised, or None for a bug. The
-    SDK turns an HTTP error answer into a JSON-RPC error; the status of the last answer says
-    which it was (an earlier one may be a refused protocol probe the SDK recovered from)."""
-    leaves = _leaves(exc)
-    last = exchange.statuses[-1] if exchange.statuses else None
-    for leaf in leaves:
-        if isinstance(leaf, TimeoutError | httpx2.TimeoutException):
-            return "transport", f"timed out after {timeout_ms} ms"
-    for leaf in leaves:
-        if isinstance(leaf, httpx2.TransportError):
-            return "transport", f"{type(leaf).__name__}: {leaf}"
-    if last is not None and (last >= 500 or last == 429):
-        return "transport", f"HTTP {last} from the MCP server"
-    for leaf in leaves:
-        if isinstance(leaf, httpx2.HTTPStatusError):
-            return "http_status", f"HTTP {leaf.response.status_code} from the MCP server: {leaf}"
-        if isinstance(leaf, MCPError):
-            if last is not None and last >= 400:
-                return "http_status", f"HTTP {last} from the MCP server ({leaf.message})"
-            return "protocol_error", f"MCP error {leaf.code}: {leaf.message}"
-        if isinstance(leaf, ValidationError):
-            return "protocol_error", f"the reply does not follow the MCP protocol: {leaf}"[:1000]
-    return None
+        return _call(inv, iface, url, {**ctx.headers(inv.pk), **auth}, body, result_schema_hash)
 
 
 def _call(
     inv: SourceInvocation,
-    iface: Mapping[str, Any],
+    iface: dict[str, Any],
     url: str,
-    headers: Mapping[str, str],
+    headers: dict[str, str],
     arguments: dict[str, Any],
     result_schema_hash: str,
 ) -> JsonResult:
-    exchange = _Exchange()
+    # The SDK takes seconds to import (pydantic models of every protocol version): it is loaded
+    # by the first MCP call, not by every process that imports the source layer.
+    from cognition_app.sources.mcp_client import ToolCallFailed, call_tool
+
     try:
-        result = anyio.run(
-            _call_tool, url, iface["tool"], arguments, headers, iface["timeout_ms"] / 1000, exchange
-        )
-    except Exception as exc:  # classified below; anything unknown is re-raised (a bug)
-        failure = _failure(exc, exchange, iface["timeout_ms"])
-        if failure is None:
-            raise
-        return fail_invocation(inv, *failure, http_status=exchange.call_status)
-    reply = scrub_json(result.model_dump(mode="json", by_alias=True, exclude_none=True))
+        answer = call_tool(url, iface["tool"], arguments, headers, iface["timeout_ms"])
+    except ToolCallFailed as exc:
+        return fail_invocation(inv, exc.failure_class, exc.message, http_status=exc.http_status)
     recorded: dict[str, Any] = {
-        "http_status": exchange.call_status,
-        "response_headers": exchange.call_headers,
+        "http_status": answer.http_status,
+        "response_headers": answer.response_headers,
         "response_text": storable_text(
-            json.dumps(reply, ensure_ascii=False, sort_keys=True)[:RESPONSE_TEXT_LIMIT]
+            json.dumps(scrub_json(answer.reply), ensure_ascii=False, sort_keys=True)[
+                :RESPONSE_TEXT_LIMIT
+            ]
         ),
     }
-    if result.is_error:
+    if answer.is_error:
+        message = scrub(" ".join(answer.texts)) or "(the tool sent no text)"
         return fail_invocation(
-            inv, "tool_error", f"{iface['tool']} failed: {_texts(result)[:2000]}", **recorded
+            inv, "tool_error", f"{iface['tool']} failed: {message[:2000]}", **recorded
         )
-    value, problem = _value_of(result)
+    value, problem = _value_of(answer)
     if problem:
         return fail_invocation(inv, "non_json", problem, **recorded)
     value = scrub_json(value)
@@ -271,24 +171,18 @@ def _call(
     return JsonResult(value, inv.pk)
 
 
-def _texts(result: CallToolResult) -> str:
-    texts = [block.text for block in result.content if isinstance(block, TextContent)]
-    return scrub(" ".join(texts)) or "(the tool sent no text)"
-
-
-def _value_of(result: CallToolResult) -> tuple[Any, str]:
+def _value_of(answer: ToolReply) -> tuple[Any, str]:
     """The result: ``structuredContent``, else the one text content parsed as JSON; or the
     reason there is none."""
-    if result.structured_content is not None:
-        value: Any = result.structured_content
+    if answer.structured is not None:
+        value: Any = answer.structured
     else:
-        kinds = [block.type for block in result.content]
-        if len(kinds) != 1 or not isinstance(result.content[0], TextContent):
+        if answer.content_types != ["text"]:
             return None, (
                 "the tool result has no structuredContent and not exactly one text content "
-                f"(content: {', '.join(kinds) or 'none'})"
+                f"(content: {', '.join(answer.content_types) or 'none'})"
             )
-        text = result.content[0].text
+        text = answer.texts[0]
         try:
             value = loads_strict(text)
         except ValueError as exc:
