@@ -10,6 +10,7 @@ The package's modules each hold one part (see their docstrings); this module nam
 other layers call, so that they import ``cognition_app.sources`` and nothing below it.
 """
 
+from cognition_app.sources.cancel import CANCELLED, CancelScope
 from cognition_app.sources.client import http_client
 from cognition_app.sources.components import (
     schema_content,
@@ -34,9 +35,11 @@ from cognition_app.sources.tracing import (
 from cognition_app.sources.variables import scrub
 
 __all__ = [
+    "CANCELLED",
     "REPLAY_MODES",
     "REPLAY_STRICT",
     "CallContext",
+    "CancelScope",
     "Generation",
     "Judge",
     "Judgement",
