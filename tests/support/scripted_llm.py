@@ -564,6 +564,23 @@ class ScriptedLLM:
         with self._lock:
             return self._max_in_flight
 
+    def reset(self) -> None:
+        """Forget every recording, the script, the router and the in-flight maximum (a server
+        shared by several tests, e.g. one a Celery worker was started against)."""
+        with self._lock:
+            for recorded in (
+                self._requests,
+                self._headers,
+                self._probes,
+                self._probe_headers,
+                self._unanswered,
+                self._failures,
+            ):
+                recorded.clear()
+            self._queue.clear()
+            self._router = None
+            self._max_in_flight = self._in_flight
+
     def wait_in_flight(self, count: int, timeout: float = 20.0) -> bool:
         """Block until at least ``count`` requests are in flight at once (or were); False on
         timeout. For a reply callable that must hold until its peers have arrived."""
