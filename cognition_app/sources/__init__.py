@@ -19,13 +19,9 @@ from cognition_app.sources.components import (
     source_content,
 )
 from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.generation import Generation, Judge, Judgement
 from cognition_app.sources.http_json import invoke_http_json
-from cognition_app.sources.llm import (
-    Generation,
-    Judge,
-    Judgement,
-    invoke_llm,
-)
+from cognition_app.sources.llm import invoke_llm
 from cognition_app.sources.replay import REPLAY_MODES, REPLAY_STRICT, Replay
 from cognition_app.sources.tracing import (
     CallContext,

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -32,6 +31,7 @@ from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
 from cognition_app.sources.conformance import ensure_schema_enforced
 from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.generation import Generation, Judge, Judgement, verdict_fields
 from cognition_app.sources.limits import source_slot
 from cognition_app.sources.replay import fail_miss, open_replayed, request_key
 from cognition_app.sources.stream_events import chunk_events
@@ -48,32 +48,6 @@ from cognition_app.sources.variables import key_from_env, redact_headers, scrub,
 # length of its reply; CHUNK_BATCH only bounds the rows held in memory between flushes.
 CHUNK_BATCH = 512
 CHUNK_FLUSH_SECONDS = 0.25
-
-
-@dataclass
-class Judgement:
-    """What Chukwa made of a generation's text (computed before the rows are finished, so the
-    finish and the judgement are written together)."""
-
-    output_kind: str
-    parse_error: str = ""
-    validation_errors: list[Any] = field(default_factory=list)
-    artifacts: dict[str, Any] = field(default_factory=dict)
-    rejection: Any = None  # the node's rejection (a ModelContentRejected), if any
-    output: Any = None
-
-
-Judge = Callable[[str], Judgement]
-
-
-@dataclass
-class Generation:
-    text: str
-    invocation: SourceInvocation
-    call: LlmCall
-    finish_reason: str = ""
-    usage: dict[str, int] = field(default_factory=dict)
-    judgement: Judgement | None = None
 
 
 def invoke_llm(
@@ -514,7 +488,7 @@ def _finish_generation(
 ) -> None:
     """Finish both rows with one UPDATE each, the verdict and the cost included. No price row,
     no cost: null, shown "unknown", never 0."""
-    call_verdict, inv_verdict = _verdict_fields(judgement)
+    call_verdict, inv_verdict = verdict_fields(judgement)
     LlmCall.objects.filter(pk=call.pk).update(
         **call_verdict,
         status=InvocationStatus.SUCCEEDED,
@@ -543,24 +517,6 @@ def _finish_generation(
     finish_invocation(
         inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
     )
-
-
-def _verdict_fields(judgement: Judgement | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The judgement as fields of the LLM call row and of the invocation row."""
-    if judgement is None:
-        return {}, {}
-    errors = judgement.validation_errors
-    call_verdict = {
-        "parse_error": judgement.parse_error,
-        "validation_errors": errors,
-        "artifacts": judgement.artifacts,
-    }
-    inv_verdict = {
-        "model_output_kind": judgement.output_kind,
-        "validation_status": "invalid" if (judgement.parse_error or errors) else "valid",
-        "validation_errors": errors,
-    }
-    return call_verdict, inv_verdict
 
 
 def _replayed(
@@ -598,7 +554,7 @@ def _replayed(
         text=text, invocation=inv, call=call, finish_reason=original.finish_reason, usage=usage
     )
     gen.judgement = judge(text) if judge is not None else None
-    call_verdict, inv_verdict = _verdict_fields(gen.judgement)
+    call_verdict, inv_verdict = verdict_fields(gen.judgement)
     now = timezone.now()
     for name, value in {
         **call_verdict,
