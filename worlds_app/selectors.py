@@ -22,6 +22,7 @@ from worlds_app.models import (
     Annotation,
     AnnotationTarget,
     AttemptEvent,
+    AttemptStatus,
     PatchTransition,
     Turn,
     TurnAttempt,
@@ -266,6 +267,21 @@ def turn_get(*, slug: str, number: int) -> dict[str, Any]:
     }
 
 
+# Events that describe the turn's change, real only once the turn is committed (SPEC §6).
+PROVISIONAL_EVENTS = frozenset({"world_patch_applied", "effect_contested"})
+
+
+def _commit_state(status: str) -> str:
+    """What a patch event of an attempt in ``status`` is worth: ``provisional`` while the
+    attempt runs, ``committed`` with its turn, ``not_committed`` when it failed, was
+    interrupted or cancelled (its world never saw the patch)."""
+    if status == AttemptStatus.COMMITTED:
+        return "committed"
+    if status in (AttemptStatus.QUEUED, AttemptStatus.RUNNING):
+        return "provisional"
+    return "not_committed"
+
+
 def attempt_get(*, attempt_id: str) -> dict[str, Any]:
     if not _is_uuid(attempt_id):
         raise invalid("invalid_id", "attempt_id", f"{attempt_id!r} is not a UUID")
@@ -274,8 +290,10 @@ def attempt_get(*, attempt_id: str) -> dict[str, Any]:
         raise NotFoundError(
             "attempt_not_found", f"attempt_id: no attempt {attempt_id}", {"field": "attempt_id"}
         )
-    events = list(
-        attempt.events.order_by("seq").values(
+    state = _commit_state(attempt.status)
+    events: list[dict[str, Any]] = [
+        {**event, "commit_state": state if event["kind"] in PROVISIONAL_EVENTS else None}
+        for event in attempt.events.order_by("seq").values(
             "seq",
             "kind",
             "subject_id",
@@ -288,7 +306,7 @@ def attempt_get(*, attempt_id: str) -> dict[str, Any]:
             "llm_call_id",
             "created_at",
         )
-    )
+    ]
     from cognition_app.selectors import invocation_summaries
 
     invocations = invocation_summaries(attempt_id=attempt.pk)

@@ -473,6 +473,10 @@ class AttemptEventSerializer(serializers.Serializer):
     invocation_id = serializers.UUIDField(allow_null=True)
     llm_call_id = serializers.UUIDField(allow_null=True)
     created_at = InstantField()
+    # world_patch_applied / effect_contested: provisional until turn_committed (SPEC §6)
+    commit_state = serializers.ChoiceField(
+        choices=["provisional", "committed", "not_committed"], allow_null=True
+    )
 
     class Meta:
         ref_name = "AttemptEvent"

@@ -293,15 +293,26 @@ def _timeline(data: dict[str, Any]) -> dict[str, Any]:
             }
         )
     markers = {"world_patch_applied", "turn_committed", "attempt_failed", "inner_monologue"}
-    markers |= {"attempt_interrupted", "attempt_cancelled"}
+    markers |= {"attempt_interrupted", "attempt_cancelled", "effect_contested"}
     for event in data["events"]:
         if event["kind"] not in markers:
             continue
         offset = _offset_ms(event["created_at"], start)
         payload = event["payload"]
         if event["kind"] == "world_patch_applied":
-            label = f"patch #{event['patch_seq']} applied"
+            # provisional until the turn commits; never shown as applied when it did not
+            label = {
+                "committed": f"patch #{event['patch_seq']} applied",
+                "provisional": f"patch #{event['patch_seq']} applied (provisional)",
+            }.get(event["commit_state"], f"patch #{event['patch_seq']} not committed")
             note = payload.get("patch", {}).get("narration", "")
+        elif event["kind"] == "effect_contested":
+            overridden = payload.get("overridden", {})
+            label = f"{payload.get('target_id')} contested"
+            note = (
+                f"patch #{event['patch_seq']} ({event['subject_id']}) overrides patch "
+                f"#{overridden.get('patch_seq')} ({overridden.get('subject_id')})"
+            )
         elif event["kind"] == "inner_monologue":
             label = f"{event['node_id']} · rule policy"
             note = f"matched rule {payload.get('matched_rule')}: {payload.get('intent', '')}"
@@ -314,6 +325,10 @@ def _timeline(data: dict[str, Any]) -> dict[str, Any]:
             {
                 "type": "marker",
                 "kind": event["kind"],
+                "commit_badge": {
+                    "provisional": "provisional",
+                    "not_committed": "not committed",
+                }.get(event["commit_state"] or ""),
                 "label": label,
                 "subject_id": event["subject_id"],
                 "depth": 0,
