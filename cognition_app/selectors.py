@@ -159,7 +159,7 @@ def llm_call_get(*, call_id: str) -> dict[str, Any]:
 
 # What became of a call, as a reviewer reads it: a call whose text was refused (unparsable, or
 # against the schema) is "rejected" even though its transport succeeded, never "succeeded".
-CALL_OUTCOMES = ("running", "accepted", "rejected", "failed", "interrupted")
+CALL_OUTCOMES = ("running", "accepted", "rejected", "failed", "interrupted", "cancelled")
 _REJECTED = ~Q(parse_error="") | ~Q(validation_errors=[])
 PROBLEM_CHARS = 300
 
