@@ -82,7 +82,10 @@ def _request(
         raise ChukwaError(
             "invalid_input",
             f"{unknown[0]}: unknown field; allowed fields are {allowed}",
-            {"field": unknown[0], "errors": [{"field": k, "message": "unknown field"} for k in unknown]},
+            {
+                "field": unknown[0],
+                "errors": [{"field": k, "message": "unknown field"} for k in unknown],
+            },
         )
     path = tool.path
     for name in tool.path_params:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.permissions import SAFE_METHODS
@@ -58,7 +58,9 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
         if "enum" in schema and None not in schema["enum"]:
             schema["enum"] = [*schema["enum"], None]
         return schema
-    keep = {k: schema.pop(k) for k in ("description", "title", "default") if k in schema}
+    keep: dict[str, Any] = {
+        k: schema.pop(k) for k in ("description", "title", "default") if k in schema
+    }
     return {"anyOf": [schema, {"type": "null"}], **keep}
 
 
@@ -138,9 +140,7 @@ def _input_schema(
     if body is not None:
         for field_name, schema in body["properties"].items():
             if field_name in properties:
-                raise CatalogError(
-                    f"{name}: body field {field_name!r} has the name of a parameter"
-                )
+                raise CatalogError(f"{name}: body field {field_name!r} has the name of a parameter")
             properties[field_name] = _json_schema(schema, refs)
             body_fields.append(field_name)
         required.extend(body.get("required", []))
@@ -216,5 +216,7 @@ def api_tools() -> dict[str, Tool]:
     generator = SchemaGenerator()
     document = generator.get_schema(request=None, public=True)
     # The document's paths are the endpoints' paths (no prefix is trimmed or inserted).
-    views = {(path, method): callback.cls for path, _, method, callback in generator.endpoints}
+    # drf-spectacular's endpoints are (path, path regex, method, view callback).
+    endpoints = cast(list[tuple[str, str, str, Any]], generator.endpoints)
+    views = {(path, method): callback.cls for path, _, method, callback in endpoints}
     return build_tools(document, views)

@@ -61,13 +61,13 @@ _KIND_CONTENT = {
         "placeholders: {{world.projection}}, {{environment.rendered}}, {{subject.rendered}}, "
         "{{subject.id}}, {{subject.memory}}, {{ambient.visible}}, {{tools.available}}, "
         "{{world.turn}}, {{world.attempted_turn}}, {{world.simulation_time}}, "
-        "{{nodes.<id>.output}}. Every *_ref is {\"hash\": H} or {\"inline\": content}; the "
+        '{{nodes.<id>.output}}. Every *_ref is {"hash": H} or {"inline": content}; the '
         "stored workflow holds hashes only. Validated at put (never calls a source).",
     ),
     "cognition_profiles": (
         "a cognition profile",
         'content is {"workflow": {"hash": H}} (or {"workflow": {"inline": <workflow>}}); it is '
-        "stored as {\"workflow_hash\": H}. A scenario binds profiles to labels, and an agent "
+        'stored as {"workflow_hash": H}. A scenario binds profiles to labels, and an agent '
         "names its profile's label.",
     ),
     "environments": (
@@ -107,15 +107,15 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
     # --- scenarios ---
     "scenario_assemble": (
         "Assemble a scenario from its parts. scenario_slug (label), description, "
-        "chronon_seconds (simulated seconds per turn), cognition_profiles {label: {\"hash\": H} "
-        "| {\"inline\": profile}}, environments {label: {\"hash\": H} | {\"inline\": text}}, "
+        'chronon_seconds (simulated seconds per turn), cognition_profiles {label: {"hash": H} '
+        '| {"inline": profile}}, environments {label: {"hash": H} | {"inline": text}}, '
         'entities [{"hash": H} | {"inline": entity}, …] with at least one agent; optional name '
         "(set this scenario name too), operator, note, metadata. Every entity's environment and "
         "every agent's cognition_profile must be a bound label. Returns scenario_hash, "
         "was_new_scenario, the component hashes by label, new_components and derivation_id."
     ),
     "scenario_fork": (
-        "Derive a new scenario from primary_parent ({\"name\": N} or {\"hash\": H}) with only "
+        'Derive a new scenario from primary_parent ({"name": N} or {"hash": H}) with only '
         "the changes given: changes.scenario_slug, description, chronon_seconds, "
         "cognition_profile_upserts {label: ref}, cognition_profile_removals [label], "
         "environment_upserts {label: ref}, environment_removals [label], entities (replaces "

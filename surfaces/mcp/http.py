@@ -12,6 +12,7 @@ and the specification's answer for that is 405.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import anyio
@@ -19,10 +20,12 @@ from django.http import HttpResponse, JsonResponse
 from drf_spectacular.utils import extend_schema
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import BaseParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
+from starlette.types import Message
 
 from surfaces.mcp.calls import Caller
 from surfaces.mcp.catalog import api_tools
@@ -40,13 +43,14 @@ class AnyAcceptNegotiation(BaseContentNegotiation):
     """The transport judges the Accept header (MCP's rules, not DRF's); error bodies of the
     API (401, 429, 503) are JSON whatever the client accepts."""
 
-    def select_parser(self, request: Request, parsers: list[Any]) -> Any:
-        return parsers[0] if parsers else None
+    def select_parser(self, request: Request, parsers: Iterable[BaseParser]) -> BaseParser | None:
+        return next(iter(parsers), None)
 
     def select_renderer(
-        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
+        self, request: Request, renderers: Iterable[BaseRenderer], format_suffix: str | None = None
     ) -> tuple[BaseRenderer, str]:
-        return renderers[0], renderers[0].media_type
+        renderer = next(iter(renderers))
+        return renderer, renderer.media_type
 
 
 def _scope(request: Request, body: bytes) -> dict[str, Any]:
@@ -79,7 +83,7 @@ async def _serve(caller: Caller, scope: dict[str, Any], body: bytes) -> HttpResp
     answer: dict[str, Any] = {"status": 500, "headers": [], "body": b""}
     delivered = False
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         nonlocal delivered
         if not delivered:
             delivered = True
@@ -88,16 +92,14 @@ async def _serve(caller: Caller, scope: dict[str, Any], body: bytes) -> HttpResp
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: Message) -> None:
         if message["type"] == "http.response.start":
             answer["status"] = message["status"]
             answer["headers"] = message.get("headers", [])
         elif message["type"] == "http.response.body":
             answer["body"] += message.get("body", b"")
 
-    manager = StreamableHTTPSessionManager(
-        build_server(caller), json_response=True, stateless=True
-    )
+    manager = StreamableHTTPSessionManager(build_server(caller), json_response=True, stateless=True)
     async with manager.run():
         await manager.handle_request(scope, receive, send)
     response = HttpResponse(answer["body"], status=answer["status"])

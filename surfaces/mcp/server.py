@@ -38,10 +38,7 @@ def allowed(tool: Tool, user: Any) -> bool:
     operators, annotations for any signed-in user)."""
     view = tool.view_class()
     probe = SimpleNamespace(user=user, method=tool.method)
-    return all(
-        permission.has_permission(probe, view)  # type: ignore[arg-type]
-        for permission in view.get_permissions()
-    )
+    return all(permission.has_permission(probe, view) for permission in view.get_permissions())
 
 
 def visible_tools(user: Any) -> list[Tool]:

@@ -19,7 +19,7 @@ from surfaces.mcp.catalog import api_tools
 from surfaces.mcp.server import build_server
 from surfaces.signin_throttle import ThrottledTokenAuthentication
 
-TOKEN_VARIABLE = "CHUKWA_MCP_TOKEN"
+TOKEN_VARIABLE = "CHUKWA_MCP_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 
 
 def stdio_caller() -> Caller:

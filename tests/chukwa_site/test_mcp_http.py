@@ -226,7 +226,9 @@ def test_a_reader_sees_and_may_call_only_read_tools(
     assert refused["error"]["code"] == "permission_denied"
 
 
-def test_without_a_valid_token_the_endpoint_answers_401(live_server: Any, reader_user: User) -> None:
+def test_without_a_valid_token_the_endpoint_answers_401(
+    live_server: Any, reader_user: User
+) -> None:
     url = f"{live_server.url}/mcp/"
     initialize = {
         "jsonrpc": "2.0",
@@ -245,8 +247,12 @@ def test_without_a_valid_token_the_endpoint_answers_401(live_server: Any, reader
             url, json=initialize, headers={**headers, "Authorization": "Bearer " + "f" * 40}
         )
         token = _token(reader_user)
-        good = client.post(url, json=initialize, headers={**headers, "Authorization": f"Token {token}"})
-        stream = client.get(url, headers={"Accept": "text/event-stream", "Authorization": f"Token {token}"})
+        good = client.post(
+            url, json=initialize, headers={**headers, "Authorization": f"Token {token}"}
+        )
+        stream = client.get(
+            url, headers={"Accept": "text/event-stream", "Authorization": f"Token {token}"}
+        )
         end = client.delete(url, headers={**headers, "Authorization": f"Token {token}"})
     assert anonymous.status_code == 401
     assert anonymous.json()["error"]["code"] == "not_authenticated"

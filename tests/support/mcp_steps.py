@@ -138,7 +138,9 @@ async def author_and_fork(session: ClientSession, *, slug: str) -> Authored:
             },
         },
     )
-    assert source["hash"] == (await ok(session, "response_sources_get", hash=source["hash"]))["hash"]
+    assert (
+        source["hash"] == (await ok(session, "response_sources_get", hash=source["hash"]))["hash"]
+    )
 
     workflow = fixture["cognition_profiles"]["ant"]["inline"]["workflow"]["inline"]
     put_workflow = await ok(session, "cognition_workflows_put", content=workflow)
@@ -179,7 +181,9 @@ async def author_and_fork(session: ClientSession, *, slug: str) -> Authored:
         session,
         "scenario_fork",
         primary_parent={"hash": assembled["scenario_hash"]},
-        changes={"cognition_profile_upserts": {"ant": {"inline": {"workflow": {"inline": changed}}}}},
+        changes={
+            "cognition_profile_upserts": {"ant": {"inline": {"workflow": {"inline": changed}}}}
+        },
         note="one byte of the eat_crumb narration",
     )
     after = await _counts(session)
