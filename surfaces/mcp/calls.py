@@ -12,16 +12,18 @@ from __future__ import annotations
 import io
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlencode
 
 from django.core.handlers.wsgi import WSGIRequest
 from django.urls import Resolver404, resolve
+from rest_framework import exceptions as drf_exceptions
 
 from chukwa_core.component_validation import type_name
 from chukwa_core.errors import ChukwaError, NotFoundError, invalid
 from surfaces.mcp.catalog import Tool
+from surfaces.signin_throttle import ThrottledTokenAuthentication
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,20 @@ class Caller:
     token: Any
     host: str = "localhost"
     address: str = "127.0.0.1"
+    # Set for a long-lived caller (stdio): the token is checked again at every call.
+    token_key: str | None = None
+
+
+def current(caller: Caller) -> Caller:
+    """``caller`` as of now: a long-lived caller's token is looked up again, so a deleted token
+    or a deactivated user stops working at once (raises ``ChukwaError`` not_authenticated)."""
+    if caller.token_key is None:
+        return caller
+    try:
+        user, token = ThrottledTokenAuthentication().authenticate_credentials(caller.token_key)
+    except drf_exceptions.AuthenticationFailed as exc:
+        raise ChukwaError("not_authenticated", str(exc.detail), status_code=401) from None
+    return replace(caller, user=user, token=token)
 
 
 @dataclass(frozen=True)
@@ -147,6 +163,7 @@ def _wsgi_request(
 def call(tool: Tool, arguments: dict[str, Any], caller: Caller) -> Answer:
     """Run ``tool`` with ``arguments`` as ``caller``; the answer is the REST endpoint's."""
     try:
+        caller = current(caller)
         path, query, body = _request(tool, arguments)
     except ChukwaError as error:
         return _error(error)

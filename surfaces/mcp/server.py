@@ -22,7 +22,8 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
-from surfaces.mcp.calls import Answer, Caller, call
+from chukwa_core.errors import ChukwaError
+from surfaces.mcp.calls import Answer, Caller, call, current
 from surfaces.mcp.catalog import Tool, api_tools
 from surfaces.mcp.descriptions import INSTRUCTIONS
 
@@ -118,6 +119,8 @@ def build_server(caller: Caller) -> Server[Any]:
 
 def _visible(caller: Caller) -> list[Tool]:
     try:
-        return visible_tools(caller.user)
+        return visible_tools(current(caller).user)
+    except ChukwaError:
+        return []  # the token is gone: nothing may be called
     finally:
         connections.close_all()

@@ -41,7 +41,7 @@ def stdio_caller() -> Caller:
             {"field": TOKEN_VARIABLE},
             status_code=401,
         ) from None
-    return Caller(user=user, token=token)
+    return Caller(user=user, token=token, token_key=key)
 
 
 async def _serve(caller: Caller) -> None:

@@ -15,8 +15,10 @@ import httpx
 import httpx2
 import pytest
 from django.contrib.auth.models import User
+from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -277,3 +279,27 @@ def test_tool_results_carry_the_body_as_text_and_structure(
     result = anyio.run(run)
     assert result.is_error is False
     assert body_of(result)["schema"]["type"] == "object"
+
+
+def test_the_sdk_high_level_client_connects_and_calls(
+    live_server: Any, operator_user: User
+) -> None:
+    """``mcp.Client`` (which probes the newer protocol first) lists and calls tools too."""
+    authorization = f"Bearer {_token(operator_user)}"
+
+    async def run() -> tuple[set[str], dict[str, Any]]:
+        http = httpx2.AsyncClient(headers={"Authorization": authorization}, timeout=60.0)
+        async with (
+            http,
+            Client(streamable_http_client(f"{live_server.url}/mcp/", http_client=http)) as client,
+        ):
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            result = await client.call_tool("json_schemas_get", {"hash": "0" * 64})
+            assert result.is_error
+            # The per-request protocol era, where ClientSession.initialize() takes the handshake.
+            assert client.protocol_version in MODERN_PROTOCOL_VERSIONS
+            return names, body_of(result)
+
+    names, missing = anyio.run(run)
+    assert SPEC_TOOLS <= names
+    assert missing["error"]["code"] == "component_not_found"

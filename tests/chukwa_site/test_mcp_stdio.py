@@ -95,19 +95,34 @@ def test_an_operator_authors_forks_and_queues_a_turn_over_stdio(
     assert missing["error"]["code"] == "scenario_not_found"
 
 
-def test_a_reader_token_over_stdio_sees_no_write_tool(reader_user: User, tmp_path: Path) -> None:
+def test_a_reader_token_over_stdio_sees_no_write_tool_and_a_revoked_one_nothing(
+    reader_user: User, tmp_path: Path
+) -> None:
     token = Token.objects.create(user=reader_user).key
 
     async def steps(session: ClientSession) -> Any:
         names = {tool.name for tool in (await session.list_tools()).tools}
         refused = await error(session, "world_create", slug="w", scenario_ref={"name": "x"})
-        return names, refused
+        await anyio.to_thread.run_sync(_revoke, token)
+        after = await session.list_tools()
+        revoked = await error(session, "world_list")
+        return names, refused, after.tools, revoked
 
     with (tmp_path / "stderr.log").open("w+") as errlog:
-        names, refused = anyio.run(_with_session, _params(token), errlog, steps)
+        names, refused, after, revoked = anyio.run(_with_session, _params(token), errlog, steps)
     assert not names & OPERATOR_ONLY_TOOLS
     assert "world_get" in names
     assert refused["error"]["code"] == "permission_denied"
+    # A long-lived stdio server checks its token at every call: revoked, it can do nothing.
+    assert after == []
+    assert revoked["error"]["code"] == "not_authenticated"
+
+
+def _revoke(key: str) -> None:
+    try:
+        Token.objects.filter(key=key).delete()
+    finally:
+        connection.close()
 
 
 @pytest.mark.parametrize("token", [None, "not-a-token"])
