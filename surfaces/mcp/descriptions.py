@@ -32,17 +32,17 @@ llm_call_get. Writes need an operator's token; readers see the read tools only.
 
 _PAGING = " Paged: limit (1…200, default 50) and offset; the answer has count, limit, offset."
 
-# What each component kind's content is, for its put tool.
+# Each component kind: (singular, plural) and what its content is, for its put tool.
 _KIND_CONTENT = {
     "json_schemas": (
-        "a JSON Schema",
+        ("a JSON Schema", "JSON Schemas"),
         'content is a Draft 2020-12 JSON Schema object, e.g. {"type": "object", "properties": '
         '{"text": {"type": "string"}}, "required": ["text"]}. $ref may point only inside the '
         "same document (#…). Used as a tool's arguments_schema_ref/result_schema_ref and an "
         "ambient source's result_schema_ref.",
     ),
     "response_sources": (
-        "a response source",
+        ("a response source", "response sources"),
         'content is {"version": 1, "label": L, "interface": {...}}. interface.name is '
         '"llm_chat_completions" (model, base_url_env "CHUKWA_LLM_BASE_URL", api_key_env '
         '"CHUKWA_LLM_API_KEY", schema_delivery "response_format" or "prompt_only", timeout_ms, '
@@ -51,7 +51,7 @@ _KIND_CONTENT = {
         "never values. Workflows name it as llm_source_ref or a tool's source_ref.",
     ),
     "cognition_workflows": (
-        "a cognition workflow",
+        ("a cognition workflow", "cognition workflows"),
         'content is {"version": 1, "execution": "per_subject_ordered" | "concurrent", '
         '"ambient_sources": [...], "nodes": [...], "apply": {"from": "<node id>.final"}}. '
         "Node types: llm_text (llm_source_ref, prompt_template.messages, "
@@ -65,18 +65,18 @@ _KIND_CONTENT = {
         "stored workflow holds hashes only. Validated at put (never calls a source).",
     ),
     "cognition_profiles": (
-        "a cognition profile",
+        ("a cognition profile", "cognition profiles"),
         'content is {"workflow": {"hash": H}} (or {"workflow": {"inline": <workflow>}}); it is '
         'stored as {"workflow_hash": H}. A scenario binds profiles to labels, and an agent '
         "names its profile's label.",
     ),
     "environments": (
-        "an environment",
+        ("an environment", "environments"),
         "content is the prose of one place (a non-empty string, at most 64 KiB). A scenario "
         "binds environments to labels, and every entity names its environment's label.",
     ),
     "entities": (
-        "an entity",
+        ("an entity", "entities"),
         'content is {"id", "name", "state", "environment": <label>, "kind": "prop" | {"agent": '
         '{"goal", "memory", "cognition_profile": <label>}}}. The id is normalized (trimmed, '
         "lowercased, spaces to _) before hashing; labels are resolved by the scenario.",
@@ -86,7 +86,7 @@ _KIND_CONTENT = {
 
 def _component_descriptions() -> dict[str, str]:
     texts: dict[str, str] = {}
-    for segment, (what, content) in _KIND_CONTENT.items():
+    for segment, ((what, plural), content) in _KIND_CONTENT.items():
         texts[f"{segment}_put"] = (
             f"Store {what} (content-addressed, immutable) and return its hash. {content} "
             "Returns {hash, was_new}; the same content always gives the same hash."
@@ -94,10 +94,10 @@ def _component_descriptions() -> dict[str, str]:
         texts[f"{segment}_get"] = (
             f"Read {what} by its hash (64 lowercase hex): its stored content and created_at."
         )
-        texts[f"{segment}_list"] = f"List stored {what.split(' ', 1)[1]}s, newest first.{_PAGING}"
+        texts[f"{segment}_list"] = f"List stored {plural}, newest first.{_PAGING}"
         texts[f"{segment}_uses"] = (
             f"What uses {what} (by hash): the workflows, cognition profiles and scenarios that "
-            "reference it."
+            "reference it (to see what a change to it would touch)."
         )
     return texts
 
@@ -210,13 +210,14 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         "streamed chunks, finish reason, token usage, parse errors and cost."
     ),
     "attempt_list": (
-        "List turn attempts across worlds, newest first; filters status, world, subject, "
-        f"since, until.{_PAGING}"
+        "Find turn attempts across worlds, newest first (e.g. every failed one): filters status, "
+        f"world, subject (an entity id), model, since, until.{_PAGING}"
     ),
     "llm_call_list": (
-        f"List LLM calls across worlds, newest first; filters world, model, since, until.{_PAGING}"
+        "Find LLM calls across worlds, newest first: filters status, world, subject, model, "
+        f"since, until; each row has the call id for llm_call_get.{_PAGING}"
     ),
-    "turn_list": f"List a world's committed turns, newest first.{_PAGING}",
+    "turn_list": f"A world's committed turns, with their narrations in brief.{_PAGING}",
     # --- review (SPEC §12) ---
     "model_price_list": "The model price table (per million tokens) with its history.",
     "model_price_put": (
