@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 
 from chukwa_core.errors import ChukwaError
+from surfaces.api.errors import outage_of, unavailable_error
 from surfaces.mcp.calls import Answer, Caller, call, current
 from surfaces.mcp.catalog import Tool, api_tools
 from surfaces.mcp.descriptions import INSTRUCTIONS
@@ -69,7 +70,11 @@ def _result(answer: Answer) -> types.CallToolResult:
 def _call_in_thread(tool: Tool, arguments: dict[str, Any], caller: Caller) -> Answer:
     try:
         return call(tool, arguments, caller)
-    except Exception:
+    except Exception as exc:
+        service = outage_of(exc)
+        if service is not None:
+            # Outside the view (the token's lookup): the API's 503 all the same.
+            return Answer(503, {"error": unavailable_error(service, exc).as_dict()})
         # What the REST API would answer with a 500 page: nothing of the exception reaches
         # the client (it may name hosts or data); the log has it.
         logger.exception("MCP tool %s failed", tool.name)
