@@ -18,6 +18,7 @@ from django.contrib.auth.models import User
 from mcp import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -296,6 +297,9 @@ def test_the_sdk_high_level_client_connects_and_calls(
             names = {tool.name for tool in (await client.list_tools()).tools}
             result = await client.call_tool("json_schemas_get", {"hash": "0" * 64})
             assert result.is_error
+            # A name that is no tool at all is a protocol error, not a tool result.
+            with pytest.raises(MCPError, match="Unknown tool: no_such_tool"):
+                await client.call_tool("no_such_tool", {})
             # The per-request protocol era, where ClientSession.initialize() takes the handshake.
             assert client.protocol_version in MODERN_PROTOCOL_VERSIONS
             return names, body_of(result)
