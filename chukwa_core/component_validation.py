@@ -30,8 +30,11 @@ SCENARIO_MAX_BYTES = 256 * 1024
 CHRONON_MAX_SECONDS = 31_536_000
 LLM_INTERFACE = "llm_chat_completions"
 HTTP_JSON_INTERFACE = "http_json"
-RESERVED_INTERFACES = frozenset({"mcp_tool"})
-EXECUTABLE_INTERFACES = frozenset({LLM_INTERFACE, HTTP_JSON_INTERFACE})
+MCP_TOOL_INTERFACE = "mcp_tool"
+EXECUTABLE_INTERFACES = frozenset({LLM_INTERFACE, HTTP_JSON_INTERFACE, MCP_TOOL_INTERFACE})
+# What a workflow's tool may name (SPEC §4, §5): JSON in, JSON out. Ambient sources stay http_json.
+TOOL_INTERFACES = frozenset({HTTP_JSON_INTERFACE, MCP_TOOL_INTERFACE})
+MAX_SOURCE_CONCURRENCY = 256
 SCHEMA_DELIVERIES = frozenset({"response_format", "prompt_only"})
 TIMEOUT_MS_MAX = 600_000
 # Chat Completions parameters an author may set, with the JSON types each accepts. An allowlist,
@@ -55,6 +58,10 @@ LLM_PARAM_TYPES: dict[str, tuple[type, ...]] = {
 # segments. No CR/LF, backslashes, percent-escapes, queries or fragments that could smuggle a
 # header, a host or a traversal past the grammar.
 _HTTP_PATH_RE = re.compile(r"^(/[A-Za-z0-9._~-]+)*/?$")
+# An MCP tool name (the MCP specification's tool-name rule): 1…128 ASCII letters, digits, "_",
+# "-" or ".". It travels inside the JSON-RPC body, never in a URL or a header.
+MCP_TOOL_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,128}$"
+_MCP_TOOL_NAME_RE = re.compile(MCP_TOOL_NAME_PATTERN)
 # The only meta-schema a stored schema may declare (the one it is validated with).
 DRAFT_2020_12_URIS = frozenset(
     {
@@ -266,12 +273,6 @@ def validate_response_source_content(content: object, field: str = "content") ->
         raise invalid(code, f"{iface_field}.name", "is required")
     if not isinstance(name, str):
         raise invalid(code, f"{iface_field}.name", f"must be a string, got {type_name(name)}")
-    if name in RESERVED_INTERFACES:
-        raise invalid(
-            "source_not_executable",
-            f"{iface_field}.name",
-            f"interface {name!r} is reserved and not executable in this version",
-        )
     if name not in EXECUTABLE_INTERFACES:
         raise invalid(
             "unknown_interface",
@@ -283,7 +284,7 @@ def validate_response_source_content(content: object, field: str = "content") ->
             interface,
             iface_field,
             required=("name", "model", "base_url_env", "schema_delivery", "timeout_ms"),
-            optional=("api_key_env", "params", "max_string_length"),
+            optional=("api_key_env", "params", "max_string_length", "max_concurrency"),
             code=code,
         )
         require_string(interface["model"], f"{iface_field}.model", code)
@@ -314,6 +315,16 @@ def validate_response_source_content(content: object, field: str = "content") ->
                     f"{iface_field}.max_string_length",
                     f"must be an integer 16…4000, got {bound!r}",
                 )
+        if "max_concurrency" in interface:
+            # At most this many generations of the source in flight at once, per worker
+            # process (a provider's rate limit); concurrent subjects wait for a free slot.
+            limit = interface["max_concurrency"]
+            if not is_int(limit) or not 1 <= limit <= MAX_SOURCE_CONCURRENCY:
+                raise invalid(
+                    code,
+                    f"{iface_field}.max_concurrency",
+                    f"must be an integer 1…{MAX_SOURCE_CONCURRENCY}, got {limit!r}",
+                )
         params = require_object(interface.get("params", {}), f"{iface_field}.params", code)
         for key, value in params.items():
             types = LLM_PARAM_TYPES.get(key)
@@ -332,6 +343,8 @@ def validate_response_source_content(content: object, field: str = "content") ->
                 raise invalid(
                     code, f"{iface_field}.params.{key}", f"must be {wanted}, got {type_name(value)}"
                 )
+    elif name == MCP_TOOL_INTERFACE:
+        _validate_mcp_tool(interface, iface_field, code)
     else:
         check_keys(
             interface,
@@ -363,6 +376,38 @@ def validate_response_source_content(content: object, field: str = "content") ->
                 )
         _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
     return dict(source)
+
+
+def _validate_mcp_tool(interface: Mapping[str, Any], iface_field: str, code: str) -> None:
+    """One tool on an MCP server reached over streamable HTTP: the endpoint comes from
+    ``url_env`` (the whole endpoint URL, e.g. ``https://host/mcp``), the key from its bound
+    ``api_key_env``, sent as ``Authorization: Bearer``."""
+    check_keys(
+        interface,
+        iface_field,
+        required=("name", "url_env", "tool", "timeout_ms"),
+        optional=("api_key_env",),
+        code=code,
+    )
+    url_env = _check_url_env(interface["url_env"], f"{iface_field}.url_env")
+    if "api_key_env" in interface:
+        _check_key_env(
+            interface["api_key_env"],
+            f"{iface_field}.api_key_env",
+            url_env,
+            f"{iface_field}.url_env",
+        )
+    tool = interface["tool"]
+    if not isinstance(tool, str):
+        raise invalid(code, f"{iface_field}.tool", f"must be a string, got {type_name(tool)}")
+    if not _MCP_TOOL_NAME_RE.fullmatch(tool):
+        raise invalid(
+            code,
+            f"{iface_field}.tool",
+            f"{tool!r} is not an MCP tool name: 1…128 characters, each a letter, a digit, "
+            '"_", "-" or "."',
+        )
+    _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
 
 
 # --- environment ---------------------------------------------------------------------------

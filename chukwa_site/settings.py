@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dj_database_url
 from environs import Env
-from marshmallow.validate import OneOf
+from marshmallow.validate import OneOf, Range
 
 from chukwa_site import embedded
 
@@ -244,6 +244,11 @@ OTEL_EXPORTER_OTLP_TIMEOUT = env.float("OTEL_EXPORTER_OTLP_TIMEOUT", 10)
 # A running attempt renews its lease while it works; one that stops renewing for this long is
 # considered dead and is marked interrupted by the reaper.
 CHUKWA_ATTEMPT_LEASE_SECONDS = env.int("CHUKWA_ATTEMPT_LEASE_SECONDS", 60)
+# How many subjects of a turn's concurrent phase (SPEC §4) think at the same time in one worker
+# process (each on a thread with its own database connection); the rest wait for a free thread.
+CHUKWA_MAX_CONCURRENT_SUBJECTS = env.int(
+    "CHUKWA_MAX_CONCURRENT_SUBJECTS", 8, validate=Range(min=1, max=256)
+)
 
 # How long a conformance-check verdict on an LLM backend stands (SPEC §5): trusted for hours
 # when the backend enforces response_format schemas, checked again soon when it did not.
@@ -272,6 +277,12 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": env.log_level("CHUKWA_LOG_LEVEL", logging.WARNING)},
     # httpx logs every request's full URL at INFO, query string included; "source call
-    # finished" (cognition_app.sources.tracing) says what happened without the URL.
-    "loggers": {"httpx": {"level": "WARNING"}},
+    # finished" (cognition_app.sources.tracing) says what happened without the URL. The MCP
+    # SDK's client (mcp_tool sources) uses httpx2 the same way, and logs a server's malformed
+    # replies (which may echo a key) at ERROR: the call's scrubbed trace row says it instead.
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "httpx2": {"level": "WARNING"},
+        "mcp": {"level": "CRITICAL"},
+    },
 }

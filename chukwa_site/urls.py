@@ -4,10 +4,11 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from surfaces.mcp.http import McpEndpoint
+from surfaces.pages import indexes
 from surfaces.pages import site as views
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", indexes.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
@@ -26,4 +27,5 @@ urlpatterns = [
     path("", include("surfaces.pages.worlds_urls")),
     path("", include("surfaces.pages.cognition_urls")),
     path("", include("surfaces.pages.authoring_urls")),
+    path("", include("surfaces.pages.index_urls")),
 ]

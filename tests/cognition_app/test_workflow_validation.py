@@ -378,10 +378,16 @@ def test_unsupported_version(version: object) -> None:
         validate(mutated(tool_loop_workflow(), ["version"], version))
 
 
-@pytest.mark.parametrize("execution", ["parallel", "", None, "PER_SUBJECT_ORDERED"])
+@pytest.mark.parametrize("execution", ["parallel", "", None, "PER_SUBJECT_ORDERED", "Concurrent"])
 def test_unsupported_execution(execution: object) -> None:
-    with rejected("unsupported_execution", "execution"):
+    with rejected("unsupported_execution", "execution") as excinfo:
         validate(mutated(tool_loop_workflow(), ["execution"], execution))
+    assert "supported: concurrent, per_subject_ordered" in excinfo.value.message
+
+
+@pytest.mark.parametrize("execution", ["per_subject_ordered", "concurrent"])
+def test_both_execution_modes_are_accepted(execution: str) -> None:
+    validate(mutated(three_node_workflow(), ["execution"], execution))
 
 
 @pytest.mark.parametrize("value", [{}, "none", None])
@@ -533,6 +539,42 @@ def test_wrong_source_interface_ambient_with_llm_source() -> None:
     workflow["ambient_sources"][0]["source_ref"] = ref(LLM)
     with rejected("wrong_source_interface", "ambient_sources[0].source_ref"):
         validate(workflow)
+
+
+MCP_LAMP = "c" * 64  # a stored mcp_tool source
+MCP_LOOKUP = {**LOOKUP, MCP_LAMP: StoredRef("response_source", "mcp_tool")}
+
+
+def test_a_tool_may_name_an_mcp_tool_source() -> None:
+    workflow = mutated(
+        tool_loop_workflow(), ["nodes", 0, "available_tools", 0, "source_ref"], ref(MCP_LAMP)
+    )
+    validate(workflow, MCP_LOOKUP)
+
+
+def test_an_ambient_source_may_not_name_an_mcp_tool_source() -> None:
+    # An mcp_tool's arguments are what the model or a rule plan gives (SPEC §5); ambient
+    # sources stay http_json.
+    workflow = ambient_workflow()
+    workflow["ambient_sources"][0]["source_ref"] = ref(MCP_LAMP)
+    with rejected("wrong_source_interface", "ambient_sources[0].source_ref") as excinfo:
+        validate(workflow, MCP_LOOKUP)
+    assert "'mcp_tool'" in excinfo.value.message
+
+
+def test_an_llm_node_may_not_name_an_mcp_tool_source() -> None:
+    workflow = mutated(tool_loop_workflow(), ["nodes", 0, "llm_source_ref"], ref(MCP_LAMP))
+    with rejected("wrong_source_interface", "nodes[0].llm_source_ref"):
+        validate(workflow, MCP_LOOKUP)
+
+
+def test_a_tool_naming_an_llm_source_is_told_which_interfaces_are_allowed() -> None:
+    workflow = mutated(
+        tool_loop_workflow(), ["nodes", 0, "available_tools", 0, "source_ref"], ref(LLM)
+    )
+    with rejected("wrong_source_interface", "nodes[0].available_tools[0].source_ref") as excinfo:
+        validate(workflow)
+    assert "'http_json' or 'mcp_tool' is required" in excinfo.value.message
 
 
 @pytest.mark.parametrize(
