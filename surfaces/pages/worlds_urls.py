@@ -2,6 +2,7 @@
 
 from django.urls import URLPattern, path
 
+from surfaces.pages import attempts
 from surfaces.pages import worlds as views
 
 urlpatterns: list[URLPattern] = [
@@ -23,5 +24,5 @@ urlpatterns: list[URLPattern] = [
         views.environment_page,
         name="page-world-environment",
     ),
-    path("attempts/<str:attempt_id>/", views.attempt_page, name="page-attempt"),
+    path("attempts/<str:attempt_id>/", attempts.attempt_page, name="page-attempt"),
 ]
