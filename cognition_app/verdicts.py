@@ -53,9 +53,9 @@ def verdict(
     failure_message: str = "",
     rejection: str = "",
 ) -> Verdict:
-    """The badge of one source invocation. ``rejection`` is the retry lane's complaint when the
-    attempt's ``generation_rejected`` event is already readable; before that, the row's own
-    validation errors (or parse error) say why."""
+    """The badge of one source invocation. The row's validation errors (or parse error) say why
+    a generation was rejected; ``rejection``, the retry lane's complaint from the attempt's
+    ``generation_rejected`` event, is used only when the row says nothing."""
 
     def made(code: str, why: str = "") -> Verdict:
         return {"code": code, "label": LABELS[code], "why": why, "output_kind": model_output_kind}
@@ -72,12 +72,13 @@ def verdict(
     if kind != "llm_generation":
         return made("succeeded")
     if validation_status == "invalid" or model_output_kind == "invalid":
-        if not rejection:
-            errors = [e.get("message", e) if isinstance(e, dict) else e for e in validation_errors]
-            rejection = str(errors[0]) if errors else ""
-        if not rejection and parse_error:
-            rejection = f"not valid JSON: {parse_error}"
-        return made("rejected", rejection or "the output failed validation")
+        # The row's own reason first, so the text read while the attempt runs is the text read
+        # after it commits (the event's complaint arrives later, and only as a fallback).
+        errors = [e.get("message", e) if isinstance(e, dict) else e for e in validation_errors]
+        why = str(errors[0]) if errors else ""
+        if not why and parse_error:
+            why = f"not valid JSON: {parse_error}"
+        return made("rejected", why or rejection or "the output failed validation")
     if validation_status == "valid":
         return made("accepted")
     # A generation nothing judged (no node asked for a verdict): the stream ended, no more.

@@ -66,6 +66,12 @@
       select(null, true);
       return;
     }
+    var summary = event.target.closest("summary");
+    if (summary && !summary.closest(".wf-tree") && summary.parentElement.tagName === "DETAILS") {
+      // any other section the reviewer opens or closes keeps that state across polls
+      summary.parentElement.setAttribute("data-client-toggled", "");
+      return;
+    }
     var row = event.target.closest(".wf-tree .wf-row[data-row]");
     if (!row || event.target.closest("a")) return;
     if (row.tagName === "SUMMARY") {
@@ -73,6 +79,7 @@
       // The caret (or the keyboard: a click with detail 0) folds; elsewhere a click selects.
       if (event.target.closest(".caret") || event.detail === 0) {
         details.setAttribute("data-client-toggled", "");
+        if (event.detail !== 0) return; // the caret folds and unfolds, it does not select
       } else {
         event.preventDefault();
       }

@@ -138,7 +138,9 @@ class _Builder:
             "replayed_from": inv["replayed_from"],
             "children": [],
             "running": inv["status"] == "running",
-            "problem": verdict["code"] in PROBLEMS,
+            # a rejected try that a retry made good is not a problem of its group
+            "problem": verdict["code"] in PROBLEMS - {"rejected"},
+            "rejected_try": verdict["code"] == "rejected",
         }
         if detail is not None and kind != "llm_generation":
             row["request"] = _clamp(_pretty(detail["request"]))
@@ -246,6 +248,7 @@ class _Builder:
             grouped = self.group(f"g-{subject}-{node}-{number}", "round", label, tries)
             grouped["verdict"] = last["verdict"]
             grouped["tries"] = len(tries)
+            grouped["problem"] = grouped["problem"] or last["verdict"]["code"] == "rejected"
             items.append(grouped)
         items.sort(key=lambda r: r["offset_ms"])
         return items
@@ -288,7 +291,9 @@ class _Builder:
         flat = list(_walk(top))
         small = len(flat) <= FOLD_ABOVE
         for row in flat:
-            row["open"] = bool(row["children"]) and (small or row["running"] or row["problem"])
+            row["open"] = bool(row["children"]) and (
+                small or row["running"] or row["problem"] or bool(row.get("rejected"))
+            )
         return {
             "tree": top,
             "rows": flat,
