@@ -96,9 +96,9 @@
       var e = data.error || {};
       p.className = "author-error";
       p.setAttribute("role", "alert");
-      var where = e.field ? " at " + e.field : "";
+      var where = e.field && String(e.message).indexOf(e.field) !== 0 ? " at " + e.field : "";
       if (e.line) where += " (line " + e.line + ", column " + e.column + ")";
-      p.textContent = "invalid " + e.code + where + ": " + e.message;
+      p.textContent = "invalid (" + e.code + ")" + where + ": " + e.message;
     }
     status.appendChild(p);
   }

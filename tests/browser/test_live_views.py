@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,24 +23,19 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection
 from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from cognition_app import toys
 from cognition_app.models import LlmCall
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
+from tests.browser.chromium import ARTIFACTS, chromium, sign_in, wait_for
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worker import routed_to, worker_process
 from worlds_app.models import TurnAttempt
 from worlds_app.services import turn_attempt_enqueue, world_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
-PROJECT = Path(__file__).resolve().parents[2]
-ARTIFACTS = PROJECT / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 PASSWORD = "a-long-password-1"
 ANT_OK: dict[str, Any] = {
     "kind": "final_patch",
@@ -59,26 +53,8 @@ NOT_JSON = "The ant walks to the crumb and eats it, happily, in plain prose."
 
 @pytest.fixture
 def browser() -> Iterator[webdriver.Chrome]:
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--window-size=1400,1000",
-    ):
-        options.add_argument(flag)
-    ARTIFACTS.mkdir(exist_ok=True)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.implicitly_wait(0)
-    yield driver
-    driver.quit()
+    with chromium() as driver:
+        yield driver
 
 
 @pytest.fixture
@@ -104,24 +80,10 @@ def live_worker(tmp_path: Path) -> Iterator[ScriptedLLM]:
         llm.stop()
 
 
-def _wait(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _sign_in(browser: webdriver.Chrome, base: str) -> None:
     user = User.objects.create_user("watcher", password=PASSWORD, is_staff=True)
     user.groups.add(Group.objects.get_or_create(name="operators")[0])
-    browser.get(f"{base}/accounts/login/")
-    browser.find_element(By.NAME, "username").send_keys("watcher")
-    browser.find_element(By.NAME, "password").send_keys(PASSWORD)
-    browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
-    _wait(lambda: "/accounts/login/" not in browser.current_url, 10, "the sign-in")
+    sign_in(browser, base, "watcher", PASSWORD)
 
 
 def _ant_world(slug: str) -> None:
@@ -177,7 +139,7 @@ def test_a_retry_is_watched_live_and_opened_sections_stay_open(
             caret.click()
             collapsed_node = True
             polls = _polls(browser)
-            _wait(lambda p=polls: _polls(browser) >= p + 2, 10, "two polls after the clicks")
+            wait_for(lambda p=polls: _polls(browser) >= p + 2, 10, "two polls after the clicks")
             assert browser.execute_script("return document.getElementById('raw-events').open"), (
                 "the opened section snapped shut on a poll"
             )
@@ -194,7 +156,7 @@ def test_a_retry_is_watched_live_and_opened_sections_stay_open(
 
     assert opened_raw_events and collapsed_node, f"never saw the retry stream: {seen}"
     assert TurnAttempt.objects.get(pk=attempt_id).status == "committed"
-    _wait(
+    wait_for(
         lambda: "committed" in browser.find_element(By.CSS_SELECTOR, "h1").text.lower(),
         10,
         "the page to show the commit",
@@ -243,7 +205,7 @@ def test_the_llm_call_page_fills_in_while_it_streams(
     live_worker.script(Reply(text=json.dumps(ANT_OK), chunk_size=4, chunk_delay_s=0.1, delay_s=1.0))
     _sign_in(browser, live_server.url)
     (attempt_id,) = turn_attempt_enqueue(slug="live-stream", requested_by="watcher")["attempt_ids"]
-    call_id = _wait(
+    call_id = wait_for(
         lambda: (
             LlmCall.objects.filter(invocation__attempt_id=attempt_id)
             .values_list("id", flat=True)
