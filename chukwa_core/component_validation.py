@@ -30,8 +30,10 @@ SCENARIO_MAX_BYTES = 256 * 1024
 CHRONON_MAX_SECONDS = 31_536_000
 LLM_INTERFACE = "llm_chat_completions"
 HTTP_JSON_INTERFACE = "http_json"
-RESERVED_INTERFACES = frozenset({"mcp_tool"})
-EXECUTABLE_INTERFACES = frozenset({LLM_INTERFACE, HTTP_JSON_INTERFACE})
+MCP_TOOL_INTERFACE = "mcp_tool"
+EXECUTABLE_INTERFACES = frozenset({LLM_INTERFACE, HTTP_JSON_INTERFACE, MCP_TOOL_INTERFACE})
+# What a workflow's tool may name (SPEC §4, §5): JSON in, JSON out. Ambient sources stay http_json.
+TOOL_INTERFACES = frozenset({HTTP_JSON_INTERFACE, MCP_TOOL_INTERFACE})
 SCHEMA_DELIVERIES = frozenset({"response_format", "prompt_only"})
 TIMEOUT_MS_MAX = 600_000
 # Chat Completions parameters an author may set, with the JSON types each accepts. An allowlist,
@@ -55,6 +57,10 @@ LLM_PARAM_TYPES: dict[str, tuple[type, ...]] = {
 # segments. No CR/LF, backslashes, percent-escapes, queries or fragments that could smuggle a
 # header, a host or a traversal past the grammar.
 _HTTP_PATH_RE = re.compile(r"^(/[A-Za-z0-9._~-]+)*/?$")
+# An MCP tool name (the MCP specification's tool-name rule): 1…128 ASCII letters, digits, "_",
+# "-" or ".". It travels inside the JSON-RPC body, never in a URL or a header.
+MCP_TOOL_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,128}$"
+_MCP_TOOL_NAME_RE = re.compile(MCP_TOOL_NAME_PATTERN)
 # The only meta-schema a stored schema may declare (the one it is validated with).
 DRAFT_2020_12_URIS = frozenset(
     {
@@ -266,12 +272,6 @@ def validate_response_source_content(content: object, field: str = "content") ->
         raise invalid(code, f"{iface_field}.name", "is required")
     if not isinstance(name, str):
         raise invalid(code, f"{iface_field}.name", f"must be a string, got {type_name(name)}")
-    if name in RESERVED_INTERFACES:
-        raise invalid(
-            "source_not_executable",
-            f"{iface_field}.name",
-            f"interface {name!r} is reserved and not executable in this version",
-        )
     if name not in EXECUTABLE_INTERFACES:
         raise invalid(
             "unknown_interface",
@@ -332,6 +332,8 @@ def validate_response_source_content(content: object, field: str = "content") ->
                 raise invalid(
                     code, f"{iface_field}.params.{key}", f"must be {wanted}, got {type_name(value)}"
                 )
+    elif name == MCP_TOOL_INTERFACE:
+        _validate_mcp_tool(interface, iface_field, code)
     else:
         check_keys(
             interface,
@@ -363,6 +365,38 @@ def validate_response_source_content(content: object, field: str = "content") ->
                 )
         _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
     return dict(source)
+
+
+def _validate_mcp_tool(interface: Mapping[str, Any], iface_field: str, code: str) -> None:
+    """One tool on an MCP server reached over streamable HTTP: the endpoint comes from
+    ``url_env`` (the whole endpoint URL, e.g. ``https://host/mcp``), the key from its bound
+    ``api_key_env``, sent as ``Authorization: Bearer``."""
+    check_keys(
+        interface,
+        iface_field,
+        required=("name", "url_env", "tool", "timeout_ms"),
+        optional=("api_key_env",),
+        code=code,
+    )
+    url_env = _check_url_env(interface["url_env"], f"{iface_field}.url_env")
+    if "api_key_env" in interface:
+        _check_key_env(
+            interface["api_key_env"],
+            f"{iface_field}.api_key_env",
+            url_env,
+            f"{iface_field}.url_env",
+        )
+    tool = interface["tool"]
+    if not isinstance(tool, str):
+        raise invalid(code, f"{iface_field}.tool", f"must be a string, got {type_name(tool)}")
+    if not _MCP_TOOL_NAME_RE.fullmatch(tool):
+        raise invalid(
+            code,
+            f"{iface_field}.tool",
+            f"{tool!r} is not an MCP tool name: 1…128 characters, each a letter, a digit, "
+            '"_", "-" or "."',
+        )
+    _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
 
 
 # --- environment ---------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chukwa_core.component_validation import (
-    HTTP_JSON_INTERFACE,
+    TOOL_INTERFACES,
     check_keys,
     is_int,
     require_label,
@@ -94,12 +94,14 @@ def check_ref(value: Any, field: str, expected: str, lookup: RefLookup) -> Store
     return stored
 
 
-def check_interface(stored: StoredRef, field: str, expected: str) -> None:
-    if stored.interface != expected:
+def check_interface(stored: StoredRef, field: str, expected: str | frozenset[str]) -> None:
+    allowed = frozenset({expected}) if isinstance(expected, str) else expected
+    if stored.interface not in allowed:
+        wanted = " or ".join(repr(name) for name in sorted(allowed))
         raise invalid(
             "wrong_source_interface",
             field,
-            f"the referenced source has interface {stored.interface!r}; {expected!r} is required",
+            f"the referenced source has interface {stored.interface!r}; {wanted} is required",
         )
 
 
@@ -127,7 +129,7 @@ def _validate_tool(tool: Any, field: str, lookup: RefLookup, names: set[str]) ->
     names.add(spec["name"])
     require_string(spec["description"], f"{field}.description", code)
     stored = check_ref(spec["source_ref"], f"{field}.source_ref", RESPONSE_SOURCE, lookup)
-    check_interface(stored, f"{field}.source_ref", HTTP_JSON_INTERFACE)
+    check_interface(stored, f"{field}.source_ref", TOOL_INTERFACES)
     check_ref(spec["arguments_schema_ref"], f"{field}.arguments_schema_ref", JSON_SCHEMA, lookup)
     if "result_schema_ref" in spec:
         check_ref(spec["result_schema_ref"], f"{field}.result_schema_ref", JSON_SCHEMA, lookup)

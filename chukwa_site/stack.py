@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -53,6 +54,9 @@ def _manage(*args: str) -> None:
 
 LLM_PORT = int(os.environ.get("CHUKWA_EMBEDDED_LLM_PORT", "8091"))
 TOYS_PORT = int(os.environ.get("CHUKWA_TOYS_PORT", "8092"))
+TOY_MCP_PORT = int(os.environ.get("CHUKWA_TOY_MCP_PORT", "8093"))
+TOY_MCP_URL_VAR = "CHUKWA_MCP_LAMP_URL"
+TOY_MCP_KEY_VAR = "CHUKWA_MCP_LAMP_API_KEY"
 TOY_VARS = (
     "CHUKWA_TOY_WEATHER_URL",
     "CHUKWA_TOY_PA_URL",
@@ -64,8 +68,9 @@ TOY_VARS = (
 
 
 def start_aux(env: dict[str, str], children: list[subprocess.Popen[bytes]]) -> list[str]:
-    """The embedded model (when CHUKWA_LLM_BASE_URL is unset) and the toy sources (when the
-    CHUKWA_TOY_* variables are unset); sets the variables in ``env`` for the web and worker."""
+    """The embedded model (when CHUKWA_LLM_BASE_URL is unset), the toy sources (when the
+    CHUKWA_TOY_* variables are unset) and the toy MCP server (when CHUKWA_MCP_LAMP_URL is
+    unset); sets the variables in ``env`` for the web and worker."""
     lines: list[str] = []
     if not env.get("CHUKWA_LLM_BASE_URL"):
         log = (embedded.data_dir() / "embedded-llm.log").open("ab")
@@ -112,7 +117,39 @@ def start_aux(env: dict[str, str], children: list[subprocess.Popen[bytes]]) -> l
         for name in TOY_VARS:
             env[name] = base
         lines.append(f"toy sources (weather, PA, phone, vending, fountain, send_text): {base}")
+    if not env.get(TOY_MCP_URL_VAR):
+        lines.append(_start_toy_mcp(env, children))
     return lines
+
+
+def _start_toy_mcp(env: dict[str, str], children: list[subprocess.Popen[bytes]]) -> str:
+    """The park's toy MCP server (a lamp), requiring a bearer key made up for this run unless
+    CHUKWA_MCP_LAMP_API_KEY is set; the worker sends it (the mcp_tool source names the
+    variable)."""
+    env.setdefault(TOY_MCP_KEY_VAR, secrets.token_urlsafe(24))
+    log = (embedded.data_dir() / "toy-mcp.log").open("ab")
+    children.append(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cognition_app.toy_mcp",
+                "--port",
+                str(TOY_MCP_PORT),
+                "--api-key-env",
+                TOY_MCP_KEY_VAR,
+            ],
+            cwd=embedded.PROJECT_DIR,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    )
+    base = f"http://127.0.0.1:{TOY_MCP_PORT}"
+    if not _wait_http(f"{base}/health", 30):
+        raise RuntimeError(f"the toy MCP server did not start; see {log.name}")
+    env[TOY_MCP_URL_VAR] = f"{base}/mcp"
+    return f"toy MCP server (lamp; tool toggle_lamp): {base}/mcp"
 
 
 def _wait_http(url: str, timeout: float) -> bool:

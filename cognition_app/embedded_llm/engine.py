@@ -21,7 +21,7 @@ from typing import Any
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import llama_cpp
-from llama_cpp import Llama, LlamaGrammar
+from llama_cpp import Llama, LlamaGrammar, llama_grammar
 
 from cognition_app.embedded_llm.chat_request import ChatRequest, RequestError
 
@@ -46,6 +46,24 @@ def model_path() -> Path:
     if not files:
         raise FileNotFoundError(f"no .gguf file in the {MODEL_PACKAGE} package")
     return files[0]
+
+
+# llama-cpp-python's converter lets a JSON string character be anything but '"' and '\\', so raw
+# control characters (a bare newline inside "narration") satisfy the grammar and then fail strict
+# JSON parsing. Its own general JSON grammar, and JSON itself (RFC 8259 §7), exclude U+0000-U+001F.
+_LOOSE_CHAR = 'char ::= [^"\\\\] |'
+_STRICT_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
+
+
+def json_strings_without_control_characters(gbnf: str) -> str:
+    """The converter's GBNF with string characters limited to what JSON allows unescaped."""
+    lines = gbnf.splitlines()
+    for n, line in enumerate(lines):
+        if line.startswith("char ::="):
+            if not line.startswith(_LOOSE_CHAR):
+                raise ValueError(f"unexpected string character rule from the converter: {line}")
+            lines[n] = _STRICT_CHAR + line[len(_LOOSE_CHAR) :]
+    return "\n".join(lines) + "\n"
 
 
 class _CountingLlama(Llama):
@@ -84,7 +102,12 @@ class Engine:
     def compile_grammar(self, schema: dict[str, Any]) -> LlamaGrammar:
         """Schema → GBNF grammar, checked by llama.cpp's parser. Raises RequestError (400)."""
         try:
-            grammar = LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+            grammar = LlamaGrammar.from_string(
+                json_strings_without_control_characters(
+                    llama_grammar.json_schema_to_gbnf(json.dumps(schema))
+                ),
+                verbose=False,
+            )
         except Exception as exc:  # noqa: BLE001 - any converter failure is the client's schema
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             raise RequestError(

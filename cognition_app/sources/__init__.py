@@ -4,7 +4,7 @@ Every call starts by writing its SourceInvocation row (and, for LLM generations,
 row) with status ``running`` in a transaction of its own, before any byte is sent; streamed
 chunks are appended in small batches; the rows are finished as ``succeeded`` or ``failed``.
 URLs and keys come only from ``CHUKWA_*`` environment variables named by the source.
-``mcp_tool`` is reserved and not executable (chukwa_core.component_validation).
+``http_json`` and ``mcp_tool`` sources are called through one entry (``json_sources``).
 
 The package's modules each hold one part (see their docstrings); this module names what the
 other layers call, so that they import ``cognition_app.sources`` and nothing below it.
@@ -18,7 +18,7 @@ from cognition_app.sources.components import (
     source_content,
 )
 from cognition_app.sources.failure import SourceFailure
-from cognition_app.sources.http_json import invoke_http_json
+from cognition_app.sources.json_sources import invoke_json_source
 from cognition_app.sources.llm import (
     Generation,
     Judge,
@@ -26,6 +26,7 @@ from cognition_app.sources.llm import (
     invoke_llm,
 )
 from cognition_app.sources.replay import REPLAY_MODES, REPLAY_STRICT, Replay
+from cognition_app.sources.results import JsonResult
 from cognition_app.sources.tracing import (
     CallContext,
     finish_running,
@@ -33,11 +34,16 @@ from cognition_app.sources.tracing import (
 )
 from cognition_app.sources.variables import scrub
 
+# The name the ambient, rule-plan and tool-loop callers have always used: it dispatches on the
+# source's interface (http_json or mcp_tool), so adding mcp_tool changed none of those callers.
+invoke_http_json = invoke_json_source
+
 __all__ = [
     "REPLAY_MODES",
     "REPLAY_STRICT",
     "CallContext",
     "Generation",
+    "JsonResult",
     "Judge",
     "Judgement",
     "Replay",
@@ -46,6 +52,7 @@ __all__ = [
     "http_client",
     "interrupt_running",
     "invoke_http_json",
+    "invoke_json_source",
     "invoke_llm",
     "schema_content",
     "schema_errors",

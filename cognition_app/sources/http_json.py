@@ -4,19 +4,22 @@ schema."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
 
 import httpx
-from django.utils import timezone
 
 from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, storable_text
 from cognition_app.models import InvocationStatus, SourceInvocation
 from cognition_app.sources.client import http_client
-from cognition_app.sources.components import schema_errors, schema_validator, source_content
+from cognition_app.sources.components import source_content
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.replay import fail_miss, open_replayed, request_key
+from cognition_app.sources.results import (
+    JsonResult,
+    fail_unsent,
+    result_schema_problem,
+    serve_replayed,
+)
 from cognition_app.sources.tracing import (
     CallContext,
     fail_invocation,
@@ -28,12 +31,6 @@ from cognition_app.sources.tracing import (
 from cognition_app.sources.variables import redact_headers, scrub, scrub_json, url_from_env
 
 
-@dataclass(frozen=True)
-class HttpResult:
-    value: Any
-    invocation_id: UUID
-
-
 def invoke_http_json(
     *,
     source_hash: str,
@@ -42,7 +39,7 @@ def invoke_http_json(
     kind: str,
     result_schema_hash: str = "",
     input_schema_hash: str = "",
-) -> HttpResult:
+) -> JsonResult:
     source = source_content(source_hash)
     iface = source["interface"]
     if iface["name"] != "http_json":
@@ -61,7 +58,7 @@ def invoke_http_json(
     if ctx.replay is not None:
         record = ctx.replay.take(key)
         if record is not None:
-            return _replayed(
+            return serve_replayed(
                 open_replayed(
                     ctx,
                     kind=kind,
@@ -99,13 +96,7 @@ def invoke_http_json(
     try:
         base = url_from_env(iface["url_env"], "url_env")
     except SourceFailure as exc:
-        inv.status = InvocationStatus.FAILED
-        inv.failure_class, inv.failure_message = exc.failure_class, exc.message
-        inv.ended_at = inv.started_at
-        inv.duration_ms = 0
-        inv.save(force_insert=True)
-        exc.invocation_id = inv.pk
-        raise
+        raise fail_unsent(inv, exc) from None
     inv.request["url"] = base + iface.get("path", "")
     with trace_write():  # the row exists before any byte is sent
         inv.save(force_insert=True)
@@ -120,7 +111,7 @@ def _post_json(
     body: Any,
     ctx: CallContext,
     result_schema_hash: str,
-) -> HttpResult:
+) -> JsonResult:
     headers = ctx.headers(inv.pk)
     try:
         response = http_client().post(
@@ -161,57 +152,17 @@ def _post_json(
         )
     value = scrub_json(value)
     recorded["response_json"] = value
+    errors, problem = result_schema_problem(value, result_schema_hash)
+    if errors:
+        return fail_invocation(
+            inv,
+            "schema_invalid",
+            f"response does not match its result schema: {problem}",
+            validation_status="invalid",
+            validation_errors=errors,
+            **recorded,
+        )
     if result_schema_hash:
-        errors = schema_errors(schema_validator(result_schema_hash), value)
-        if errors:
-            return fail_invocation(
-                inv,
-                "schema_invalid",
-                f"response does not match its result schema: {errors[0]['pointer'] or '(root)'}: "
-                f"{errors[0]['message']}",
-                validation_status="invalid",
-                validation_errors=errors,
-                **recorded,
-            )
         recorded["validation_status"] = "valid"
     finish_invocation(inv, InvocationStatus.SUCCEEDED, **recorded)
-    return HttpResult(value, inv.pk)
-
-
-def _replayed(
-    inv: SourceInvocation, record: SourceInvocation, result_schema_hash: str
-) -> HttpResult:
-    """Serve the call from ``record``: its reply, traced as this call's, no byte sent, so the row
-    is written once, already finished. The reply is checked against *this* call's result schema
-    (a fork may have changed the schema without changing the request)."""
-    inv.request["url"] = record.request.get("url", "")
-    inv.http_status = record.http_status
-    inv.response_headers = record.response_headers
-    inv.response_text = record.response_text
-    inv.response_json = value = record.response_json
-    errors = (
-        schema_errors(schema_validator(result_schema_hash), value) if result_schema_hash else []
-    )
-    if result_schema_hash:
-        inv.validation_status = "invalid" if errors else "valid"
-        inv.validation_errors = errors
-    message = ""
-    if errors:
-        message = (
-            "replayed response does not match its result schema: "
-            f"{errors[0]['pointer'] or '(root)'}: {errors[0]['message']}"
-        )
-        inv.status, inv.failure_class, inv.failure_message = (
-            InvocationStatus.FAILED,
-            "schema_invalid",
-            message,
-        )
-    else:
-        inv.status = InvocationStatus.SUCCEEDED
-    inv.ended_at = timezone.now()
-    inv.duration_ms = int((inv.ended_at - inv.started_at).total_seconds() * 1000)
-    with trace_write():
-        inv.save(force_insert=True)
-    if errors:
-        raise SourceFailure("schema_invalid", message, invocation_id=inv.pk)
-    return HttpResult(value, inv.pk)
+    return JsonResult(value, inv.pk)

@@ -162,7 +162,8 @@ class ResponseSourceAdmin(ComponentAdmin):
     kind = ComponentKind.RESPONSE_SOURCE
     content_help = (
         'A source definition (SPEC §5): {"version": 1, "label": …, "interface": {"name": '
-        '"llm_chat_completions" | "http_json", …}}. Variable names must match ^CHUKWA_[A-Z0-9_]+$.'
+        '"llm_chat_completions" | "http_json" | "mcp_tool", …}}. URL variables match '
+        "^CHUKWA_[A-Z0-9_]+_URL$, key variables ^CHUKWA_[A-Z0-9_]+_API_KEY$."
     )
     list_display = ("short_hash", "label", "interface", "created_at")
     list_filter = ("interface",)

@@ -1,5 +1,5 @@
-"""Fixtures for the source-layer tests: the toy HTTP sources, worlds built from fixture scenarios,
-and one turn run in-process (no Celery worker)."""
+"""Fixtures for the source-layer tests: the toy HTTP sources, the toy MCP server, worlds built from
+fixture scenarios, and one turn run in-process (no Celery worker)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from cognition_app import toy_mcp
 from cognition_app.sources import conformance
 from cognition_app.toys import serve, toy_env
 from scenarios_app.fixture_files import load_fixture
@@ -31,6 +32,22 @@ def toy_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
     finally:
         server.shutdown()
         server.server_close()
+
+
+TOY_MCP_KEY = "toy-mcp-lamp-key-for-tests"
+
+
+@pytest.fixture
+def toy_mcp_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[toy_mcp.RunningMcp]:
+    """The toy MCP server (the lamp) on a free port, requiring :data:`TOY_MCP_KEY`;
+    CHUKWA_MCP_LAMP_URL and CHUKWA_MCP_LAMP_API_KEY point at it."""
+    server = toy_mcp.serve(api_key=TOY_MCP_KEY)
+    monkeypatch.setenv(toy_mcp.LAMP_URL_ENV, server.url)
+    monkeypatch.setenv(toy_mcp.LAMP_KEY_ENV, TOY_MCP_KEY)
+    try:
+        yield server
+    finally:
+        server.shutdown()
 
 
 @pytest.fixture(autouse=True)

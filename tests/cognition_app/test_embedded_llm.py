@@ -263,3 +263,21 @@ def test_max_tokens_default_and_cap() -> None:
     assert parse_request(json.dumps({"messages": HELLO}).encode()).max_tokens == 256
     capped = parse_request(json.dumps({"messages": HELLO, "max_tokens": 50_000}).encode())
     assert capped.max_tokens == 1024
+
+
+def test_grammar_strings_exclude_raw_control_characters() -> None:
+    """llama-cpp-python's converter lets a string character be anything but '"' and '\\', so a raw
+    newline inside "narration" satisfied the grammar and then failed strict JSON parsing (seen in
+    CI). The grammar the engine compiles allows only what JSON allows unescaped."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA
+    from cognition_app.embedded_llm.engine import json_strings_without_control_characters
+
+    gbnf = json_strings_without_control_characters(
+        json_schema_to_gbnf(json.dumps(WORLD_PATCH_SCHEMA))
+    )
+    (char_rule,) = [line for line in gbnf.splitlines() if line.startswith("char ::=")]
+    assert char_rule.startswith('char ::= [^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (')
+    with pytest.raises(ValueError, match="unexpected string character rule"):
+        json_strings_without_control_characters("root ::= char\nchar ::= [a-z]\n")

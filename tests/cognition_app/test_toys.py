@@ -364,6 +364,8 @@ def test_park_schemas_are_draft_2020_12_and_argument_schemas_are_strict() -> Non
         "fountain_result",
         "send_text_arguments",
         "send_text_result",
+        "toggle_lamp_arguments",  # the toy MCP server's tool (cognition_app.toy_mcp)
+        "toggle_lamp_result",
     }
     for schema in SCHEMAS.values():
         Draft202012Validator.check_schema(schema)

@@ -535,6 +535,42 @@ def test_wrong_source_interface_ambient_with_llm_source() -> None:
         validate(workflow)
 
 
+MCP_LAMP = "c" * 64  # a stored mcp_tool source
+MCP_LOOKUP = {**LOOKUP, MCP_LAMP: StoredRef("response_source", "mcp_tool")}
+
+
+def test_a_tool_may_name_an_mcp_tool_source() -> None:
+    workflow = mutated(
+        tool_loop_workflow(), ["nodes", 0, "available_tools", 0, "source_ref"], ref(MCP_LAMP)
+    )
+    validate(workflow, MCP_LOOKUP)
+
+
+def test_an_ambient_source_may_not_name_an_mcp_tool_source() -> None:
+    # An mcp_tool's arguments are what the model or a rule plan gives (SPEC §5); ambient
+    # sources stay http_json.
+    workflow = ambient_workflow()
+    workflow["ambient_sources"][0]["source_ref"] = ref(MCP_LAMP)
+    with rejected("wrong_source_interface", "ambient_sources[0].source_ref") as excinfo:
+        validate(workflow, MCP_LOOKUP)
+    assert "'mcp_tool'" in excinfo.value.message
+
+
+def test_an_llm_node_may_not_name_an_mcp_tool_source() -> None:
+    workflow = mutated(tool_loop_workflow(), ["nodes", 0, "llm_source_ref"], ref(MCP_LAMP))
+    with rejected("wrong_source_interface", "nodes[0].llm_source_ref"):
+        validate(workflow, MCP_LOOKUP)
+
+
+def test_a_tool_naming_an_llm_source_is_told_which_interfaces_are_allowed() -> None:
+    workflow = mutated(
+        tool_loop_workflow(), ["nodes", 0, "available_tools", 0, "source_ref"], ref(LLM)
+    )
+    with rejected("wrong_source_interface", "nodes[0].available_tools[0].source_ref") as excinfo:
+        validate(workflow)
+    assert "'http_json' or 'mcp_tool' is required" in excinfo.value.message
+
+
 @pytest.mark.parametrize(
     "value",
     [{"inline": LLM_SOURCE}, {"hash": LLM, "inline": {}}, LLM, None, {}],

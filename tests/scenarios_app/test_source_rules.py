@@ -1,5 +1,5 @@
-"""Source security at put (SPEC §5): variables by role and bound keys, http_json paths, LLM
-params, self-contained JSON Schemas, and validators that never retrieve anything."""
+"""Source security at put (SPEC §5): variables by role and bound keys, http_json paths, mcp_tool
+fields, LLM params, self-contained JSON Schemas, and validators that never retrieve anything."""
 
 from __future__ import annotations
 
@@ -126,6 +126,171 @@ def test_plain_paths_are_accepted(path: str) -> None:
 )
 def test_paths_that_could_smuggle_are_refused(path: str) -> None:
     assert _code(_iface(HTTP, path=path)) == ("invalid_response_source", "content.interface.path")
+
+
+# --- mcp_tool ---------------------------------------------------------------------------------
+
+MCP: dict[str, Any] = {
+    "version": 1,
+    "label": "toy_mcp_lamp",
+    "interface": {
+        "name": "mcp_tool",
+        "url_env": "CHUKWA_MCP_LAMP_URL",
+        "api_key_env": "CHUKWA_MCP_LAMP_API_KEY",
+        "tool": "toggle_lamp",
+        "timeout_ms": 5000,
+    },
+}
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"api_key_env": None},
+        {"url_env": "CHUKWA_MCP_LAMP_BASE_URL", "api_key_env": "CHUKWA_MCP_LAMP_API_KEY"},
+        {"tool": "a"},
+        {"tool": "Lamp.toggle-2_b"},
+        {"tool": "x" * 128},
+        {"timeout_ms": 1},
+        {"timeout_ms": 600_000},
+    ],
+)
+def test_mcp_tool_sources_are_accepted(changes: dict[str, Any]) -> None:
+    validate_response_source_content(_iface(MCP, **changes))
+
+
+@pytest.mark.parametrize(
+    ("changes", "code", "field", "message_part"),
+    [
+        pytest.param(
+            {"url_env": "CHUKWA_MCP_LAMP"},
+            "invalid_env_var_name",
+            "url_env",
+            "^CHUKWA_[A-Z0-9_]+_URL$",
+            id="url_env_not_a_url_variable",
+        ),
+        pytest.param(
+            {"url_env": "HOME_URL"}, "invalid_env_var_name", "url_env", "HOME_URL", id="not_chukwa"
+        ),
+        pytest.param(
+            {"url_env": "CHUKWA_MCP_LAMP_API_KEY"},
+            "invalid_env_var_name",
+            "url_env",
+            "URL variable",
+            id="url_env_names_a_key",
+        ),
+        pytest.param(
+            {"api_key_env": "CHUKWA_LLM_API_KEY"},
+            "key_not_bound_to_url",
+            "api_key_env",
+            "may only name CHUKWA_MCP_LAMP_API_KEY",
+            id="key_of_another_host",
+        ),
+        pytest.param(
+            {"api_key_env": "CHUKWA_MCP_LAMP_TOKEN"},
+            "invalid_env_var_name",
+            "api_key_env",
+            "^CHUKWA_[A-Z0-9_]+_API_KEY$",
+            id="key_not_named_like_a_key",
+        ),
+        pytest.param(
+            {"path": "/mcp"}, "invalid_response_source", "path", "unknown field", id="unknown_field"
+        ),
+        pytest.param(
+            {"headers": {"Authorization": "Bearer x"}},
+            "invalid_response_source",
+            "headers",
+            "allowed fields are api_key_env, name, timeout_ms, tool, url_env",
+            id="headers_refused",
+        ),
+        pytest.param(
+            {"tool": None}, "invalid_response_source", "tool", "is required", id="tool_missing"
+        ),
+        pytest.param(
+            {"tool": 5}, "invalid_response_source", "tool", "must be a string", id="tool_type"
+        ),
+        pytest.param(
+            {"tool": ""}, "invalid_response_source", "tool", "not an MCP tool name", id="tool_empty"
+        ),
+        pytest.param(
+            {"tool": "toggle lamp"},
+            "invalid_response_source",
+            "tool",
+            "not an MCP tool name",
+            id="tool_space",
+        ),
+        pytest.param(
+            {"tool": "lamp/toggle"},
+            "invalid_response_source",
+            "tool",
+            "not an MCP tool name",
+            id="tool_slash",
+        ),
+        pytest.param(
+            {"tool": "x" * 129},
+            "invalid_response_source",
+            "tool",
+            "1…128 characters",
+            id="tool_too_long",
+        ),
+        pytest.param(
+            {"timeout_ms": 0}, "invalid_response_source", "timeout_ms", "1…600000", id="timeout_0"
+        ),
+        pytest.param(
+            {"timeout_ms": 600_001},
+            "invalid_response_source",
+            "timeout_ms",
+            "1…600000",
+            id="timeout_too_long",
+        ),
+        pytest.param(
+            {"timeout_ms": "5000"},
+            "invalid_response_source",
+            "timeout_ms",
+            "integer",
+            id="timeout_type",
+        ),
+        pytest.param(
+            {"timeout_ms": None},
+            "invalid_response_source",
+            "timeout_ms",
+            "is required",
+            id="timeout_missing",
+        ),
+    ],
+)
+def test_mcp_tool_fields_are_checked_strictly(
+    changes: dict[str, Any], code: str, field: str, message_part: str
+) -> None:
+    with pytest.raises(ChukwaError) as excinfo:
+        validate_response_source_content(_iface(MCP, **changes))
+    assert (excinfo.value.code, excinfo.value.details["field"]) == (
+        code,
+        f"content.interface.{field}",
+    )
+    assert message_part in excinfo.value.message
+    assert excinfo.value.message.startswith(f"content.interface.{field}")
+
+
+@pytest.mark.django_db
+def test_an_mcp_tool_source_is_put_through_the_api_and_a_bad_one_writes_nothing(
+    operator_client: Any,
+) -> None:
+    from scenarios_app.models import ResponseSource
+
+    bad = _iface(MCP, api_key_env="CHUKWA_LLM_API_KEY")
+    response = operator_client.post("/api/response-sources/", {"content": bad}, format="json")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["code"], error["details"]["field"]) == (
+        "key_not_bound_to_url",
+        "content.interface.api_key_env",
+    )
+    assert not ResponseSource.objects.exists()
+    response = operator_client.post("/api/response-sources/", {"content": MCP}, format="json")
+    assert response.status_code == 201, response.json()
+    assert ResponseSource.objects.get().content == MCP
 
 
 # --- LLM params -------------------------------------------------------------------------------

@@ -201,19 +201,24 @@ def test_unknown_interface(name: str) -> None:
         validate_response_source_content(_with(LLM_SOURCE, "interface.name", name))
 
 
-def test_mcp_tool_is_reserved_and_not_executable() -> None:
+def test_mcp_tool_is_an_executable_interface() -> None:
     source = {
         "version": 1,
-        "label": "mcp",
-        "interface": {"name": "mcp_tool", "server_env": "CHUKWA_MCP"},
+        "label": "lamp",
+        "interface": {
+            "name": "mcp_tool",
+            "url_env": "CHUKWA_MCP_LAMP_URL",
+            "api_key_env": "CHUKWA_MCP_LAMP_API_KEY",
+            "tool": "toggle_lamp",
+            "timeout_ms": 5000,
+        },
     }
-    with rejected("source_not_executable", "content.interface.name"):
-        validate_response_source_content(source)
+    assert validate_response_source_content(source) == source
 
 
 @pytest.mark.parametrize("name", [["llm_chat_completions"], {"x": 1}])
 def test_unhashable_interface_name_is_a_400_not_a_crash(name: object) -> None:
-    # BUG (validation.validate_response_source_content): ``name in RESERVED_INTERFACES`` raises
+    # BUG (validation.validate_response_source_content): ``name in EXECUTABLE_INTERFACES`` raises
     # TypeError ("unhashable type") for a list/dict name, which the API turns into a 500.
     try:
         validate_response_source_content(_with(LLM_SOURCE, "interface.name", name))

@@ -1,0 +1,79 @@
+"""What the JSON sources (``http_json``, ``mcp_tool``) share once a reply is in hand: the result
+they return, the check against the call's result schema, and serving a call from a recording."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.utils import timezone
+
+from cognition_app.models import InvocationStatus, SourceInvocation
+from cognition_app.sources.components import schema_errors, schema_validator
+from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.tracing import trace_write
+
+
+@dataclass(frozen=True)
+class JsonResult:
+    value: Any
+    invocation_id: UUID
+
+
+def result_schema_problem(value: Any, result_schema_hash: str) -> tuple[list[dict[str, str]], str]:
+    """The validation errors of ``value`` against the call's result schema (none when the call
+    names no schema) and the message naming the first one."""
+    if not result_schema_hash:
+        return [], ""
+    errors = schema_errors(schema_validator(result_schema_hash), value)
+    if not errors:
+        return [], ""
+    return errors, f"{errors[0]['pointer'] or '(root)'}: {errors[0]['message']}"
+
+
+def fail_unsent(inv: SourceInvocation, exc: SourceFailure) -> SourceFailure:
+    """A call refused before any byte was sent (a variable missing or malformed, arguments an
+    interface cannot carry): its row is written once, already failed, and ``exc`` names it."""
+    inv.status = InvocationStatus.FAILED
+    inv.failure_class, inv.failure_message = exc.failure_class, exc.message
+    inv.ended_at = inv.started_at
+    inv.duration_ms = 0
+    with trace_write():
+        inv.save(force_insert=True)
+    exc.invocation_id = inv.pk
+    return exc
+
+
+def serve_replayed(
+    inv: SourceInvocation, record: SourceInvocation, result_schema_hash: str
+) -> JsonResult:
+    """Serve the call from ``record``: its reply, traced as this call's, no byte sent, so the row
+    is written once, already finished. The reply is checked against *this* call's result schema
+    (a fork may have changed the schema without changing the request)."""
+    inv.request["url"] = record.request.get("url", "")
+    inv.http_status = record.http_status
+    inv.response_headers = record.response_headers
+    inv.response_text = record.response_text
+    inv.response_json = value = record.response_json
+    errors, problem = result_schema_problem(value, result_schema_hash)
+    if result_schema_hash:
+        inv.validation_status = "invalid" if errors else "valid"
+        inv.validation_errors = errors
+    message = ""
+    if errors:
+        message = f"replayed response does not match its result schema: {problem}"
+        inv.status, inv.failure_class, inv.failure_message = (
+            InvocationStatus.FAILED,
+            "schema_invalid",
+            message,
+        )
+    else:
+        inv.status = InvocationStatus.SUCCEEDED
+    inv.ended_at = timezone.now()
+    inv.duration_ms = int((inv.ended_at - inv.started_at).total_seconds() * 1000)
+    with trace_write():
+        inv.save(force_insert=True)
+    if errors:
+        raise SourceFailure("schema_invalid", message, invocation_id=inv.pk)
+    return JsonResult(value, inv.pk)
