@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, User
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
@@ -92,13 +93,20 @@ def test_an_operator_edits_reviews_and_saves_a_workflow(
     wait_for(lambda: not _marked_lines(browser), 10, "the syntax marker to go")
 
     # The system prompt, edited as plain text, rewrites the JSON.
-    prompt = wait_for(
-        lambda: browser.find_elements(By.CSS_SELECTOR, "#author-prompts textarea"), 10, "prompts"
-    )[0]
-    assert "\n" in prompt.get_attribute("value") or len(prompt.get_attribute("value")) > 20
-    prompt.click()
-    browser.execute_script("arguments[0].setSelectionRange(1e6, 1e6);", prompt)
-    prompt.send_keys("\nAlways answer in one short sentence.")
+    def type_into_prompt() -> bool:
+        # The panel is rebuilt (debounced) after editor changes: a field found just before a
+        # rebuild goes stale, so find it again and retry.
+        try:
+            prompt = browser.find_elements(By.CSS_SELECTOR, "#author-prompts textarea")[0]
+            assert "Rules for the WorldPatch" in prompt.get_attribute("value")
+            prompt.click()
+            browser.execute_script("arguments[0].setSelectionRange(1e6, 1e6);", prompt)
+            prompt.send_keys("\nAlways answer in one short sentence.")
+        except (IndexError, StaleElementReferenceException):
+            return False
+        return True
+
+    wait_for(type_into_prompt, 10, "the prompt fields")
     doc = browser.execute_script("return window.chukwaEditor.state.doc.toString()")
     assert "\\nAlways answer in one short sentence." in doc
 
