@@ -195,6 +195,7 @@ def test_a_retry_is_watched_live_and_opened_sections_stay_open(
             .map(el => el.tagName + '.' + el.className).slice(0, 5);"""
     )
     assert too_wide == [], f"the timeline is wider than 390 px: {too_wide}"
+    browser.execute_script("document.querySelector('.waterfall').scrollIntoView()")
     browser.save_screenshot(str(ARTIFACTS / "live-retry-4-390px.png"))
 
 
