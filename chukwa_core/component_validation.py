@@ -34,6 +34,7 @@ MCP_TOOL_INTERFACE = "mcp_tool"
 EXECUTABLE_INTERFACES = frozenset({LLM_INTERFACE, HTTP_JSON_INTERFACE, MCP_TOOL_INTERFACE})
 # What a workflow's tool may name (SPEC §4, §5): JSON in, JSON out. Ambient sources stay http_json.
 TOOL_INTERFACES = frozenset({HTTP_JSON_INTERFACE, MCP_TOOL_INTERFACE})
+MAX_SOURCE_CONCURRENCY = 256
 SCHEMA_DELIVERIES = frozenset({"response_format", "prompt_only"})
 TIMEOUT_MS_MAX = 600_000
 # Chat Completions parameters an author may set, with the JSON types each accepts. An allowlist,
@@ -283,7 +284,7 @@ def validate_response_source_content(content: object, field: str = "content") ->
             interface,
             iface_field,
             required=("name", "model", "base_url_env", "schema_delivery", "timeout_ms"),
-            optional=("api_key_env", "params", "max_string_length"),
+            optional=("api_key_env", "params", "max_string_length", "max_concurrency"),
             code=code,
         )
         require_string(interface["model"], f"{iface_field}.model", code)
@@ -313,6 +314,16 @@ def validate_response_source_content(content: object, field: str = "content") ->
                     code,
                     f"{iface_field}.max_string_length",
                     f"must be an integer 16…4000, got {bound!r}",
+                )
+        if "max_concurrency" in interface:
+            # At most this many generations of the source in flight at once, per worker
+            # process (a provider's rate limit); concurrent subjects wait for a free slot.
+            limit = interface["max_concurrency"]
+            if not is_int(limit) or not 1 <= limit <= MAX_SOURCE_CONCURRENCY:
+                raise invalid(
+                    code,
+                    f"{iface_field}.max_concurrency",
+                    f"must be an integer 1…{MAX_SOURCE_CONCURRENCY}, got {limit!r}",
                 )
         params = require_object(interface.get("params", {}), f"{iface_field}.params", code)
         for key, value in params.items():

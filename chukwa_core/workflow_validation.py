@@ -30,7 +30,8 @@ from chukwa_core.workflow_refs import (
     iter_refs,
 )
 
-EXECUTIONS = frozenset({"per_subject_ordered"})
+# SPEC §4: one after another in id order, or at the same time on the turn-start world.
+EXECUTIONS = frozenset({"per_subject_ordered", "concurrent"})
 RUN_MODES = frozenset({"once_per_turn", "before_subject_workflow"})
 
 WORLD_POINTERS = ("/world/slug", "/world/turn", "/world/attempted_turn", "/world/simulation_time")

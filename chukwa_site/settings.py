@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dj_database_url
 from environs import Env
-from marshmallow.validate import OneOf
+from marshmallow.validate import OneOf, Range
 
 from chukwa_site import embedded
 
@@ -180,6 +180,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Operations are tagged by their first path segment under /api (worlds, scenarios, …); the
+    # prefix is explicit because /mcp/ is a DRF view too (left out of the document).
+    "SCHEMA_PATH_PREFIX": "/api",
 }
 
 # A turn attempt's Celery time limits (seconds); the soft limit lets it record its failure.
@@ -241,6 +244,11 @@ OTEL_EXPORTER_OTLP_TIMEOUT = env.float("OTEL_EXPORTER_OTLP_TIMEOUT", 10)
 # A running attempt renews its lease while it works; one that stops renewing for this long is
 # considered dead and is marked interrupted by the reaper.
 CHUKWA_ATTEMPT_LEASE_SECONDS = env.int("CHUKWA_ATTEMPT_LEASE_SECONDS", 60)
+# How many subjects of a turn's concurrent phase (SPEC §4) think at the same time in one worker
+# process (each on a thread with its own database connection); the rest wait for a free thread.
+CHUKWA_MAX_CONCURRENT_SUBJECTS = env.int(
+    "CHUKWA_MAX_CONCURRENT_SUBJECTS", 8, validate=Range(min=1, max=256)
+)
 
 # How long a conformance-check verdict on an LLM backend stands (SPEC §5): trusted for hours
 # when the backend enforces response_format schemas, checked again soon when it did not.

@@ -10,17 +10,21 @@ refused; under a cost budget, so is a call with no price row. Never a truncated 
 
 The limits come from the worlds layer through the call context; nothing here imports it.
 
-Check-then-send is not a reservation: it is exact while a world's LLM calls run one after the
-other (one running attempt per world, subjects in order). Calls running side by side would
-each see the others' spend only once they finish; running calls' caps must then be counted.
+Calls running side by side (the concurrent subjects of SPEC §4) would each see the others' spend
+only once they finish, so the check is a reservation: an attempt's :class:`BudgetLedger` counts
+what its calls in flight could still spend (prompt estimate + cap, and its worst-case cost), and
+the check and the reservation happen under one lock. A reservation is released only after the
+call's finished row (with its real usage) is committed, so a call is never counted zero times —
+at worst twice, for a moment, which can only refuse, never overspend.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -101,6 +105,57 @@ def spent(*, world_id: int, attempt_id: UUID) -> Spent:
     )
 
 
+@dataclass(frozen=True)
+class Reservation:
+    tokens: int = 0
+    cost: Decimal = Decimal(0)
+
+
+@dataclass
+class BudgetLedger:
+    """One attempt's budget: its limits and what its LLM calls in flight could still spend."""
+
+    limits: BudgetLimits
+    _tokens: int = 0
+    _cost: Decimal = Decimal(0)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def reserve(
+        self,
+        *,
+        world_id: int,
+        attempt_id: UUID,
+        prompt_tokens: int,
+        max_completion: int | None,
+        price: ModelPrice | None,
+        price_key: str,
+    ) -> Reservation | str:
+        """The call's reservation, or why it may not be sent (naming the budget and figures)."""
+        if self.limits.is_empty():
+            return Reservation()
+        with self._lock:  # check and reserve as one step: concurrent calls cannot both pass
+            outcome = budget_refusal(
+                limits=self.limits,
+                world_id=world_id,
+                attempt_id=attempt_id,
+                prompt_tokens=prompt_tokens,
+                max_completion=max_completion,
+                price=price,
+                price_key=price_key,
+                in_flight=Reservation(self._tokens, self._cost),
+            )
+            if isinstance(outcome, Reservation):
+                self._tokens += outcome.tokens
+                self._cost += outcome.cost
+            return outcome
+
+    def release(self, reservation: Reservation) -> None:
+        """After the call's finished row is committed (its real usage now counts)."""
+        with self._lock:
+            self._tokens -= reservation.tokens
+            self._cost -= reservation.cost
+
+
 def budget_refusal(
     *,
     limits: BudgetLimits,
@@ -110,10 +165,12 @@ def budget_refusal(
     max_completion: int | None,
     price: ModelPrice | None,
     price_key: str,
-) -> str | None:
-    """Why this call may not be sent, naming the budget and the figures; None if it may."""
+    in_flight: Reservation | None = None,
+) -> Reservation | str:
+    """Why this call may not be sent, naming the budget and the figures; else what it could
+    spend (its reservation). ``in_flight``: what the attempt's running calls could still spend."""
     if limits.is_empty():
-        return None
+        return Reservation()
     names = [
         name
         for name in (
@@ -135,9 +192,23 @@ def budget_refusal(
             f"budget {', '.join(cost_limits)}: no price for {price_key}, so what this call could "
             "cost is unknown; it was not sent (add a model price)"
         )
-    used = spent(world_id=world_id, attempt_id=attempt_id)
+    flying = in_flight or Reservation()
+    done = spent(world_id=world_id, attempt_id=attempt_id)
+    used = Spent(
+        turn_tokens=done.turn_tokens + flying.tokens,
+        turn_cost=done.turn_cost + flying.cost,
+        total_tokens=done.total_tokens + flying.tokens,
+        total_cost=done.total_cost + flying.cost,
+    )
     could_tokens = prompt_tokens + max_completion
+    could_cost = (
+        worst_case_cost(price, prompt_tokens=prompt_tokens, completion_tokens=max_completion)
+        if price is not None
+        else Decimal(0)
+    )
     figures = f"prompt estimate {prompt_tokens} + max_tokens {max_completion}"
+    if flying.tokens:
+        figures += f"; calls in flight could spend {_fmt(flying.tokens)} tokens"
     checks: list[tuple[str, Any, Any, Any, str]] = []
     if limits.max_tokens_per_turn is not None:
         checks.append(
@@ -160,9 +231,6 @@ def budget_refusal(
             )
         )
     if cost_limits and price is not None:
-        could_cost = worst_case_cost(
-            price, prompt_tokens=prompt_tokens, completion_tokens=max_completion
-        )
         if limits.max_cost_per_turn is not None:
             checks.append(
                 (
@@ -185,7 +253,7 @@ def budget_refusal(
                 f"{_fmt(max(limit - so_far, 0))} left; this call could spend {_fmt(could)} "
                 f"({figures}); it was not sent"
             )
-    return None
+    return Reservation(could_tokens, could_cost)
 
 
 def _fmt(value: int | Decimal) -> str:

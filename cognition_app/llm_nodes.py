@@ -21,7 +21,7 @@ from chukwa_core.rendering import environment_rendered, subject_rendered, world_
 from chukwa_core.world_state import memory_of
 from cognition_app import sources
 from cognition_app.sources import CallContext, Generation, Judgement, SourceFailure
-from cognition_app.subject_run import AttemptFailure, StagedEvent, SubjectRun
+from cognition_app.subject_run import AttemptFailure, StagedEvent, SubjectRun, failure_step
 
 CORRECTIVE = (
     "Your previous response was rejected. {complaint}\n\n"
@@ -367,10 +367,8 @@ def _budget_exhausted(
 
 
 def _source_failure(node: Mapping[str, Any], run: SubjectRun, exc: SourceFailure) -> Exception:
-    # A call refused by the world's budget fails the attempt under its own step, so reviewers
-    # and the CLI see at once that money (not a backend) stopped it.
     return AttemptFailure(
-        "budget_exhausted" if exc.failure_class == "budget_exhausted" else "source",
+        failure_step(exc, "source"),
         f"node {node['id']!r}: {exc.failure_class}: {exc.message}",
         subject_id=run.subject_id,
         node_id=node["id"],

@@ -35,6 +35,8 @@ class InvocationStatus(models.TextChoices):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    # stopped because another subject of its concurrent phase failed (SPEC §4)
+    CANCELLED = "cancelled"
 
 
 class SourceInvocation(models.Model):

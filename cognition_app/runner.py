@@ -15,7 +15,7 @@ from chukwa_core.rule_policy import RuleContext, ToolResultMissing, evaluate_rul
 from cognition_app import sources
 from cognition_app.llm_nodes import run_llm_text, run_llm_tool_loop
 from cognition_app.sources import SourceFailure
-from cognition_app.subject_run import AttemptFailure, StagedEvent, SubjectRun
+from cognition_app.subject_run import AttemptFailure, StagedEvent, SubjectRun, failure_step
 
 NodeExecutor = Callable[[Mapping[str, Any], SubjectRun], Any]
 
@@ -49,10 +49,11 @@ def _rule_tool_caller(
             )
         except SourceFailure as exc:
             raise AttemptFailure(
-                "source",
+                failure_step(exc, "source"),
                 f"node {node['id']!r}: tool {tool['name']}: {exc.failure_class}: {exc.message}",
                 subject_id=run.subject_id,
                 node_id=node["id"],
+                invocation_id=exc.invocation_id,
             ) from None
         run.events.append(
             StagedEvent(

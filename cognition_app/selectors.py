@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypedDict
 from uuid import UUID
@@ -12,7 +13,13 @@ from django.db.models import Count, Q, QuerySet, Sum
 
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.ids import is_url_env_name
-from cognition_app.models import LlmCall, LlmChunk, ModelPrice, SourceInvocation
+from cognition_app.models import (
+    InvocationStatus,
+    LlmCall,
+    LlmChunk,
+    ModelPrice,
+    SourceInvocation,
+)
 from scenarios_app.services._store import reject_nul
 
 SUMMARY_FIELDS = (
@@ -148,6 +155,132 @@ def llm_call_get(*, call_id: str) -> dict[str, Any]:
     }
 
 
+# --- the LLM-call index (SPEC §9) ------------------------------------------------------------
+
+# What became of a call, as a reviewer reads it: a call whose text was refused (unparsable, or
+# against the schema) is "rejected" even though its transport succeeded, never "succeeded".
+CALL_OUTCOMES = ("running", "accepted", "rejected", "failed", "interrupted", "cancelled")
+_REJECTED = ~Q(parse_error="") | ~Q(validation_errors=[])
+PROBLEM_CHARS = 300
+
+
+class LlmCallFilters(TypedDict, total=False):
+    """What the surfaces' filter serializer validated; every key is optional."""
+
+    status: str  # one of CALL_OUTCOMES
+    world: str
+    subject: str
+    model: str  # requested or answering model
+    since: datetime  # started at or after
+    until: datetime  # started before
+
+
+def _outcome_filter(outcome: str) -> Q:
+    if outcome == "accepted":
+        return Q(status=InvocationStatus.SUCCEEDED) & ~_REJECTED
+    if outcome == "rejected":
+        return Q(status=InvocationStatus.SUCCEEDED) & _REJECTED
+    return Q(status=outcome)
+
+
+def call_outcome(status: str, parse_error: str, validation_errors: Any) -> str:
+    if status == InvocationStatus.SUCCEEDED:
+        return "rejected" if parse_error or validation_errors else "accepted"
+    return status
+
+
+def _problem(row: Mapping[str, Any]) -> str:
+    errors = row["validation_errors"] or []
+    first = errors[0] if errors else ""
+    if row["error"]:
+        text = row["error"]
+    elif row["parse_error"]:
+        text = f"parse error: {row['parse_error']}"
+    elif errors:
+        text = "schema: " + (first.get("message", "") if isinstance(first, dict) else str(first))
+    else:
+        text = ""
+    return text if len(text) <= PROBLEM_CHARS else text[: PROBLEM_CHARS - 1] + "…"
+
+
+def llm_call_list(*, filters: LlmCallFilters, limit: int, offset: int) -> dict[str, Any]:
+    """LLM calls of every world, newest first: two queries whatever the page size."""
+    qs = LlmCall.objects.all()
+    if "status" in filters:
+        qs = qs.filter(_outcome_filter(filters["status"]))
+    if "world" in filters:
+        # a lookup through the foreign key (a schema link), not an import of the worlds app
+        qs = qs.filter(invocation__world__slug=filters["world"])
+    if "subject" in filters:
+        qs = qs.filter(invocation__subject_id=filters["subject"])
+    if "model" in filters:
+        model = filters["model"]
+        qs = qs.filter(Q(requested_model=model) | Q(response_model=model))
+    if "since" in filters:
+        qs = qs.filter(started_at__gte=filters["since"])
+    if "until" in filters:
+        qs = qs.filter(started_at__lt=filters["until"])
+    rows = qs.order_by("-started_at", "id").values(
+        "id",
+        "status",
+        "requested_model",
+        "response_model",
+        "started_at",
+        "ended_at",
+        "ttft_ms",
+        "prompt_tokens",
+        "completion_tokens",
+        "cost",
+        "cost_estimated",
+        "finish_reason",
+        "parse_error",
+        "validation_errors",
+        "error",
+        "invocation_id",
+        "invocation__attempt_id",
+        "invocation__world__slug",
+        "invocation__attempted_turn",
+        "invocation__subject_id",
+        "invocation__node_id",
+        "invocation__generation_attempt",
+    )[offset : offset + limit]
+    results = []
+    for row in rows:
+        results.append(
+            {
+                "id": row["id"],
+                "outcome": call_outcome(
+                    row["status"], row["parse_error"], row["validation_errors"]
+                ),
+                "status": row["status"],
+                "problem": _problem(row),
+                "world": row["invocation__world__slug"],
+                "attempt_id": row["invocation__attempt_id"],
+                "invocation_id": row["invocation_id"],
+                "attempted_turn": row["invocation__attempted_turn"],
+                "subject_id": row["invocation__subject_id"],
+                "node_id": row["invocation__node_id"],
+                "generation_attempt": row["invocation__generation_attempt"],
+                **{
+                    k: row[k]
+                    for k in (
+                        "requested_model",
+                        "response_model",
+                        "started_at",
+                        "ended_at",
+                        "ttft_ms",
+                        "prompt_tokens",
+                        "completion_tokens",
+                        "cost",
+                        "cost_estimated",
+                        "finish_reason",
+                    )
+                },
+            }
+        )
+    return {"count": qs.count(), "limit": limit, "offset": offset, "results": results}
+
+
 # --- cost totals (SPEC §12) --------------------------------------------------------------------
 
 
@@ -226,14 +359,14 @@ def cost_totals_by_attempt(*, attempt_ids: Iterable[UUID]) -> dict[str, CostTota
     return {str(row["invocation__attempt_id"]): _totals(row) for row in rows}
 
 
-def cost_totals_by_turn(*, world_id: int) -> dict[int, CostTotals]:
-    """Totals per attempted turn of a world in one query."""
-    rows = (
-        _calls(world_id=world_id)
-        .values("invocation__attempted_turn")
-        .annotate(**_TOTALS)
-        .order_by()
-    )
+def cost_totals_by_turn(
+    *, world_id: int, turns: Iterable[int] | None = None
+) -> dict[int, CostTotals]:
+    """Totals per attempted turn of a world (every turn, or only ``turns``) in one query."""
+    calls = _calls(world_id=world_id)
+    if turns is not None:
+        calls = calls.filter(invocation__attempted_turn__in=list(turns))
+    rows = calls.values("invocation__attempted_turn").annotate(**_TOTALS).order_by()
     return {row["invocation__attempted_turn"]: _totals(row) for row in rows}
 
 

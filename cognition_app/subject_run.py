@@ -1,4 +1,4 @@
-"""What one subject's run carries: its context, its staged events and the failure that ends
+"""What one subject's run carries: its context, where its events go and the failure that ends
 an attempt. Shared by the runner and the node executors (data only, no execution)."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from chukwa_core.world_state import WorldState
-from cognition_app.sources import CallContext
+from cognition_app.sources import CANCELLED, CallContext, SourceFailure
 
 
 class AttemptFailure(Exception):
@@ -33,6 +33,15 @@ class AttemptFailure(Exception):
         self.invocation_id = invocation_id
 
 
+def failure_step(exc: SourceFailure, default: str) -> str:
+    """The attempt's failure step for a failed source call: a call refused by the world's
+    budget or stopped because another subject failed is named as such, so reviewers see at
+    once that money (or another subject), not a backend, stopped it."""
+    if exc.failure_class in ("budget_exhausted", CANCELLED):
+        return exc.failure_class
+    return default
+
+
 @dataclass
 class StagedEvent:
     kind: str
@@ -45,6 +54,12 @@ class StagedEvent:
     invocation_id: UUID | None = None
     llm_call_id: UUID | None = None
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+
+class EventSink(Protocol):
+    """Where a run's events go: the worlds layer writes each one as it happens (SPEC §6)."""
+
+    def append(self, event: StagedEvent, /) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +77,7 @@ class SubjectRun:
     workflow_hash: str
     world: WorldState
     ctx: TurnContext
-    events: list[StagedEvent]
+    events: EventSink
     outputs: dict[str, Any] = field(default_factory=dict)
     # the ambient results this subject may see (the tree under /ambient)
     ambient: dict[str, Any] = field(default_factory=dict)

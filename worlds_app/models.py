@@ -200,6 +200,8 @@ class EventKind(models.TextChoices):
     NODE_OUTPUT = "node_output"
     INNER_MONOLOGUE = "inner_monologue"
     WORLD_PATCH_APPLIED = "world_patch_applied"
+    # a target set by two patches of one concurrent phase (SPEC §4): the later value is kept
+    EFFECT_CONTESTED = "effect_contested"
     TURN_COMMITTED = "turn_committed"
     ATTEMPT_FAILED = "attempt_failed"
     ATTEMPT_INTERRUPTED = "attempt_interrupted"

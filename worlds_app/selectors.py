@@ -7,18 +7,22 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 
 from chukwa_core.component_validation import type_name
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
 from cognition_app.budgets import BudgetLimits
-from cognition_app.selectors import cost_totals
+from cognition_app.selectors import (
+    cost_totals,
+)
 from scenarios_app.selectors import parse_paging
 from worlds_app.models import (
+    ACTIVE_STATUSES,
     Annotation,
     AnnotationTarget,
     AttemptEvent,
+    AttemptStatus,
     PatchTransition,
     Turn,
     TurnAttempt,
@@ -62,7 +66,18 @@ def _world(slug: str) -> World:
     return world
 
 
-def world_summary(world: World, *, queued: int = 0, running: int = 0) -> dict[str, Any]:
+def world_row(slug: str) -> World:
+    """The world of a slug (checked), or 404."""
+    return _world(slug)
+
+
+def world_summary(
+    world: World,
+    *,
+    queued: int = 0,
+    running: int = 0,
+    last_attempt: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     return {
         "slug": world.slug,
         "name": world.name,
@@ -75,7 +90,15 @@ def world_summary(world: World, *, queued: int = 0, running: int = 0) -> dict[st
         "created_at": world.created_at,
         "attempts_queued": queued,
         "attempts_running": running,
+        "last_attempt": last_attempt,
     }
+
+
+LAST_ATTEMPT_FIELDS = ("id", "seq", "status", "ended_at")
+
+
+def _finished_attempts() -> QuerySet[TurnAttempt]:
+    return TurnAttempt.objects.exclude(status__in=ACTIVE_STATUSES)
 
 
 def world_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,16 +110,33 @@ def world_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
         if not is_hash(scenario):
             raise invalid("invalid_hash", "scenario", f"{scenario!r} is not a lowercase sha256 hex")
         qs = qs.filter(scenario_id=scenario)
+    # The newest finished attempt's outcome, so a world whose last attempt failed never reads
+    # as plain "idle"; subqueries keep the page at one query whatever its length.
+    last = _finished_attempts().filter(world=OuterRef("pk")).order_by("-seq")
     rows = qs.annotate(
         queued=Count("attempts", filter=Q(attempts__status="queued")),
         running=Count("attempts", filter=Q(attempts__status="running")),
+        last_id=Subquery(last.values("id")[:1]),
+        last_seq=Subquery(last.values("seq")[:1]),
+        last_status=Subquery(last.values("status")[:1]),
+        last_ended_at=Subquery(last.values("ended_at")[:1]),
     ).order_by("-created_at", "slug")[offset : offset + limit]
-    return {
-        "count": qs.count(),
-        "limit": limit,
-        "offset": offset,
-        "results": [world_summary(w, queued=w.queued, running=w.running) for w in rows],
-    }
+    results = []
+    for w in rows:
+        last_attempt = (
+            {
+                "id": w.last_id,
+                "seq": w.last_seq,
+                "status": w.last_status,
+                "ended_at": w.last_ended_at,
+            }
+            if w.last_id
+            else None
+        )
+        results.append(
+            world_summary(w, queued=w.queued, running=w.running, last_attempt=last_attempt)
+        )
+    return {"count": qs.count(), "limit": limit, "offset": offset, "results": results}
 
 
 BUDGET_LIMITS = ("max_tokens_per_turn", "max_cost_per_turn", "max_tokens_total", "max_cost_total")
@@ -151,8 +191,16 @@ def world_get(*, slug: str) -> dict[str, Any]:
             "failure_reason",
         )
     )
+    last_attempt = (
+        _finished_attempts().filter(world=world).order_by("-seq").values(*LAST_ATTEMPT_FIELDS)
+    ).first()
     return {
-        **world_summary(world, queued=counts["queued"], running=counts["running"]),
+        **world_summary(
+            world,
+            queued=counts["queued"],
+            running=counts["running"],
+            last_attempt=last_attempt,
+        ),
         "simulation_time": turn.simulation_time,
         "state": turn.state,
         "state_hash": turn.state_hash,
@@ -219,6 +267,21 @@ def turn_get(*, slug: str, number: int) -> dict[str, Any]:
     }
 
 
+# Events that describe the turn's change, real only once the turn is committed (SPEC §6).
+PROVISIONAL_EVENTS = frozenset({"world_patch_applied", "effect_contested"})
+
+
+def _commit_state(status: str) -> str:
+    """What a patch event of an attempt in ``status`` is worth: ``provisional`` while the
+    attempt runs, ``committed`` with its turn, ``not_committed`` when it failed, was
+    interrupted or cancelled (its world never saw the patch)."""
+    if status == AttemptStatus.COMMITTED:
+        return "committed"
+    if status in (AttemptStatus.QUEUED, AttemptStatus.RUNNING):
+        return "provisional"
+    return "not_committed"
+
+
 def attempt_get(*, attempt_id: str) -> dict[str, Any]:
     if not _is_uuid(attempt_id):
         raise invalid("invalid_id", "attempt_id", f"{attempt_id!r} is not a UUID")
@@ -227,8 +290,10 @@ def attempt_get(*, attempt_id: str) -> dict[str, Any]:
         raise NotFoundError(
             "attempt_not_found", f"attempt_id: no attempt {attempt_id}", {"field": "attempt_id"}
         )
-    events = list(
-        attempt.events.order_by("seq").values(
+    state = _commit_state(attempt.status)
+    events: list[dict[str, Any]] = [
+        {**event, "commit_state": state if event["kind"] in PROVISIONAL_EVENTS else None}
+        for event in attempt.events.order_by("seq").values(
             "seq",
             "kind",
             "subject_id",
@@ -241,7 +306,7 @@ def attempt_get(*, attempt_id: str) -> dict[str, Any]:
             "llm_call_id",
             "created_at",
         )
-    )
+    ]
     from cognition_app.selectors import invocation_summaries
 
     invocations = invocation_summaries(attempt_id=attempt.pk)
@@ -282,6 +347,10 @@ def _is_uuid(value: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def world_current_turn(*, slug: str) -> int:
+    return _world(slug).current_turn
 
 
 def world_diff(*, slug: str, from_turn: int, to_turn: int) -> dict[str, Any]:

@@ -10,6 +10,7 @@ The package's modules each hold one part (see their docstrings); this module nam
 other layers call, so that they import ``cognition_app.sources`` and nothing below it.
 """
 
+from cognition_app.sources.cancel import CANCELLED, CancelScope
 from cognition_app.sources.client import http_client
 from cognition_app.sources.components import (
     schema_content,
@@ -18,13 +19,9 @@ from cognition_app.sources.components import (
     source_content,
 )
 from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.generation import Generation, Judge, Judgement
 from cognition_app.sources.json_sources import invoke_json_source
-from cognition_app.sources.llm import (
-    Generation,
-    Judge,
-    Judgement,
-    invoke_llm,
-)
+from cognition_app.sources.llm import invoke_llm
 from cognition_app.sources.replay import REPLAY_MODES, REPLAY_STRICT, Replay
 from cognition_app.sources.results import JsonResult
 from cognition_app.sources.tracing import (
@@ -39,9 +36,11 @@ from cognition_app.sources.variables import scrub
 invoke_http_json = invoke_json_source
 
 __all__ = [
+    "CANCELLED",
     "REPLAY_MODES",
     "REPLAY_STRICT",
     "CallContext",
+    "CancelScope",
     "Generation",
     "JsonResult",
     "Judge",

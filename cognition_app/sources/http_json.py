@@ -46,6 +46,9 @@ def invoke_http_json(
         raise SourceFailure(
             "not_executable", f"source {source_hash[:12]} is not an http_json source"
         )
+    # A call already under way is not cut (it is short and bounded by its timeout); one not
+    # yet started is not started once the attempt is being stopped.
+    ctx.check_cancelled(f"{kind} {ctx.ambient_source_id or ctx.tool_name}")
     request = {
         "method": "POST",
         "url_env": iface["url_env"],

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -16,7 +16,7 @@ from django.utils import timezone
 from httpx_sse import SSEError
 
 from chukwa_core.json_values import storable_text
-from cognition_app.budgets import budget_refusal, completion_cap, prompt_estimate
+from cognition_app.budgets import Reservation, completion_cap, prompt_estimate
 from cognition_app.costs import price_at, usage_cost
 from cognition_app.models import (
     InvocationKind,
@@ -26,10 +26,13 @@ from cognition_app.models import (
     ModelPrice,
     SourceInvocation,
 )
+from cognition_app.sources.cancel import CANCELLED, CancelScope
 from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
 from cognition_app.sources.conformance import ensure_schema_enforced
 from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.generation import Generation, Judge, Judgement, verdict_fields
+from cognition_app.sources.limits import source_slot
 from cognition_app.sources.replay import fail_miss, open_replayed, request_key
 from cognition_app.sources.stream_events import chunk_events
 from cognition_app.sources.tracing import (
@@ -45,32 +48,6 @@ from cognition_app.sources.variables import key_from_env, redact_headers, scrub,
 # length of its reply; CHUNK_BATCH only bounds the rows held in memory between flushes.
 CHUNK_BATCH = 512
 CHUNK_FLUSH_SECONDS = 0.25
-
-
-@dataclass
-class Judgement:
-    """What Chukwa made of a generation's text (computed before the rows are finished, so the
-    finish and the judgement are written together)."""
-
-    output_kind: str
-    parse_error: str = ""
-    validation_errors: list[Any] = field(default_factory=list)
-    artifacts: dict[str, Any] = field(default_factory=dict)
-    rejection: Any = None  # the node's rejection (a ModelContentRejected), if any
-    output: Any = None
-
-
-Judge = Callable[[str], Judgement]
-
-
-@dataclass
-class Generation:
-    text: str
-    invocation: SourceInvocation
-    call: LlmCall
-    finish_reason: str = ""
-    usage: dict[str, int] = field(default_factory=dict)
-    judgement: Judgement | None = None
 
 
 def invoke_llm(
@@ -90,6 +67,8 @@ def invoke_llm(
     iface = source["interface"]
     if iface["name"] != "llm_chat_completions":
         raise SourceFailure("not_executable", f"source {source_hash[:12]} is not an LLM source")
+    what = f"generation of {ctx.subject_id or 'no subject'}, node {ctx.node_id!r}"
+    ctx.check_cancelled(what)
     params = dict(iface.get("params", {}))
     payload: dict[str, Any] = {
         **params,
@@ -151,7 +130,7 @@ def invoke_llm(
                 source=source,
                 request=request,
                 key=req_key,
-                what=f"generation of {ctx.subject_id or 'no subject'}, node {ctx.node_id!r}",
+                what=what,
             )
     try:
         base_url = url_from_env(iface["base_url_env"], "base_url_env")
@@ -163,71 +142,133 @@ def invoke_llm(
     except SourceFailure as exc:
         config_failure = exc
         base_url = ""
-    timeout = iface["timeout_ms"] / 1000
-    # The price in force when the call starts; the cost is computed from it when it finishes.
-    price = price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now())
-    if config_failure is None and ctx.budget is not None:
-        refusal = budget_refusal(
-            limits=ctx.budget,
-            world_id=ctx.world_id,
-            attempt_id=ctx.attempt_id,
-            prompt_tokens=prompt_estimate(payload["messages"], response_format),
-            max_completion=completion_cap(params),
-            price=price,
-            price_key=f"({iface['base_url_env']}, {iface['model']})",
-        )
-        if refusal is not None:
-            config_failure = SourceFailure("budget_exhausted", refusal)
-    if response_format is not None and config_failure is None:
-        ensure_schema_enforced(
-            ctx=ctx,
-            source_hash=source_hash,
-            source=source,
-            base_url=base_url,
-            model=iface["model"],
-            headers=headers,
-            timeout=timeout,
-        )
-    inv = new_invocation(
-        ctx,
-        kind=InvocationKind.LLM_GENERATION,
+    send = _Send(
+        ctx=ctx,
         source_hash=source_hash,
         source=source,
+        base_url=base_url,
+        headers=headers if config_failure is None else {},
+        payload=payload,
+        params=params,
         request=request,
         request_key=req_key,
-        output_schema_hash=output_schema_hash,
-    )
-    call = LlmCall(
-        invocation=inv,
-        base_url=base_url,
-        requested_model=iface["model"],
-        messages=payload["messages"],
-        params=params,
         response_format=response_format,
-        started_at=inv.started_at,
-        base_url_env=iface["base_url_env"],
-        price=price,
+        output_schema_hash=output_schema_hash,
+        judge=judge,
     )
-    if config_failure is not None:
-        # Nothing was sent: the call spent nothing, a known zero (not an unknown cost).
-        call.prompt_tokens = call.completion_tokens = 0
-        call.cost, call.usage_source = Decimal(0), "not_sent"
-        with trace_write():
-            inv.status = call.status = InvocationStatus.FAILED
-            inv.failure_class = config_failure.failure_class
-            inv.failure_message = config_failure.message
-            inv.ended_at = call.ended_at = inv.started_at
-            inv.duration_ms = 0
-            call.error = config_failure.message
+    # A free slot of the source first (its max_concurrency), then the budget: a call waiting
+    # for a slot reserves nothing.
+    with source_slot(source_hash, iface.get("max_concurrency"), ctx.cancel, what):
+        return send.run(config_failure)
+
+
+@dataclass
+class _Send:
+    """One live generation: the budget's reservation, the conformance check, the rows, the
+    stream."""
+
+    ctx: CallContext
+    source_hash: str
+    source: dict[str, Any]
+    base_url: str
+    headers: dict[str, str]
+    payload: dict[str, Any]
+    params: dict[str, Any]
+    request: dict[str, Any]
+    request_key: str
+    response_format: dict[str, Any] | None
+    output_schema_hash: str
+    judge: Judge | None
+
+    def run(self, config_failure: SourceFailure | None) -> Generation:
+        ctx, iface = self.ctx, self.source["interface"]
+        # The price in force when the call starts; the cost is computed from it at the end.
+        price = price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now())
+        reservation = Reservation()
+        if config_failure is None and ctx.budget is not None:
+            outcome = ctx.budget.reserve(
+                world_id=ctx.world_id,
+                attempt_id=ctx.attempt_id,
+                prompt_tokens=prompt_estimate(self.payload["messages"], self.response_format),
+                max_completion=completion_cap(self.params),
+                price=price,
+                price_key=f"({iface['base_url_env']}, {iface['model']})",
+            )
+            if isinstance(outcome, str):
+                config_failure = SourceFailure("budget_exhausted", outcome)
+            else:
+                reservation = outcome
+        try:
+            return self._open_and_stream(config_failure, price)
+        finally:
+            # After the finished rows were committed: their real usage counts from now on.
+            if ctx.budget is not None:
+                ctx.budget.release(reservation)
+
+    def _open_and_stream(
+        self, config_failure: SourceFailure | None, price: ModelPrice | None
+    ) -> Generation:
+        ctx, iface = self.ctx, self.source["interface"]
+        timeout = iface["timeout_ms"] / 1000
+        if self.response_format is not None and config_failure is None:
+            ensure_schema_enforced(
+                ctx=ctx,
+                source_hash=self.source_hash,
+                source=self.source,
+                base_url=self.base_url,
+                model=iface["model"],
+                headers=self.headers,
+                timeout=timeout,
+            )
+        inv = new_invocation(
+            ctx,
+            kind=InvocationKind.LLM_GENERATION,
+            source_hash=self.source_hash,
+            source=self.source,
+            request=self.request,
+            request_key=self.request_key,
+            output_schema_hash=self.output_schema_hash,
+        )
+        call = LlmCall(
+            invocation=inv,
+            base_url=self.base_url,
+            requested_model=iface["model"],
+            messages=self.payload["messages"],
+            params=self.params,
+            response_format=self.response_format,
+            started_at=inv.started_at,
+            base_url_env=iface["base_url_env"],
+            price=price,
+        )
+        if config_failure is not None:
+            # Nothing was sent: the call spent nothing, a known zero (not an unknown cost).
+            call.prompt_tokens = call.completion_tokens = 0
+            call.cost, call.usage_source = Decimal(0), "not_sent"
+            with trace_write():
+                inv.status = call.status = InvocationStatus.FAILED
+                inv.failure_class = config_failure.failure_class
+                inv.failure_message = config_failure.message
+                inv.ended_at = call.ended_at = inv.started_at
+                inv.duration_ms = 0
+                call.error = config_failure.message
+                inv.save(force_insert=True)
+                call.save(force_insert=True)
+            config_failure.invocation_id = inv.pk
+            raise config_failure
+        with trace_write():  # both rows exist before any byte is sent
             inv.save(force_insert=True)
             call.save(force_insert=True)
-        config_failure.invocation_id = inv.pk
-        raise config_failure
-    with trace_write():  # both rows exist before any byte is sent
-        inv.save(force_insert=True)
-        call.save(force_insert=True)
-    with finished_on_error(inv, call):
-        return _stream(inv, call, base_url, headers, payload, timeout, judge)
+        with finished_on_error(inv, call):
+            return _stream(
+                inv,
+                call,
+                self.base_url,
+                self.headers,
+                self.payload,
+                timeout,
+                self.judge,
+                ctx.cancel,
+            )
 
 
 def _stream(
@@ -238,6 +279,7 @@ def _stream(
     payload: dict[str, Any],
     timeout: float,
     judge: Judge | None = None,
+    cancel: CancelScope | None = None,
 ) -> Generation:
     started = time.monotonic()
     pending: list[LlmChunk] = []
@@ -265,8 +307,13 @@ def _stream(
         text = storable_text(scrub("".join(parts)))
         message = storable_text(scrub(message))
         now = timezone.now()
+        # Stopped because another subject failed (SPEC §4): whatever the cut stream raised.
+        status = InvocationStatus.FAILED
+        if cancel is not None and cancel.cancelled:
+            status, failure_class = InvocationStatus.CANCELLED, CANCELLED
+            message = storable_text(scrub(f"stopped mid-stream: {cancel.reason}"))
         LlmCall.objects.filter(pk=call.pk).update(
-            status=InvocationStatus.FAILED,
+            status=status,
             ended_at=now,
             error=message,
             raw_text=text,
@@ -274,7 +321,7 @@ def _stream(
         )
         finish_invocation(
             inv,
-            InvocationStatus.FAILED,
+            status,
             failure_class=failure_class,
             failure_message=message,
             http_status=http_status or http_meta.get("http_status"),
@@ -284,9 +331,16 @@ def _stream(
         return SourceFailure(failure_class, message, invocation_id=inv.pk)
 
     try:
-        with http_client().stream(
-            "POST", f"{base_url}/chat/completions", json=payload, headers=headers, timeout=timeout
-        ) as response:
+        with (
+            http_client().stream(
+                "POST",
+                f"{base_url}/chat/completions",
+                json=payload,
+                headers=headers,
+                timeout=timeout,
+            ) as response,
+            _watched(cancel, response),
+        ):
             http_meta["http_status"] = response.status_code
             http_meta["response_headers"] = redact_headers(response.headers)
             if response.status_code != 200:
@@ -314,6 +368,8 @@ def _stream(
                     body,
                 )
             for event in chunk_events(response):
+                if cancel is not None and cancel.cancelled:
+                    raise fail(CANCELLED, "stopped")
                 if isinstance(event.get("model"), str) and event["model"]:
                     response_model = storable_text(event["model"])[:200]
                 if event.get("usage"):
@@ -412,6 +468,10 @@ def _stream(
     return gen
 
 
+def _watched(cancel: CancelScope | None, response: httpx.Response) -> AbstractContextManager[None]:
+    return cancel.watching(response) if cancel is not None else nullcontext()
+
+
 def _finish_generation(
     inv: SourceInvocation,
     call: LlmCall,
@@ -428,7 +488,7 @@ def _finish_generation(
 ) -> None:
     """Finish both rows with one UPDATE each, the verdict and the cost included. No price row,
     no cost: null, shown "unknown", never 0."""
-    call_verdict, inv_verdict = _verdict_fields(judgement)
+    call_verdict, inv_verdict = verdict_fields(judgement)
     LlmCall.objects.filter(pk=call.pk).update(
         **call_verdict,
         status=InvocationStatus.SUCCEEDED,
@@ -457,24 +517,6 @@ def _finish_generation(
     finish_invocation(
         inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
     )
-
-
-def _verdict_fields(judgement: Judgement | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The judgement as fields of the LLM call row and of the invocation row."""
-    if judgement is None:
-        return {}, {}
-    errors = judgement.validation_errors
-    call_verdict = {
-        "parse_error": judgement.parse_error,
-        "validation_errors": errors,
-        "artifacts": judgement.artifacts,
-    }
-    inv_verdict = {
-        "model_output_kind": judgement.output_kind,
-        "validation_status": "invalid" if (judgement.parse_error or errors) else "valid",
-        "validation_errors": errors,
-    }
-    return call_verdict, inv_verdict
 
 
 def _replayed(
@@ -512,7 +554,7 @@ def _replayed(
         text=text, invocation=inv, call=call, finish_reason=original.finish_reason, usage=usage
     )
     gen.judgement = judge(text) if judge is not None else None
-    call_verdict, inv_verdict = _verdict_fields(gen.judgement)
+    call_verdict, inv_verdict = verdict_fields(gen.judgement)
     now = timezone.now()
     for name, value in {
         **call_verdict,

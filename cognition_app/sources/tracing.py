@@ -15,8 +15,9 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from chukwa_core.json_values import storable_text
-from cognition_app.budgets import BudgetLimits
+from cognition_app.budgets import BudgetLedger
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
+from cognition_app.sources.cancel import CancelScope
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.variables import scrub
 
@@ -50,8 +51,18 @@ class CallContext:
     # Set when the world replays another (SPEC §12): the worlds layer decides which recordings
     # count and hands them down here, since this layer may not look up worlds.
     replay: ReplaySource | None = None
-    # the world's budget in force for this attempt (SPEC §12), handed down by the worlds layer
-    budget: BudgetLimits | None = None
+    # the world's budget in force for this attempt (SPEC §12), handed down by the worlds layer,
+    # with what the attempt's calls in flight could still spend
+    budget: BudgetLedger | None = None
+    # stops the calls of subjects still thinking once another subject failed (SPEC §4)
+    cancel: CancelScope | None = None
+    # writes the attempt's events so far (SPEC §6): called before a call opens its row, so a
+    # reader of the timeline never sees a call whose preceding events are missing
+    flush_events: Callable[[], None] | None = None
+
+    def check_cancelled(self, what: str) -> None:
+        if self.cancel is not None:
+            self.cancel.check(what)
 
     def headers(self, invocation_id: UUID) -> dict[str, str]:
         return {
@@ -74,6 +85,8 @@ def new_invocation(
     input_schema_hash: str = "",
     output_schema_hash: str = "",
 ) -> SourceInvocation:
+    if ctx.flush_events is not None:
+        ctx.flush_events()
     return SourceInvocation(
         attempt_id=ctx.attempt_id,
         world_id=ctx.world_id,

@@ -41,7 +41,8 @@ from surfaces.api.contract import (
     uuid_path,
     validate_body,
 )
-from worlds_app import selectors, services
+from surfaces.api.queries import PagingQuerySerializer, parse_query, split_paging
+from worlds_app import indexes, selectors, services
 from worlds_app.comparison import MAX_VALUE_CHARS, world_compare
 from worlds_app.models import AttemptStatus
 from worlds_app.services.attempts import MAX_BATCH
@@ -74,6 +75,16 @@ class ReplayFromSerializer(serializers.Serializer):
         ref_name = "ReplayFrom"
 
 
+class LastAttemptSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    seq = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=STATUSES)
+    ended_at = InstantField(allow_null=True)
+
+    class Meta:
+        ref_name = "LastAttempt"
+
+
 class WorldSummarySerializer(serializers.Serializer):
     slug = LabelOutField()
     name = serializers.CharField()
@@ -86,6 +97,9 @@ class WorldSummarySerializer(serializers.Serializer):
     created_at = InstantField()
     attempts_queued = serializers.IntegerField()
     attempts_running = serializers.IntegerField()
+    last_attempt = LastAttemptSerializer(
+        allow_null=True, help_text="the newest finished attempt (its outcome); null: none yet"
+    )
 
     class Meta:
         ref_name = "WorldSummary"
@@ -257,7 +271,32 @@ class WorldDetailApi(APIView):
         )
 
 
-class TurnEnqueueApi(APIView):
+class TurnNarrationSerializer(serializers.Serializer):
+    subject_id = serializers.CharField()
+    patch_seq = serializers.IntegerField(allow_null=True)
+    narration = serializers.CharField(allow_blank=True)
+
+    class Meta:
+        ref_name = "TurnNarration"
+
+
+class TurnRowSerializer(serializers.Serializer):
+    number = serializers.IntegerField()
+    simulation_time = InstantField()
+    state_hash = HashOutField()
+    attempt_id = serializers.UUIDField(allow_null=True, help_text="null for turn 0")
+    created_at = InstantField()
+    narrations = TurnNarrationSerializer(many=True)
+    cost = CostTotalsSerializer(help_text="every attempt at this turn, failed ones included")
+
+    class Meta:
+        ref_name = "TurnRow"
+
+
+class TurnCollectionApi(APIView):
+    """GET pages through a world's committed turns (newest first), POST queues attempts: two
+    operations on one path."""
+
     class InputSerializer(StrictInputSerializer):
         field_codes = {"count": "invalid_count"}
         count = StrictIntegerField(
@@ -273,6 +312,29 @@ class TurnEnqueueApi(APIView):
 
         class Meta:
             ref_name = "TurnEnqueueOutput"
+
+    class ListOutputSerializer(serializers.Serializer):
+        world = LabelOutField()
+        current_turn = serializers.IntegerField()
+        count = serializers.IntegerField()
+        limit = serializers.IntegerField()
+        offset = serializers.IntegerField()
+        results = TurnRowSerializer(many=True)
+
+        class Meta:
+            ref_name = "TurnListOutput"
+
+    @extend_schema(
+        operation_id="turn_list",
+        parameters=[SLUG_PATH, PagingQuerySerializer],
+        responses={200: ListOutputSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        _filters, limit, offset = split_paging(
+            parse_query(PagingQuerySerializer, request.query_params)
+        )
+        page = indexes.turn_list(slug=slug, limit=limit, offset=offset)
+        return Response(self.ListOutputSerializer(page).data)
 
     @extend_schema(
         operation_id="turn_enqueue",
@@ -411,6 +473,10 @@ class AttemptEventSerializer(serializers.Serializer):
     invocation_id = serializers.UUIDField(allow_null=True)
     llm_call_id = serializers.UUIDField(allow_null=True)
     created_at = InstantField()
+    # world_patch_applied / effect_contested: provisional until turn_committed (SPEC §6)
+    commit_state = serializers.ChoiceField(
+        choices=["provisional", "committed", "not_committed"], allow_null=True
+    )
 
     class Meta:
         ref_name = "AttemptEvent"

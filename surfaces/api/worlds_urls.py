@@ -1,12 +1,12 @@
 from django.urls import path
 
-from surfaces.api import annotations
+from surfaces.api import annotations, indexes
 from surfaces.api import worlds as api
 
 urlpatterns = [
     path("worlds/", api.WorldCollectionApi.as_view(), name="api-world-list"),
     path("worlds/<str:slug>/", api.WorldDetailApi.as_view(), name="api-world-detail"),
-    path("worlds/<str:slug>/turns/", api.TurnEnqueueApi.as_view(), name="api-turn-enqueue"),
+    path("worlds/<str:slug>/turns/", api.TurnCollectionApi.as_view(), name="api-turn-enqueue"),
     path(
         "worlds/<str:slug>/turns/<int:number>/", api.TurnDetailApi.as_view(), name="api-turn-detail"
     ),
@@ -27,5 +27,6 @@ urlpatterns = [
         annotations.AnnotationDetailApi.as_view(),
         name="api-annotation-detail",
     ),
+    path("attempts/", indexes.AttemptListApi.as_view(), name="api-attempt-list"),
     path("attempts/<str:attempt_id>/", api.AttemptDetailApi.as_view(), name="api-attempt-detail"),
 ]

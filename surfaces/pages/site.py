@@ -1,12 +1,10 @@
-"""Site-level views: health and the home page."""
+"""Site-level views: health, and the JSON 404 of unknown API paths."""
 
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.auth.decorators import login_required
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.http import HttpRequest, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 
@@ -77,10 +75,3 @@ def api_not_found(request: HttpRequest) -> JsonResponse:
             message += f" (did you mean {request.path}/ ?)"
     error = NotFoundError("not_found", message, {"field": "path", "path": request.path})
     return JsonResponse({"error": error.as_dict()}, status=error.status_code)
-
-
-@login_required
-def home(request: HttpRequest) -> HttpResponse:
-    from scenarios_app.selectors import store_counts
-
-    return render(request, "home.html", {"counts": store_counts()})

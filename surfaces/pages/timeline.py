@@ -151,20 +151,30 @@ class _Builder:
         payload = event["payload"]
         kind = event["kind"]
         offset = _offset_ms(event["created_at"], self.start)
+        commit_badge = None
         if kind == "world_patch_applied":
-            label = f"patch #{event['patch_seq']} applied"
+            # provisional until the turn commits; never shown as applied when it did not
+            state = event.get("commit_state") or self._commit_state()
+            seq = event["patch_seq"]
+            label = {
+                "committed": f"patch #{seq} applied",
+                "provisional": f"patch #{seq} applied (provisional)",
+            }.get(state, f"patch #{seq} not committed")
+            commit_badge = {"provisional": "provisional", "not_committed": "not committed"}.get(
+                state
+            )
             note = payload.get("patch", {}).get("narration", "")
-            if self.data["status"] != "committed":
-                label += " (not committed)" if self.data["status"] in PROBLEMS else " (provisional)"
         elif kind == "inner_monologue":
             label = f"{event['node_id']} · rule policy"
             note = f"matched rule {payload.get('matched_rule')}: {payload.get('intent', '')}"
         elif kind == "turn_committed":
             label, note = "turn committed", f"turn {self.data['produced_turn']}"
         elif kind == "effect_contested":
-            label = "effect contested"
-            note = payload.get("message") or ", ".join(
-                str(v) for v in payload.values() if isinstance(v, str)
+            overridden = payload.get("overridden", {})
+            label = f"{payload.get('target_id')} contested"
+            note = (
+                f"patch #{event['patch_seq']} ({event['subject_id']}) overrides patch "
+                f"#{overridden.get('patch_seq')} ({overridden.get('subject_id')})"
             )
         else:
             label = kind.replace("_", " ")
@@ -174,6 +184,7 @@ class _Builder:
             "type": "marker",
             "kind": kind,
             "label": label,
+            "commit_badge": commit_badge,
             "subject_id": event["subject_id"],
             "node_id": event["node_id"],
             "note": note,
@@ -215,6 +226,12 @@ class _Builder:
             "running": running,
             "problem": problem,
         }
+
+    def _commit_state(self) -> str:
+        status = self.data["status"]
+        if status == "committed":
+            return "committed"
+        return "provisional" if status in ("queued", "running") else "not_committed"
 
     # --- the tree -----------------------------------------------------------------------------
 
@@ -274,7 +291,7 @@ class _Builder:
             subject = row["subject_id"]
             if not subject:
                 top.append(row)
-            elif row["node_id"] and row["kind"] != "world_patch_applied":
+            elif row["node_id"] and row["kind"] not in {"world_patch_applied", "effect_contested"}:
                 subjects.setdefault(subject, {}).setdefault(row["node_id"], []).append(row)
             else:
                 subject_rows.setdefault(subject, []).append(row)

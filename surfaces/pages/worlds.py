@@ -1,4 +1,5 @@
-"""World, turn and provenance pages (HTML + HTMX, every page also ?format=json)."""
+"""World, turn, diff and comparison pages (HTML + HTMX, every page also ?format=json); the
+attempt timeline is surfaces/pages/attempts.py."""
 
 from __future__ import annotations
 
@@ -6,16 +7,23 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from chukwa_core.errors import ChukwaError, NotFoundError
-from cognition_app.selectors import cost_totals_by_turn
+from surfaces.pages.layout import (
+    appended_line,
+    environments,
+    memory_change,
+    page_links,
+    page_offset,
+)
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
-from worlds_app import selectors
+from worlds_app import indexes, selectors
 from worlds_app.comparison import world_compare
-from worlds_app.models import ACTIVE_STATUSES, AttemptEvent, PatchTransition, Turn, World
+from worlds_app.models import PatchTransition
 from worlds_app.services import turn_attempt_enqueue
 
 
@@ -25,7 +33,10 @@ class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
 
 
-TURN_HISTORY = 50
+FINISHED = ("committed", "failed", "interrupted", "cancelled")
+TURNS_PER_PAGE = 20
+ATTEMPTS_PER_PAGE = 15
+COMPARE_CHOICES = 50
 
 
 @page
@@ -42,64 +53,40 @@ def world_list_page(request: HttpRequest) -> HttpResponse:
     return respond(request, "worlds_app/world_list.html", context, data)
 
 
-def _turn_history(world: World) -> list[dict[str, Any]]:
-    """The newest committed turns with their narrations and costs: three queries whatever the
-    history length."""
-    turns: list[dict[str, Any]] = [
-        dict(t)
-        for t in Turn.objects.filter(world=world)
-        .order_by("-number")
-        .values("number", "simulation_time", "attempt_id", "state_hash")[:TURN_HISTORY]
-    ]
-    narrations: dict[Any, list[dict[str, Any]]] = {}
-    events = AttemptEvent.objects.filter(
-        attempt_id__in=[t["attempt_id"] for t in turns if t["attempt_id"]],
-        kind="world_patch_applied",
-    ).order_by("seq")
-    for attempt_id, subject, payload in events.values_list("attempt_id", "subject_id", "payload"):
-        narrations.setdefault(attempt_id, []).append(
-            {"subject_id": subject, "narration": payload.get("patch", {}).get("narration", "")}
-        )
-    costs = cost_totals_by_turn(world_id=world.pk)  # one query, every turn
-    for turn in turns:
-        turn["narrations"] = narrations.get(turn["attempt_id"], [])
-        turn["cost"] = costs.get(turn["number"])
-    return turns
-
-
-def _environments(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each environment with its text and the entities placed in it."""
-    envs = [
-        {"label": label, "content": text, "entities": []}
-        for label, text in sorted(state.get("environments", {}).items())
-    ]
-    by_label = {e["label"]: e for e in envs}
-    for entity in state.get("entities", []):
-        kind = entity.get("kind")
-        row = {
-            "id": entity["id"],
-            "name": entity.get("name", entity["id"]),
-            "state": entity.get("state", ""),
-            "is_agent": isinstance(kind, dict),
-            "memory": kind.get("agent", {}).get("memory", []) if isinstance(kind, dict) else [],
-        }
-        target = by_label.get(entity.get("environment", ""))
-        if target is not None:
-            target["entities"].append(row)
-    return envs
-
-
 def _world_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The world page: its state, one page of turns and one of attempts (each paged on its
+    own), and what a comparison can be made with. Constant queries in the history length."""
     data = selectors.world_get(slug=slug)
-    world = World.objects.get(slug=slug)
-    data["turns"] = _turn_history(world)
-    active = any(a["status"] in ACTIVE_STATUSES for a in data["recent_attempts"])
+    turn_offset = page_offset(request, "turn_offset")
+    attempt_offset = page_offset(request, "attempt_offset")
+    turns = indexes.turn_list(slug=slug, limit=TURNS_PER_PAGE, offset=turn_offset)
+    attempts = indexes.attempt_list(
+        filters={"world": slug}, limit=ATTEMPTS_PER_PAGE, offset=attempt_offset
+    )
+    data["turns"] = turns["results"]
+    data["attempts"] = {k: v for k, v in attempts.items()}
+    active = bool(data["attempts_queued"] or data["attempts_running"])
+    queue_url = request.path
+    if attempt_offset:
+        queue_url += f"?attempt_offset={attempt_offset}"
     context = {
         "world": data,
-        "environments": _environments(data["state"]),
-        "turns": data["turns"],
-        "attempts": data["recent_attempts"],
+        "environments": environments(data["state"]),
+        "turns": turns["results"],
+        "turn_pages": page_links(
+            request, "turn_offset", count=turns["count"], limit=TURNS_PER_PAGE, offset=turn_offset
+        ),
+        "attempts": attempts["results"],
+        "attempt_pages": page_links(
+            request,
+            "attempt_offset",
+            count=attempts["count"],
+            limit=ATTEMPTS_PER_PAGE,
+            offset=attempt_offset,
+        ),
+        "queue_url": queue_url,
         "queue_active": active,
+        "compare_with": indexes.world_neighbours(slug=slug, limit=COMPARE_CHOICES),
         "is_operator": is_operator(request.user),
     }
     return context, data
@@ -170,24 +157,49 @@ def turn_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         row["llm_call_id"] = extra.get("llm_call_id")
         row["invocation_id"] = extra.get("invocation_id")
     data["transitions"].sort(key=lambda t: (t["patch_seq"], t["effect_index"]))
+    # A memory append shows the appended line (the page only: the JSON keeps both values).
+    rows = [
+        {**t, "appended": appended_line(t["before"], t["after"])}
+        if t["target_kind"] == "entity_memory"
+        else t
+        for t in data["transitions"]
+    ]
     context = {
         "turn": data,
-        "environments": _environments(data["state"]),
+        "transitions": rows,
+        "environments": environments(data["state"]),
         "prev": number - 1 if number > 0 else None,
+        "next": number + 1 if number < selectors.world_current_turn(slug=slug) else None,
+        "annotations_url": reverse("page-annotations-on-turn", args=[slug, number]),
     }
     return respond(request, "worlds_app/turn_detail.html", context, data)
 
 
 @page
+@require_http_methods(["GET", "HEAD"])
+def world_compare_pick(request: HttpRequest, slug: str) -> HttpResponse:
+    """The world page's comparison form: on to the comparison with the world it names."""
+    selectors.require_slug(slug)
+    other = selectors.require_slug(request.GET.get("other", "").strip(), "other")
+    return redirect("page-world-compare", slug=slug, other=other)
+
+
+@page
 def world_diff_page(request: HttpRequest, slug: str) -> HttpResponse:
-    current = selectors.world_get(slug=slug)["current_turn"]
+    current = selectors.world_current_turn(slug=slug)
     try:
         to_turn = int(request.GET.get("to", current))
         from_turn = int(request.GET.get("from", max(to_turn - 1, 0)))
     except ValueError:
         raise ChukwaError("invalid_query", "from/to: must be integers") from None
     data = selectors.world_diff(slug=slug, from_turn=from_turn, to_turn=to_turn)
-    context = {"diff": data, "current_turn": current, "turn_numbers": range(current + 1)}
+    changes = [
+        {**c, "memory": memory_change(c["before"], c["after"])}
+        if c["target_kind"] == "entity_memory"
+        else c
+        for c in data["changes"]
+    ]
+    context = {"diff": data, "changes": changes, "current_turn": current}
     return respond(request, "worlds_app/world_diff.html", context, data)
 
 
@@ -197,93 +209,21 @@ def world_compare_page(request: HttpRequest, slug: str, other: str) -> HttpRespo
     """Two worlds turn by turn (the API's comparison, paged the same way)."""
     data = world_compare(slug=slug, other=other, params=request.GET)
     limit, offset, count = data["limit"], data["offset"], data["count"]
+    numbers = [t["number"] for t in data["turns"]]
+    left = indexes.turn_narrations(slug=data["world"], numbers=numbers)
+    right = indexes.turn_narrations(slug=data["other"], numbers=numbers)
+    turns = [
+        {
+            **t,
+            "left_narrations": left.get(t["number"], []),
+            "right_narrations": right.get(t["number"], []),
+        }
+        for t in data["turns"]
+    ]
     context = {
         "cmp": data,
+        "turns": turns,
         "prev_offset": max(offset - limit, 0) if offset > 0 else None,
         "next_offset": offset + limit if offset + limit < count else None,
     }
     return respond(request, "worlds_app/world_compare.html", context, data)
-
-
-def _provenance(slug: str, kinds: tuple[str, ...], target_id: str) -> list[dict[str, Any]]:
-    """Every change to one value, oldest first, with what decided it: an LLM call or a rule."""
-    rows: list[dict[str, Any]] = [
-        dict(r)
-        for r in PatchTransition.objects.filter(
-            world__slug=slug, target_kind__in=kinds, target_id=target_id
-        )
-        .order_by("turn_number", "patch_seq", "effect_index")
-        .values(
-            "turn_number",
-            "patch_seq",
-            "effect_index",
-            "subject_id",
-            "node_id",
-            "op",
-            "target_kind",
-            "before",
-            "after",
-            "attempt_id",
-            "llm_call_id",
-            "invocation_id",
-        )
-    ]
-    rule_attempts = {r["attempt_id"] for r in rows if not r["llm_call_id"]}
-    monologues: dict[tuple[Any, str, str], dict[str, Any]] = {}
-    for attempt_id, subject, node, payload in AttemptEvent.objects.filter(
-        attempt_id__in=rule_attempts, kind="inner_monologue"
-    ).values_list("attempt_id", "subject_id", "node_id", "payload"):
-        monologues[(attempt_id, subject, node)] = payload
-    narrations: dict[tuple[Any, int | None], str] = {
-        (a, seq): p.get("patch", {}).get("narration", "")
-        for a, seq, p in AttemptEvent.objects.filter(
-            attempt_id__in={r["attempt_id"] for r in rows}, kind="world_patch_applied"
-        ).values_list("attempt_id", "patch_seq", "payload")
-    }
-    for row in rows:
-        row["narration"] = narrations.get((row["attempt_id"], row["patch_seq"]), "")
-        monologue = monologues.get((row["attempt_id"], row["subject_id"], row["node_id"]))
-        row["decided_by"] = (
-            {"llm_call_id": row["llm_call_id"]}
-            if row["llm_call_id"]
-            else {
-                "rule_policy": True,
-                "matched_rule": monologue.get("matched_rule") if monologue else None,
-                "intent": monologue.get("intent") if monologue else None,
-            }
-        )
-    return rows
-
-
-@page
-def entity_page(request: HttpRequest, slug: str, entity_id: str) -> HttpResponse:
-    world = selectors.world_get(slug=slug)
-    entity = next((e for e in world["state"]["entities"] if e["id"] == entity_id), None)
-    if entity is None:
-        raise NotFoundError(
-            "entity_not_found", f"entity_id: world {slug!r} has no entity {entity_id!r}"
-        )
-    history = _provenance(slug, ("entity_state", "entity_memory"), entity_id)
-    data = {"world": slug, "entity": entity, "history": history}
-    context: dict[str, Any] = {
-        "world": world,
-        "title": entity.get("name", entity_id),
-        "kind": "Entity",
-    }
-    context.update(target_id=entity_id, current=entity.get("state", ""), history=history)
-    return respond(request, "worlds_app/provenance.html", context, data)
-
-
-@page
-def environment_page(request: HttpRequest, slug: str, label: str) -> HttpResponse:
-    world = selectors.world_get(slug=slug)
-    environments = world["state"]["environments"]
-    if label not in environments:
-        raise NotFoundError(
-            "environment_not_found", f"label: world {slug!r} has no environment {label!r}"
-        )
-    history = _provenance(slug, ("environment",), label)
-    data = {"world": slug, "label": label, "content": environments[label], "history": history}
-    context: dict[str, Any] = {"world": world, "title": label, "kind": "Environment"}
-    context.update(target_id=label, current=environments[label], history=history)
-    return respond(request, "worlds_app/provenance.html", context, data)

@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path
 
-from surfaces.pages import attempts
+from surfaces.pages import attempts, provenance
 from surfaces.pages import worlds as views
 
 urlpatterns: list[URLPattern] = [
@@ -11,17 +11,20 @@ urlpatterns: list[URLPattern] = [
     path("worlds/<str:slug>/run-turns/", views.world_run_turns, name="page-world-run-turns"),
     path("worlds/<str:slug>/turns/<int:number>/", views.turn_page, name="page-turn-detail"),
     path("worlds/<str:slug>/diff/", views.world_diff_page, name="page-world-diff"),
+    path("worlds/<str:slug>/compare/", views.world_compare_pick, name="page-world-compare-pick"),
     path(
         "worlds/<str:slug>/compare/<str:other>/",
         views.world_compare_page,
         name="page-world-compare",
     ),
     path(
-        "worlds/<str:slug>/entities/<str:entity_id>/", views.entity_page, name="page-world-entity"
+        "worlds/<str:slug>/entities/<str:entity_id>/",
+        provenance.entity_page,
+        name="page-world-entity",
     ),
     path(
         "worlds/<str:slug>/environments/<str:label>/",
-        views.environment_page,
+        provenance.environment_page,
         name="page-world-environment",
     ),
     path("attempts/<str:attempt_id>/", attempts.attempt_page, name="page-attempt"),

@@ -45,3 +45,38 @@ def cost_total(totals: Any) -> str:
     if totals["estimated_calls"]:
         text += " (est.)"
     return text
+
+
+@register.filter
+def clamp(value: Any, length: int = 320) -> str:
+    """Long text folded after about ``length`` characters: the start stays visible and a
+    "show more" (a <details>, no script) opens the rest in place; the text is never sent twice."""
+    text = "" if value is None else str(value)
+    if len(text) <= length + 40:
+        return format_html("{}", text)
+    cut = text.rfind(" ", length - 60, length)
+    cut = cut if cut > 0 else length
+    return format_html(
+        '<details class="clamp"><summary>{}<span class="clamp-dots">…</span> '
+        '<span class="clamp-more">show more</span></summary>{}</details>',
+        text[:cut],
+        text[cut:],
+    )
+
+
+@register.filter
+def annotation_value(value: Any) -> str:
+    """An annotation's value as typed: 3 not 3.0, yes/no for booleans."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return str(value)
+
+
+@register.filter
+def error_title(error: Any) -> str:
+    """A human title for an error page: "World not found" for ``world_not_found``."""
+    code = str(getattr(error, "code", "") or "error")
+    words = code.replace("_", " ").replace("llm", "LLM").replace("api", "API")
+    return words[:1].upper() + words[1:]

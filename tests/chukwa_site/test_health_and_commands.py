@@ -88,10 +88,11 @@ def test_fixture_files_name_the_kernel_world_patch_schema() -> None:
         "ant_on_plate_rules",
         "locked_vending_room",
         "park",
+        "park_concurrent",
         "park_mcp",
         "picnic_rules",
     ]
-    for name in ("ant_on_plate", "locked_vending_room", "park", "park_mcp"):  # the LLM workflows
+    for name in ("ant_on_plate", "locked_vending_room", "park", "park_concurrent", "park_mcp"):
         assert world_patch_schema_hash() in str(load_fixture(name))
     for name in fixture_names():
         assert load_fixture(name)["name"] == name

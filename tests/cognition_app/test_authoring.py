@@ -124,6 +124,19 @@ def test_validate_valid_workflow_writes_nothing(operator: Client, world_patch_ha
     assert _counts() == before
 
 
+def test_a_concurrent_workflow_is_saved_from_the_editor(
+    operator: Client, world_patch_hash: str
+) -> None:
+    workflow = {**tool_loop_workflow(world_patch_hash), "execution": "concurrent"}
+    data = operator.post(f"{VALIDATE}?format=json", {"content": json.dumps(workflow)}).json()
+    assert data["valid"] is True
+    response = operator.post(SAVE, {"content": json.dumps(workflow)})
+    assert response.status_code == 302
+    workflow_hash = response["Location"].rstrip("/").rsplit("/", 1)[-1]
+    assert "execution <code>concurrent</code>" in _text(operator.get(response["Location"]))
+    assert CognitionWorkflow.objects.get(pk=workflow_hash).content["execution"] == "concurrent"
+
+
 def test_validate_invalid_workflow_names_code_and_field(
     operator: Client, world_patch_hash: str
 ) -> None:

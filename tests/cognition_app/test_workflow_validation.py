@@ -378,10 +378,16 @@ def test_unsupported_version(version: object) -> None:
         validate(mutated(tool_loop_workflow(), ["version"], version))
 
 
-@pytest.mark.parametrize("execution", ["parallel", "", None, "PER_SUBJECT_ORDERED"])
+@pytest.mark.parametrize("execution", ["parallel", "", None, "PER_SUBJECT_ORDERED", "Concurrent"])
 def test_unsupported_execution(execution: object) -> None:
-    with rejected("unsupported_execution", "execution"):
+    with rejected("unsupported_execution", "execution") as excinfo:
         validate(mutated(tool_loop_workflow(), ["execution"], execution))
+    assert "supported: concurrent, per_subject_ordered" in excinfo.value.message
+
+
+@pytest.mark.parametrize("execution", ["per_subject_ordered", "concurrent"])
+def test_both_execution_modes_are_accepted(execution: str) -> None:
+    validate(mutated(three_node_workflow(), ["execution"], execution))
 
 
 @pytest.mark.parametrize("value", [{}, "none", None])

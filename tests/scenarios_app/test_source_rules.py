@@ -352,6 +352,26 @@ def test_sampling_params_are_accepted() -> None:
     )
 
 
+# --- max_concurrency (SPEC §4) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [1, 4, 256])
+def test_an_llm_source_may_bound_its_concurrency(limit: int) -> None:
+    validate_response_source_content(_iface(LLM, max_concurrency=limit))
+
+
+@pytest.mark.parametrize("limit", [0, -1, 257, 2.0, "4", True])
+def test_max_concurrency_is_an_integer_1_to_256(limit: Any) -> None:
+    assert _code(_iface(LLM, max_concurrency=limit)) == (
+        "invalid_response_source",
+        "content.interface.max_concurrency",
+    )
+
+
+def test_http_json_sources_have_no_max_concurrency() -> None:
+    assert _code(_iface(HTTP, max_concurrency=2))[0] == "invalid_response_source"
+
+
 # --- JSON Schemas are self-contained ---------------------------------------------------------
 
 

@@ -237,6 +237,16 @@ class _Handler(BaseHTTPRequestHandler):
             )
             return
         headers = {key.lower(): value for key, value in self.headers.items()}
+        probe = _is_probe(body)
+        if not probe:
+            llm._enter()
+        try:
+            self._answer(llm, body, headers)
+        finally:
+            if not probe:
+                llm._leave()
+
+    def _answer(self, llm: ScriptedLLM, body: dict[str, Any], headers: dict[str, str]) -> None:
         try:
             reply = llm._reply_for(body, headers)
         except Exception as exc:  # noqa: BLE001  (a scripted callable blew up: fail loudly)
@@ -415,6 +425,9 @@ class ScriptedLLM:
         self._unanswered: list[dict[str, Any]] = []
         self._failures: list[str] = []
         self._client_disconnects = 0
+        self._in_flight = 0
+        self._max_in_flight = 0
+        self._router: ReplyFactory | None = None
         self._request_counter = 0
         self._completion_counter = 0
         self._connections: set[socket.socket] = set()
@@ -489,6 +502,13 @@ class ScriptedLLM:
             self._queue.extend(replies)
         return self
 
+    def route(self, router: ReplyFactory | None) -> Self:
+        """Answer every non-probe request with ``router(request_json)`` instead of the FIFO
+        queue (for subjects thinking at the same time, whose requests arrive in any order)."""
+        with self._lock:
+            self._router = router
+        return self
+
     @property
     def pending(self) -> int:
         """How many scripted replies have not been consumed yet."""
@@ -531,6 +551,41 @@ class ScriptedLLM:
         """Every loud failure: unscripted requests, bad routes, bad JSON, callables raising."""
         with self._lock:
             return list(self._failures)
+
+    @property
+    def in_flight(self) -> int:
+        """Chat completion requests (probes excepted) being answered right now."""
+        with self._lock:
+            return self._in_flight
+
+    @property
+    def max_in_flight(self) -> int:
+        """The most chat completion requests (probes excepted) ever answered at once."""
+        with self._lock:
+            return self._max_in_flight
+
+    def reset(self) -> None:
+        """Forget every recording, the script, the router and the in-flight maximum (a server
+        shared by several tests, e.g. one a Celery worker was started against)."""
+        with self._lock:
+            for recorded in (
+                self._requests,
+                self._headers,
+                self._probes,
+                self._probe_headers,
+                self._unanswered,
+                self._failures,
+            ):
+                recorded.clear()
+            self._queue.clear()
+            self._router = None
+            self._max_in_flight = self._in_flight
+
+    def wait_in_flight(self, count: int, timeout: float = 20.0) -> bool:
+        """Block until at least ``count`` requests are in flight at once (or were); False on
+        timeout. For a reply callable that must hold until its peers have arrived."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._max_in_flight >= count, timeout=timeout)
 
     @property
     def client_disconnects(self) -> int:
@@ -581,6 +636,10 @@ class ScriptedLLM:
             self._requests.append(body)
             self._headers.append(headers)
             self._lock.notify_all()
+            router = self._router
+        if router is not None:
+            return _as_reply(router(body))
+        with self._lock:
             if not self._queue:
                 self._unanswered.append(body)
                 self._failures.append(f"{NO_REPLY_MESSAGE} (request #{len(self._requests)})")
@@ -588,6 +647,17 @@ class ScriptedLLM:
             scripted = self._queue.popleft()
         value = scripted(body) if callable(scripted) else scripted
         return _as_reply(value)
+
+    def _enter(self) -> None:
+        with self._lock:
+            self._in_flight += 1
+            self._max_in_flight = max(self._max_in_flight, self._in_flight)
+            self._lock.notify_all()
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            self._lock.notify_all()
 
     def _fail(self, message: str) -> None:
         with self._lock:

@@ -134,7 +134,7 @@ def test_compare_page_answers_json_with_the_same_data(
     page = client.get("/worlds/base/compare/fork/")
     assert page.status_code == 200
     text = page.content.decode()
-    assert "First divergent turn: <strong>0</strong>" in text
+    assert "First divergence at turn 0.</strong>" in text
     assert FAR_CRUMB in text
     data = client.get("/worlds/base/compare/fork/?format=json").json()
     assert data["first_divergent_turn"] == 0

@@ -192,7 +192,7 @@ def test_world_page_shows_state_history_and_queue(
     assert "/worlds/rules/entities/ant/" in body
     assert f"/attempts/{attempt.pk}/" in body
     assert "committed" in body
-    assert "/worlds/rules/diff/?from=1&to=2" in body
+    assert "/worlds/rules/diff/?from=1&amp;to=2" in body
     # Readers don't see the run-turns form.
     assert 'name="count"' not in body
 
@@ -222,8 +222,9 @@ def test_entity_provenance_names_the_rule(
     reader: Client, rules_world: tuple[World, TurnAttempt]
 ) -> None:
     data = page_json(reader, "/worlds/rules/entities/ant/")
-    assert [h["turn_number"] for h in data["history"]][:1] == [1]
-    change = data["history"][0]
+    # newest first: the oldest change, at turn 1, is the last
+    assert [h["turn_number"] for h in data["history"]][-1:] == [1]
+    change = data["history"][-1]
     assert change["llm_call_id"] is None
     assert change["decided_by"]["rule_policy"] is True
     assert change["decided_by"]["matched_rule"]

@@ -4,7 +4,8 @@ Ordering: attempts of a world carry a per-world ``seq`` assigned under the world
 only the lowest queued ``seq`` may be claimed while no attempt of the world is running (a partial
 unique index backs the "one running attempt per world" rule). Finishing an attempt kicks the next.
 Patches touch only an in-memory working copy; the database sees the turn at commit, in one
-transaction, or not at all.
+transaction, or not at all. Events are written as they happen (``services/events.py``); the
+outcome event is written with the commit or the failure.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from worlds_app.models import (
 )
 from worlds_app.selectors import require_slug
 from worlds_app.services.dispatch import export_on_commit, kick_on_commit
+from worlds_app.services.events import EventLog
 from worlds_app.services.execution import StagedTransition, turn_attempt_execute
 
 logger = logging.getLogger(__name__)
@@ -144,28 +146,6 @@ def _renew_lease(attempt: TurnAttempt) -> None:
 # --- run -----------------------------------------------------------------------------------
 
 
-def _event_rows(
-    attempt: TurnAttempt, events: list[StagedEvent], start_seq: int
-) -> list[AttemptEvent]:
-    return [
-        AttemptEvent(
-            attempt=attempt,
-            seq=start_seq + i,
-            kind=e.kind,
-            subject_id=e.subject_id,
-            node_id=e.node_id,
-            workflow_hash=e.workflow_hash,
-            patch_seq=e.patch_seq,
-            payload=e.payload,
-            content_hash=e.content_hash,
-            invocation_id=e.invocation_id,
-            llm_call_id=e.llm_call_id,
-            created_at=e.at,
-        )
-        for i, e in enumerate(events)
-    ]
-
-
 class _Heartbeat:
     """Renews the attempt's lease from a background thread while the attempt works (LLM calls
     can take longer than a lease); stops when the attempt ends. If the worker dies, so does
@@ -218,7 +198,7 @@ def _commit(
     previous: Turn,
     working: WorldState,
     staged: list[StagedTransition],
-    events: list[StagedEvent],
+    events: EventLog,
     started: float,
 ) -> Turn:
     world = attempt.world
@@ -248,10 +228,10 @@ def _commit(
             state_hash=working.snapshot_hash(),
             attempt_id=attempt.pk,
         )
-        events.append(
+        # The last events and the outcome, in the transaction that makes the patches real.
+        events.finish(
             StagedEvent("turn_committed", {"turn": number, "state_hash": turn.state_hash})
         )
-        AttemptEvent.objects.bulk_create(_event_rows(attempt, events, 1))
         PatchTransition.objects.bulk_create(
             [
                 PatchTransition(
@@ -314,9 +294,7 @@ def _cancel_rest_of_batch(attempt: TurnAttempt, reason: str) -> int:
     return len(rest)
 
 
-def _fail(
-    attempt: TurnAttempt, failure: AttemptFailure, events: list[StagedEvent], started: float
-) -> None:
+def _fail(attempt: TurnAttempt, failure: AttemptFailure, events: EventLog, started: float) -> None:
     with transaction.atomic(durable=True):
         World.objects.select_for_update().filter(pk=attempt.world_id).values_list("pk").get()
         updated = TurnAttempt.objects.filter(
@@ -331,7 +309,7 @@ def _fail(
         )
         if not updated:
             return  # interrupted meanwhile; the reaper wrote the outcome
-        events.append(
+        events.finish(
             StagedEvent(
                 "attempt_failed",
                 {"step": failure.step, "reason": failure.message},
@@ -340,7 +318,6 @@ def _fail(
                 invocation_id=failure.invocation_id,
             )
         )
-        AttemptEvent.objects.bulk_create(_event_rows(attempt, events, 1))
         finish_running(attempt_id=attempt.pk, reason=f"attempt failed: {failure.step}")
         _cancel_rest_of_batch(attempt, f"cancelled: attempt {attempt.pk} of this batch failed")
         kick_on_commit(attempt.world_id)
@@ -348,10 +325,11 @@ def _fail(
 
 
 def _fail_safely(
-    attempt: TurnAttempt, failure: AttemptFailure, events: list[StagedEvent], started: float
+    attempt: TurnAttempt, failure: AttemptFailure, events: EventLog, started: float
 ) -> None:
-    """End the attempt as failed even when its staged events cannot be written (they are what
-    failed, e.g. a payload the database refuses): then the failure alone is recorded."""
+    """End the attempt as failed even when its last events cannot be written (they are what
+    failed, e.g. a payload the database refuses): then the failure alone is added to the
+    events already written."""
     try:
         _fail(attempt, failure, events, started)
     except DatabaseError as exc:
@@ -359,13 +337,14 @@ def _fail_safely(
             "attempt %s: could not write its events (%s)", attempt.pk, type(exc).__name__
         )
         connection.close_if_unusable_or_obsolete()
+        events.discard_pending()
         reason = storable_text(
             f"{failure.message} (its events could not be stored: {type(exc).__name__})"
         )
         _fail(
             attempt,
             AttemptFailure(failure.step, reason, subject_id=failure.subject_id),
-            [events[0]] if events else [],
+            events,
             started,
         )
 
@@ -386,7 +365,8 @@ def turn_attempt_run(*, attempt_id: str, owner: str) -> str | None:
 
 def _run_claimed(attempt: TurnAttempt, owner: str) -> str:
     started = time.monotonic()
-    events: list[StagedEvent] = [
+    events = EventLog(attempt)
+    events.append(
         StagedEvent(
             "attempt_started",
             {
@@ -395,7 +375,7 @@ def _run_claimed(attempt: TurnAttempt, owner: str) -> str:
                 "batch_index": attempt.batch_index,
             },
         )
-    ]
+    )
     try:
         previous = Turn.objects.get(
             world_id=attempt.world_id, number=(attempt.attempted_turn or 1) - 1
@@ -404,8 +384,10 @@ def _run_claimed(attempt: TurnAttempt, owner: str) -> str:
             working, staged, _count = turn_attempt_execute(
                 attempt=attempt, previous=previous, events=events
             )
-        if heartbeat.lost:
+        if heartbeat.lost or events.lease_lost:
             raise LeaseLost(str(attempt.pk))
+        if events.failure:
+            raise AttemptFailure("events", events.failure)
         turn = _commit(attempt, previous, working, staged, events, started)
         logger.info(
             "attempt committed",

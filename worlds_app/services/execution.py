@@ -1,11 +1,19 @@
-"""Executing one turn attempt against its working world (SPEC §6): once-per-turn ambient
-sources, then each subject's workflow, each patch validated against the working world and
-applied, with the events and transitions staged for the commit. Nothing here writes world state.
+"""Executing one turn attempt against its working world (SPEC §4, §6).
+
+Once-per-turn ambient sources; then phase 1, every subject whose workflow is ``concurrent``
+thinking at the same time on the turn-start world, their patches applied afterwards in
+subject-id order (a target set by two of them keeps the later value and is recorded as
+contested); then phase 2, every ``per_subject_ordered`` subject one after another on the working
+world. Events are written as they happen (``EventLog``); transitions are staged for the commit.
+Nothing here writes world state.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
+import threading
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -19,12 +27,25 @@ from cognition_app.ambient import (
     runs_for_subject,
     visible_tree,
 )
+from cognition_app.budgets import BudgetLedger
 from cognition_app.models import SourceInvocation
 from cognition_app.runner import run_subject_workflow
-from cognition_app.sources import REPLAY_STRICT, CallContext, Replay, SourceFailure
-from cognition_app.subject_run import AttemptFailure, StagedEvent, SubjectRun, TurnContext
+from cognition_app.sources import REPLAY_STRICT, CallContext, CancelScope, Replay, SourceFailure
+from cognition_app.subject_run import (
+    AttemptFailure,
+    StagedEvent,
+    SubjectRun,
+    TurnContext,
+    failure_step,
+)
 from worlds_app.models import AttemptStatus, Turn, TurnAttempt, World
 from worlds_app.selectors import world_budget_limits
+from worlds_app.services.events import EventLog
+from worlds_app.services.subject_threads import think_concurrently
+
+CONCURRENT = "concurrent"
+# Targets a patch *sets* (an append to a memory adds to it: two appends both stay).
+SET_TARGETS = frozenset({"entity_state", "environment"})
 
 
 class StagedTransition(NamedTuple):
@@ -35,6 +56,20 @@ class StagedTransition(NamedTuple):
     transition: Transition
     invocation_id: UUID | None
     llm_call_id: UUID | None
+
+
+@dataclass
+class Thought:
+    """A subject's finished thinking: its patch, not yet applied."""
+
+    subject_id: str
+    workflow_hash: str
+    patch: dict[str, Any]
+    node_id: str
+    invocation_id: UUID | None
+    llm_call_id: UUID | None
+    # its own before_subject_workflow results (phase 1 keeps them apart until it ends)
+    ambient: list[AmbientResult] = field(default_factory=list)
 
 
 def _workflow_for(world: World, subject: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -70,56 +105,77 @@ def _replay_for(world: World) -> Replay | None:
     )
 
 
-def turn_attempt_execute(
-    *, attempt: TurnAttempt, previous: Turn, events: list[StagedEvent]
-) -> tuple[WorldState, list[StagedTransition], int]:
-    """Run ambient sources and every subject against the working copy. Returns the working
-    world, the staged transitions and the patch count. Nothing here writes world state."""
-    world = attempt.world
-    working = WorldState.from_snapshot(previous.state)
-    try:
-        simulation_time = clock.advance(previous.simulation_time, world.chronon_seconds)
-    except clock.CalendarOverflow as exc:
-        # Before any source is called: the turn cannot be committed, so it is not run.
-        raise AttemptFailure("calendar", str(exc)) from None
-    attempted_turn = attempt.attempted_turn or previous.number + 1
-    ctx = TurnContext(
-        world_slug=world.slug,
-        turn=previous.number,
-        attempted_turn=attempted_turn,
-        simulation_time=simulation_time.isoformat(),
-    )
-    counter = itertools.count(1)
-    replay = _replay_for(world)
-    # Read once: a budget changed while the attempt runs applies from the next attempt.
-    budget = world_budget_limits(world_id=world.pk)
+class _TurnRun:
+    """One attempt's execution: the working world, the request context, the trace context."""
 
-    def make_call_context(**fields: Any) -> CallContext:
-        return CallContext(
-            attempt_id=attempt.pk,
-            world_id=world.pk,
+    def __init__(self, attempt: TurnAttempt, previous: Turn, events: EventLog) -> None:
+        world = self.world = attempt.world
+        self.attempt = attempt
+        self.events = events
+        self.working = WorldState.from_snapshot(previous.state)
+        try:
+            simulation_time = clock.advance(previous.simulation_time, world.chronon_seconds)
+        except clock.CalendarOverflow as exc:
+            # Before any source is called: the turn cannot be committed, so it is not run.
+            raise AttemptFailure("calendar", str(exc)) from None
+        self.attempted_turn = attempt.attempted_turn or previous.number + 1
+        self.ctx = TurnContext(
             world_slug=world.slug,
-            attempted_turn=attempted_turn,
-            next_seq=lambda: next(counter),
-            replay=replay,
-            budget=budget,
+            turn=previous.number,
+            attempted_turn=self.attempted_turn,
+            simulation_time=simulation_time.isoformat(),
+        )
+        # Invocation sequence numbers: unique and in the order the rows are opened, whichever
+        # subject's thread opens them.
+        self._counter = itertools.count(1)
+        self._counter_lock = threading.Lock()
+        self.replay = _replay_for(world)
+        # Read once: a budget changed while the attempt runs applies from the next attempt.
+        limits = world_budget_limits(world_id=world.pk)
+        self.budget = BudgetLedger(limits) if limits is not None else None
+        self.cancel = CancelScope()
+        self.request_context: dict[str, Any] = {
+            "world": {
+                "slug": world.slug,
+                "turn": previous.number,
+                "attempted_turn": self.attempted_turn,
+                "simulation_time": self.ctx.simulation_time,
+            },
+            "ambient": {},
+        }
+        self.ambient_results: list[AmbientResult] = []
+        self.staged: list[StagedTransition] = []
+        self.patch_seq = 0
+
+    def next_seq(self) -> int:
+        with self._counter_lock:
+            return next(self._counter)
+
+    def make_call_context(self, **fields: Any) -> CallContext:
+        return CallContext(
+            attempt_id=self.attempt.pk,
+            world_id=self.world.pk,
+            world_slug=self.world.slug,
+            attempted_turn=self.attempted_turn,
+            next_seq=self.next_seq,
+            replay=self.replay,
+            budget=self.budget,
+            cancel=self.cancel,
+            flush_events=self.events.flush,
             **fields,
         )
 
-    request_context: dict[str, Any] = {
-        "world": {
-            "slug": world.slug,
-            "turn": previous.number,
-            "attempted_turn": attempted_turn,
-            "simulation_time": ctx.simulation_time,
-        },
-        "ambient": {},
-    }
-    ambient_results: list[AmbientResult] = []
+    # --- ambient sources -----------------------------------------------------------------
 
     def run_ambient(
-        source: dict[str, Any], workflow_hash: str, subject: dict[str, Any] | None
-    ) -> None:
+        self,
+        source: dict[str, Any],
+        workflow_hash: str,
+        subject: dict[str, Any] | None,
+        request_context: dict[str, Any],
+        results: list[AmbientResult],
+    ) -> AmbientResult:
+        subject_id = subject["id"] if subject is not None else ""
         context = request_context
         if subject is not None:
             context = {
@@ -127,24 +183,24 @@ def turn_attempt_execute(
                 "subject": {"id": subject["id"], "environment": subject["environment"]},
             }
         try:
-            with log_context.bound(subject=subject["id"] if subject is not None else None):
+            with log_context.bound(subject=subject_id or None):
                 result = invoke_ambient(
                     source=source,
                     workflow_hash=workflow_hash,
                     request_context=context,
-                    make_ctx=make_call_context,
-                    subject_id=subject["id"] if subject is not None else "",
+                    make_ctx=self.make_call_context,
+                    subject_id=subject_id,
                 )
         except SourceFailure as exc:
             raise AttemptFailure(
-                "ambient",
+                failure_step(exc, "ambient"),
                 f"ambient source {source['id']!r}: {exc.failure_class}: {exc.message}",
-                subject_id=subject["id"] if subject is not None else "",
+                subject_id=subject_id,
                 invocation_id=exc.invocation_id,
             ) from None
-        ambient_results.append(result)
+        results.append(result)
         inject(request_context, source["inject_as"], result.value)
-        events.append(
+        self.events.append(
             StagedEvent(
                 "ambient_source_invoked",
                 {
@@ -155,72 +211,187 @@ def turn_attempt_execute(
                     "inject_as": source["inject_as"],
                     "result": result.value,
                 },
-                subject_id=subject["id"] if subject is not None else "",
+                subject_id=subject_id,
                 workflow_hash=workflow_hash,
                 invocation_id=result.invocation_id,
             )
         )
+        return result
 
-    agents = working.agents()
-    seen_workflows: set[str] = set()
-    for subject in agents:  # once per turn, once per distinct workflow, before any subject
-        workflow, workflow_hash = _workflow_for(world, subject)
-        if workflow_hash in seen_workflows:
-            continue
-        seen_workflows.add(workflow_hash)
-        for source in workflow["ambient_sources"]:
-            if source["run"] == "once_per_turn":
-                run_ambient(source, workflow_hash, None)
+    def run_once_per_turn_sources(self, agents: list[dict[str, Any]]) -> None:
+        """Once per turn, once per distinct workflow, before any subject."""
+        seen: set[str] = set()
+        for subject in agents:
+            workflow, workflow_hash = _workflow_for(self.world, subject)
+            if workflow_hash in seen:
+                continue
+            seen.add(workflow_hash)
+            for source in workflow["ambient_sources"]:
+                if source["run"] == "once_per_turn":
+                    self.run_ambient(
+                        source, workflow_hash, None, self.request_context, self.ambient_results
+                    )
 
-    staged: list[StagedTransition] = []
-    patch_seq = 0
-    for subject in agents:
-        workflow, workflow_hash = _workflow_for(world, subject)
+    # --- subjects ------------------------------------------------------------------------
+
+    def think(
+        self,
+        subject: dict[str, Any],
+        request_context: dict[str, Any],
+        results: list[AmbientResult],
+    ) -> Thought:
+        """The subject's before_subject_workflow sources, then its nodes, on ``self.working``
+        as it is now (phase 1: the turn-start world, which nobody changes meanwhile)."""
+        workflow, workflow_hash = _workflow_for(self.world, subject)
+        own: list[AmbientResult] = []
         for source in workflow["ambient_sources"]:
             if source["run"] == "before_subject_workflow" and runs_for_subject(source, subject):
-                run_ambient(source, workflow_hash, subject)
+                own.append(
+                    self.run_ambient(source, workflow_hash, subject, request_context, results)
+                )
         run = SubjectRun(
             subject_id=subject["id"],
             workflow=workflow,
             workflow_hash=workflow_hash,
-            world=working,
-            ctx=ctx,
-            events=events,
-            ambient=visible_tree(ambient_results, working.entities[subject["id"]]),
-            make_call_context=make_call_context,
+            world=self.working,
+            ctx=self.ctx,
+            events=self.events,
+            ambient=visible_tree(results, self.working.entities[subject["id"]]),
+            make_call_context=self.make_call_context,
         )
         patch, node_id = run_subject_workflow(run)
+        self.events.flush()
+        return Thought(
+            subject["id"],
+            workflow_hash,
+            patch,
+            node_id,
+            run.last_invocation_id,
+            run.last_llm_call_id,
+            own,
+        )
+
+    def think_on_turn_start(self, subject: dict[str, Any]) -> Thought:
+        """Phase 1, on a subject's own thread: its own copy of the context tree, so its
+        before_subject_workflow results reach neither the other concurrent subjects nor the
+        tree they read."""
+        context = {
+            **self.request_context,
+            "ambient": copy.deepcopy(self.request_context["ambient"]),
+        }
+        with log_context.bound(subject=subject["id"]):
+            return self.think(subject, context, list(self.ambient_results))
+
+    def apply(self, thought: Thought, setters: dict[tuple[str, str], Any] | None = None) -> None:
+        """Validate the patch against the working world, apply it, give it the next patch_seq.
+        ``setters`` (phase 1): who set each target this turn, to record contested effects."""
         try:
-            validate_patch(patch, working)
+            validate_patch(thought.patch, self.working)
         except PatchRejected as exc:
             raise AttemptFailure(
-                "patch_validation", exc.message, subject_id=subject["id"], node_id=node_id
+                "patch_validation",
+                exc.message,
+                subject_id=thought.subject_id,
+                node_id=thought.node_id,
             ) from None
-        transitions = apply_patch(patch, working)
-        patch_seq += 1
-        events.append(
+        transitions = apply_patch(thought.patch, self.working)
+        self.patch_seq += 1
+        seq = self.patch_seq
+        self.events.append(
             StagedEvent(
                 "world_patch_applied",
                 # the per-effect before/after lives in PatchTransition rows, written at commit
-                {"patch": patch, "transition_count": len(transitions)},
-                subject_id=subject["id"],
-                node_id=node_id,
-                workflow_hash=workflow_hash,
-                patch_seq=patch_seq,
-                invocation_id=run.last_invocation_id,
-                llm_call_id=run.last_llm_call_id,
+                {"patch": thought.patch, "transition_count": len(transitions)},
+                subject_id=thought.subject_id,
+                node_id=thought.node_id,
+                workflow_hash=thought.workflow_hash,
+                patch_seq=seq,
+                invocation_id=thought.invocation_id,
+                llm_call_id=thought.llm_call_id,
             )
         )
-        staged.extend(
+        if setters is not None:
+            self._record_contests(thought, seq, transitions, setters)
+        self.staged.extend(
             StagedTransition(
-                patch_seq,
-                subject["id"],
-                node_id,
-                workflow_hash,
+                seq,
+                thought.subject_id,
+                thought.node_id,
+                thought.workflow_hash,
                 t,
-                run.last_invocation_id,
-                run.last_llm_call_id,
+                thought.invocation_id,
+                thought.llm_call_id,
             )
             for t in transitions
         )
-    return working, staged, patch_seq
+
+    def _record_contests(
+        self,
+        thought: Thought,
+        seq: int,
+        transitions: list[Transition],
+        setters: dict[tuple[str, str], Any],
+    ) -> None:
+        for t in transitions:
+            if t.target_kind not in SET_TARGETS:
+                continue
+            key = (t.target_kind, t.target_id)
+            earlier = setters.get(key)
+            setters[key] = (thought.subject_id, seq, t.after)
+            if earlier is None or earlier[1] == seq:
+                continue
+            self.events.append(
+                StagedEvent(
+                    "effect_contested",
+                    {
+                        "target_kind": t.target_kind,
+                        "target_id": t.target_id,
+                        "op": t.op,
+                        "kept": {
+                            "subject_id": thought.subject_id,
+                            "patch_seq": seq,
+                            "value": t.after,
+                        },
+                        "overridden": {
+                            "subject_id": earlier[0],
+                            "patch_seq": earlier[1],
+                            "value": earlier[2],
+                        },
+                    },
+                    subject_id=thought.subject_id,
+                    node_id=thought.node_id,
+                    workflow_hash=thought.workflow_hash,
+                    patch_seq=seq,
+                    invocation_id=thought.invocation_id,
+                    llm_call_id=thought.llm_call_id,
+                )
+            )
+
+
+def turn_attempt_execute(
+    *, attempt: TurnAttempt, previous: Turn, events: EventLog
+) -> tuple[WorldState, list[StagedTransition], int]:
+    """Run ambient sources and every subject against the working copy. Returns the working
+    world, the staged transitions and the patch count. Nothing here writes world state."""
+    turn = _TurnRun(attempt, previous, events)
+    agents = turn.working.agents()
+    turn.run_once_per_turn_sources(agents)
+    concurrent = [s for s in agents if _workflow_for(turn.world, s)[0]["execution"] == CONCURRENT]
+    ordered = [s for s in agents if _workflow_for(turn.world, s)[0]["execution"] != CONCURRENT]
+
+    if concurrent:  # phase 1: at the same time, on the turn-start world
+        thoughts = think_concurrently(concurrent, turn.think_on_turn_start, cancel=turn.cancel)
+        setters: dict[tuple[str, str], Any] = {}
+        for thought in thoughts:  # in subject-id order, as ``agents`` is
+            turn.apply(thought, setters)
+        # What they learned before thinking now stands as if they had run first, for phase 2.
+        for thought in thoughts:
+            for result in thought.ambient:
+                turn.ambient_results.append(result)
+                inject(turn.request_context, result.source["inject_as"], result.value)
+
+    for subject in ordered:  # phase 2: one after another, each on the working world
+        with log_context.bound(subject=subject["id"]):
+            thought = turn.think(subject, turn.request_context, turn.ambient_results)
+        turn.apply(thought)
+    return turn.working, turn.staged, turn.patch_seq

@@ -1,0 +1,149 @@
+"""Provenance pages: every change to an entity or an environment, newest first and paged,
+each with what decided it (an LLM call or a rule)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Case, F, Q, TextField, Value, When
+from django.db.models.fields.json import KT
+from django.db.models.functions import Length, Substr
+from django.http import HttpRequest, HttpResponse
+
+from chukwa_core.errors import NotFoundError
+from surfaces.pages.layout import memory_lines, page_links, page_offset
+from surfaces.pages.rendering import page, respond
+from worlds_app import selectors
+from worlds_app.models import AttemptEvent, PatchTransition
+
+HISTORY_PER_PAGE = 40
+
+
+def _provenance(
+    slug: str, kinds: tuple[str, ...], target_id: str, *, offset: int
+) -> tuple[int, list[dict[str, Any]]]:
+    """One page of the changes to one value, newest first, with what decided each: an LLM call
+    or a rule. A memory append carries only its appended line, never the whole memory twice
+    (the database cuts it, so a long memory is not even read)."""
+    qs = PatchTransition.objects.filter(
+        world__slug=slug, target_kind__in=kinds, target_id=target_id
+    )
+    is_memory = Q(target_kind="entity_memory")
+    rows: list[dict[str, Any]] = [
+        dict(r)
+        for r in qs.order_by("-turn_number", "-patch_seq", "-effect_index")
+        .annotate(
+            shown_before=Case(
+                When(is_memory, then=Value("")), default=F("before"), output_field=TextField()
+            ),
+            shown_after=Case(
+                When(is_memory & Q(before=""), then=F("after")),
+                When(is_memory, then=Substr("after", Length("before") + 2)),
+                default=F("after"),
+                output_field=TextField(),
+            ),
+        )
+        .values(
+            "turn_number",
+            "patch_seq",
+            "effect_index",
+            "subject_id",
+            "node_id",
+            "op",
+            "target_kind",
+            "shown_before",
+            "shown_after",
+            "attempt_id",
+            "llm_call_id",
+            "invocation_id",
+        )[offset : offset + HISTORY_PER_PAGE]
+    ]
+    rule_attempts = {r["attempt_id"] for r in rows if not r["llm_call_id"]}
+    monologues: dict[tuple[Any, str, str], dict[str, Any]] = {}
+    for attempt_id, subject, node, rule, intent in AttemptEvent.objects.filter(
+        attempt_id__in=rule_attempts, kind="inner_monologue"
+    ).values_list(
+        "attempt_id", "subject_id", "node_id", KT("payload__matched_rule"), KT("payload__intent")
+    ):
+        monologues[(attempt_id, subject, node)] = {"matched_rule": rule, "intent": intent}
+    narrations: dict[tuple[Any, int | None], str] = {
+        (a, seq): narration or ""
+        for a, seq, narration in AttemptEvent.objects.filter(
+            attempt_id__in={r["attempt_id"] for r in rows}, kind="world_patch_applied"
+        ).values_list("attempt_id", "patch_seq", KT("payload__patch__narration"))
+    }
+    for row in rows:
+        before, after = row.pop("shown_before"), row.pop("shown_after")
+        if row["target_kind"] == "entity_memory":
+            row["appended"] = after
+        else:
+            row["before"], row["after"] = before, after
+        row["narration"] = narrations.get((row["attempt_id"], row["patch_seq"]), "")
+        monologue = monologues.get((row["attempt_id"], row["subject_id"], row["node_id"]))
+        row["decided_by"] = (
+            {"llm_call_id": row["llm_call_id"]}
+            if row["llm_call_id"]
+            else {
+                "rule_policy": True,
+                "matched_rule": monologue.get("matched_rule") if monologue else None,
+                "intent": monologue.get("intent") if monologue else None,
+            }
+        )
+    return qs.count(), rows
+
+
+def _history_context(
+    request: HttpRequest, slug: str, kinds: tuple[str, ...], target_id: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    offset = page_offset(request, "offset")
+    count, history = _provenance(slug, kinds, target_id, offset=offset)
+    pages = page_links(request, "offset", count=count, limit=HISTORY_PER_PAGE, offset=offset)
+    data = {"count": count, "limit": HISTORY_PER_PAGE, "offset": offset, "history": history}
+    return {"history": history, "history_pages": pages}, data
+
+
+@page
+def entity_page(request: HttpRequest, slug: str, entity_id: str) -> HttpResponse:
+    world = selectors.world_get(slug=slug)
+    entity = next((e for e in world["state"]["entities"] if e["id"] == entity_id), None)
+    if entity is None:
+        raise NotFoundError(
+            "entity_not_found", f"entity_id: world {slug!r} has no entity {entity_id!r}"
+        )
+    history, page_data = _history_context(
+        request, slug, ("entity_state", "entity_memory"), entity_id
+    )
+    kind = entity.get("kind")
+    memory = memory_lines(kind["agent"].get("memory")) if isinstance(kind, dict) else []
+    data = {"world": slug, "entity": entity, **page_data}
+    context: dict[str, Any] = {
+        "world": world,
+        "title": entity.get("name", entity_id),
+        "kind": "Entity",
+        "memory": memory,
+        "target_id": entity_id,
+        "current": entity.get("state", ""),
+        **history,
+    }
+    return respond(request, "worlds_app/provenance.html", context, data)
+
+
+@page
+def environment_page(request: HttpRequest, slug: str, label: str) -> HttpResponse:
+    world = selectors.world_get(slug=slug)
+    environments = world["state"]["environments"]
+    if label not in environments:
+        raise NotFoundError(
+            "environment_not_found", f"label: world {slug!r} has no environment {label!r}"
+        )
+    history, page_data = _history_context(request, slug, ("environment",), label)
+    data = {"world": slug, "label": label, "content": environments[label], **page_data}
+    context: dict[str, Any] = {
+        "world": world,
+        "title": label,
+        "kind": "Environment",
+        "target_id": label,
+        "current": environments[label],
+        **history,
+    }
+    return respond(request, "worlds_app/provenance.html", context, data)

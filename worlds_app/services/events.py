@@ -1,0 +1,160 @@
+"""An attempt's events, written as they happen (SPEC §6).
+
+Each event gets its sequence number when it happens and is written soon after, readable while
+the attempt runs: by the thread it happened on, in small batches — at once when the last write
+is older than ``EVENT_FLUSH_SECONDS``, and always before the next source call opens its trace
+row (so a reader never sees a call whose preceding events are missing), at the end of each
+subject, and with the outcome (``turn_committed`` / ``attempt_failed``) in the final
+transaction. ``world_patch_applied`` rows are provisional until ``turn_committed``: their
+commit state is derived from the attempt's outcome (``worlds_app.selectors``), never rewritten.
+
+Writes hold the log's lock, so rows land in sequence order whichever thread (concurrent
+subjects) wrote them; and each write first takes a share lock on the attempt row, still
+running under this worker's lease: once the reaper has interrupted the attempt, nothing more
+is written for it, and its ``attempt_interrupted`` event is always the last.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from uuid import UUID
+
+from django.db import DatabaseError, connection, transaction
+
+from cognition_app.subject_run import StagedEvent
+from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
+
+logger = logging.getLogger(__name__)
+
+# Events arriving faster than this are written together (a rule-policy turn of 500 subjects
+# writes a few dozen batches, not a thousand rows one by one).
+EVENT_FLUSH_SECONDS = 0.05
+
+
+@contextmanager
+def _event_write() -> Iterator[None]:
+    """Like the trace writes: committed without waiting for the WAL flush (a worker crash loses
+    nothing; only a crash of PostgreSQL itself could lose the last milliseconds)."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        yield
+
+
+def _lease_held(attempt_id: UUID, lease_owner: str) -> bool:
+    """Share-lock the attempt row if it still runs under this lease (the reaper's update waits
+    for this transaction, then sees every event it wrote)."""
+    table = connection.ops.quote_name(TurnAttempt._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            # the table name is the model's own, quoted; the values are parameters
+            f"SELECT 1 FROM {table} WHERE id = %s AND status = %s AND lease_owner = %s "  # noqa: S608
+            "FOR SHARE",
+            [attempt_id, AttemptStatus.RUNNING.value, lease_owner],
+        )
+        return cursor.fetchone() is not None
+
+
+def _insert(rows: list[AttemptEvent]) -> None:
+    AttemptEvent.objects.bulk_create(rows)
+
+
+class EventLog:
+    """The events of one running attempt; ``append`` is thread-safe."""
+
+    def __init__(self, attempt: TurnAttempt) -> None:
+        self.attempt_id: UUID = attempt.pk
+        self.lease_owner = attempt.lease_owner
+        self.lease_lost = False  # a write found the attempt no longer ours
+        self.failure = ""  # why some events could not be written (the attempt must fail)
+        self._lock = threading.Lock()
+        self._pending: list[AttemptEvent] = []
+        self._next_seq = 1
+        self._last_write = time.monotonic()
+
+    def append(self, event: StagedEvent, /) -> None:
+        with self._lock:
+            self._pending.append(self._row(event))
+            if time.monotonic() - self._last_write >= EVENT_FLUSH_SECONDS:
+                self._write_locked()
+
+    def flush(self) -> None:
+        """Write every event so far (before a source call, at the end of a subject)."""
+        with self._lock:
+            self._write_locked()
+
+    def finish(self, event: StagedEvent) -> None:
+        """The outcome event and everything not yet written, inside the caller's transaction
+        (the commit or the failure), which has already checked the lease; a database error
+        propagates to it."""
+        with self._lock:
+            self._pending.append(self._row(event))
+            rows, self._pending = self._pending, []
+            _insert(rows)
+
+    def discard_pending(self) -> int:
+        """Drop what is not written yet (it could not be written); returns how many."""
+        with self._lock:
+            dropped = len(self._pending)
+            self._pending = []
+            return dropped
+
+    def _row(self, event: StagedEvent) -> AttemptEvent:
+        seq = self._next_seq
+        self._next_seq += 1
+        return AttemptEvent(
+            attempt_id=self.attempt_id,
+            seq=seq,
+            kind=event.kind,
+            subject_id=event.subject_id,
+            node_id=event.node_id,
+            workflow_hash=event.workflow_hash,
+            patch_seq=event.patch_seq,
+            payload=event.payload,
+            content_hash=event.content_hash,
+            invocation_id=event.invocation_id,
+            llm_call_id=event.llm_call_id,
+            created_at=event.at,
+        )
+
+    def _write_locked(self) -> None:
+        rows, self._pending = self._pending, []
+        self._last_write = time.monotonic()
+        if not rows or self.lease_lost:
+            return
+        try:
+            with _event_write():
+                if not _lease_held(self.attempt_id, self.lease_owner):
+                    self.lease_lost = True
+                    return
+                _insert(rows)
+        except DatabaseError as exc:
+            self._write_one_by_one(rows, exc)
+
+    def _write_one_by_one(self, rows: list[AttemptEvent], exc: DatabaseError) -> None:
+        """A batch the database refused: keep every row it accepts, so one bad payload loses
+        one event, and remember that the attempt cannot be committed."""
+        connection.close_if_unusable_or_obsolete()
+        lost = 0
+        for row in rows:
+            try:
+                with _event_write():
+                    _insert([row])
+            except DatabaseError:
+                connection.close_if_unusable_or_obsolete()
+                lost += 1
+        if lost:
+            logger.warning(
+                "attempt %s: %d event(s) could not be written (%s)",
+                self.attempt_id,
+                lost,
+                type(exc).__name__,
+            )
+            self.failure = (
+                f"{lost} event(s) could not be stored ({type(exc).__name__}); "
+                "the turn is not committed without its full timeline"
+            )
