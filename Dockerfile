@@ -9,7 +9,8 @@ COPY . .
 RUN DATABASE_URL=postgres://x@localhost/x REDIS_URL=redis://localhost DJANGO_SECRET_KEY=build \
     python manage.py collectstatic --noinput -v 0
 EXPOSE 8000
-CMD ["gunicorn", "chukwa_site.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]
+# Threaded workers (chukwa_site/gunicorn_conf.py; CHUKWA_WEB_WORKERS / CHUKWA_WEB_THREADS).
+CMD ["gunicorn", "-c", "python:chukwa_site.gunicorn_conf", "--bind", "0.0.0.0:8000"]
 
 # Optional: Flower for docker-compose's "monitoring" profile (`docker compose build` picks this
 # stage by its target); the runtime image below stays without it.

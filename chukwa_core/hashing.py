@@ -6,18 +6,28 @@ One function per kind; every write path (API, admin, fixtures, world creation) c
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import rfc8785
 
 from chukwa_core.errors import ChukwaError
-from chukwa_core.json_values import UnstorableValue, hashable
+from chukwa_core.json_values import UnstorableValue, hashable, simple_json
 
 
 def canonical_json_bytes(value: Any) -> bytes:
     """RFC 8785 bytes of a value, numbers read as doubles (see json_values.hashable), so content
-    read back from JSONB hashes to the key it was stored under."""
+    read back from JSONB hashes to the key it was stored under.
+
+    A *simple* value (strings, ASCII keys, arrays, booleans, null, integers: a world snapshot)
+    is written by the C JSON encoder with sorted keys, which gives exactly the RFC 8785 bytes
+    for it (same escapes: only ``"``, ``\\`` and U+0000 to U+001F, lowercase ``\\u00xx``); anything
+    else goes through the rfc8785 library."""
+    if simple_json(value):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode(
+            "utf-8"
+        )
     try:
         return rfc8785.dumps(hashable(value))
     except UnstorableValue as exc:

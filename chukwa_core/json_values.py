@@ -73,8 +73,53 @@ def hashable(value: Any) -> Any:
     surrogates, no NaN/Infinity, and every number within ±(2^53-1). Beyond that an integer is
     not exactly a double (RFC 8785 refuses it), and a float such as 1e20 would read back from
     JSONB as an integer that no longer hashes the same; raises :class:`UnstorableValue`."""
-    _walk(value, "", exact_numbers=True)
+    if simple_json(value) is None:  # something is wrong: find where, and say so
+        _walk(value, "", exact_numbers=True)
     return value
+
+
+def simple_json(value: Any) -> bool | None:
+    """One quick pass over a value (no JSON pointers built): None if :func:`hashable` would
+    refuse it or it holds anything unusual (a tuple, a subclass, a non-string key); else
+    whether it is *simple*: only strings, ASCII object keys, arrays, booleans, null and
+    integers — what RFC 8785 serializes exactly as ``json.dumps`` with sorted keys does."""
+    simple = True
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if "\x00" in item or not _encodable(item):
+                return None
+        elif kind is dict:
+            for key, child in item.items():
+                if type(key) is not str or "\x00" in key or not _encodable(key):
+                    return None
+                if not key.isascii():
+                    simple = False  # RFC 8785 sorts keys by UTF-16 code units, Python by points
+                stack.append(child)
+        elif kind is list:
+            stack.extend(item)
+        elif kind is int:
+            if not -MAX_EXACT_INT <= item <= MAX_EXACT_INT:
+                return None
+        elif kind is bool or item is None:
+            pass
+        elif kind is float and math.isfinite(item) and abs(item) <= MAX_EXACT_INT:
+            simple = False  # RFC 8785 writes doubles its own way
+        else:
+            return None
+    return simple
+
+
+def _encodable(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _walk(value: Any, pointer: str, *, exact_numbers: bool) -> None:

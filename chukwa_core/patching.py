@@ -53,7 +53,40 @@ def environment_roster(world: WorldState) -> str:
     return "\n".join(f"  - {label}" for label in sorted(world.environments))
 
 
+# The keys each op's effect has, exactly (the schema's required keys, nothing else allowed).
+_EFFECT_KEYS = {
+    "set_entity_state": frozenset({"op", "entity_id", "state"}),
+    "append_entity_memory": frozenset({"op", "entity_id", "content"}),
+    "set_environment_content": frozenset({"op", "environment_label", "content"}),
+}
+
+
+def _plainly_valid(patch: Any) -> bool:
+    """True only for a patch WORLD_PATCH_SCHEMA accepts (an exact, fast check of that small
+    schema: the common case skips the general validator); False means "ask the validator",
+    which finds the error and words it."""
+    if not isinstance(patch, dict) or patch.keys() != {"narration", "effects"}:
+        return False
+    narration, effects = patch["narration"], patch["effects"]
+    if not isinstance(narration, str) or not narration or not isinstance(effects, list):
+        return False
+    for effect in effects:
+        if not isinstance(effect, dict):
+            return False
+        op = effect.get("op")
+        keys = _EFFECT_KEYS.get(op) if isinstance(op, str) else None
+        if keys is None or effect.keys() != keys:
+            return False
+        for key in keys:
+            value = effect[key]
+            if not isinstance(value, str) or not value:
+                return False
+    return True
+
+
 def _schema_problem(patch: Any) -> PatchRejected | None:
+    if _plainly_valid(patch):
+        return None
     errors = sorted(_VALIDATOR.iter_errors(patch), key=lambda e: list(e.absolute_path))
     if not errors:
         return None

@@ -21,7 +21,7 @@ def world_projection(world: WorldState) -> str:
     """The director's view: every environment with the entities in it."""
     parts = []
     for label, text in world.environments.items():
-        members = [e for e in world.entities.values() if e["environment"] == label]
+        members = world.in_environment(label)
         listed = "\n".join(render_entity(e) for e in members) or "(no entities)"
         parts.append(f"## {label}\n{text}\n\nEntities in {label}:\n{listed}")
     return "\n\n".join(parts)

@@ -454,9 +454,10 @@ def evaluate_rule_policy(
     monologue = {
         "subject_id": subject_id,
         "node_id": node["id"],
-        "perceived": [
-            {"id": e["id"], "name": e["name"], "state": e["state"]} for e in perceived_list
-        ],
+        # Ids and a content hash, not copies: a copy of every co-located entity per agent
+        # made the turn's events grow with the square of a room's population.
+        "perceived": [e["id"] for e in perceived_list],
+        "perceived_hash": perceived_hash(perceived_list),
         "ambient": dict(ctx.ambient),
         "rules_considered": considered,
         "matched_rule": chosen["id"],
@@ -468,6 +469,17 @@ def evaluate_rule_policy(
     if tool_record is not None:
         monologue["tool_call"] = tool_record
     return RuleOutcome(patch, monologue, monologue_hash(monologue), chosen["id"])
+
+
+def perceived_hash(entities: list[dict[str, Any]]) -> str:
+    """sha256 of what a subject perceived: each co-located entity's id, name and state, in
+    scenario order, as compact JSON arrays (the monologue keeps the ids and this hash)."""
+    data = json.dumps(
+        [[e["id"], e["name"], e["state"]] for e in entities],
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
 def monologue_hash(monologue: Mapping[str, Any]) -> str:

@@ -177,11 +177,10 @@ def up(host: str, port: int, concurrency: int) -> int:
     web = subprocess.Popen(
         [
             os.path.join(bin_dir, "gunicorn"),
-            "chukwa_site.wsgi:application",
+            "-c",
+            "python:chukwa_site.gunicorn_conf",  # threaded workers (gthread)
             "--bind",
             f"{host}:{port}",
-            "--workers",
-            "2",
             "--access-logfile",
             "-",
         ],

@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView
 
+from surfaces.api.schema import CachedSchemaView
 from surfaces.mcp.http import McpEndpoint
 from surfaces.pages import indexes
 from surfaces.pages import site as views
@@ -13,7 +13,7 @@ urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/schema/", CachedSchemaView.as_view(), name="api-schema"),
     path("api/", include("surfaces.api.store_urls")),
     path("api/", include("surfaces.api.worlds_urls")),
     path("api/", include("surfaces.api.cognition_urls")),

@@ -35,7 +35,12 @@ def run_turn_attempt(self: Task, attempt_id: str) -> str | None:
     from worlds_app.services import turn_attempt_run
 
     try:
-        return turn_attempt_run(attempt_id=attempt_id, owner=self.request.hostname or "worker")
+        return turn_attempt_run(
+            attempt_id=attempt_id,
+            owner=self.request.hostname or "worker",
+            # the rest of the batch, claimed by this task while it is young (no broker trip)
+            continue_for=settings.CHUKWA_BATCH_CONTINUE_SECONDS,
+        )
     except SoftTimeLimitExceeded:
         # turn_attempt_run already recorded the failure (internal_error) before re-raising.
         return "failed"

@@ -10,6 +10,7 @@ import httpx
 
 from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, storable_text
 from cognition_app.models import InvocationStatus, SourceInvocation
+from cognition_app.rows import insert_statement
 from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
 from cognition_app.sources.failure import SourceFailure
@@ -26,7 +27,7 @@ from cognition_app.sources.tracing import (
     finish_invocation,
     finished_on_error,
     new_invocation,
-    trace_write,
+    trace_batch,
 )
 from cognition_app.sources.variables import redact_headers, scrub, scrub_json, url_from_env
 
@@ -101,8 +102,7 @@ def invoke_http_json(
     except SourceFailure as exc:
         raise fail_unsent(inv, exc) from None
     inv.request["url"] = base + iface.get("path", "")
-    with trace_write():  # the row exists before any byte is sent
-        inv.save(force_insert=True)
+    trace_batch([insert_statement(inv)])  # the row exists before any byte is sent
     with finished_on_error(inv):
         return _post_json(inv, iface, base, body, ctx, result_schema_hash)
 

@@ -26,6 +26,13 @@ from cognition_app.models import (
     ModelPrice,
     SourceInvocation,
 )
+from cognition_app.rows import (
+    RowTable,
+    Statement,
+    delete_statement,
+    insert_statement,
+    update_statement,
+)
 from cognition_app.sources.cancel import CANCELLED, CancelScope
 from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
@@ -37,17 +44,26 @@ from cognition_app.sources.replay import fail_miss, open_replayed, request_key
 from cognition_app.sources.stream_events import chunk_events
 from cognition_app.sources.tracing import (
     CallContext,
-    finish_invocation,
+    finish_statement,
     finished_on_error,
+    log_finished,
     new_invocation,
-    trace_write,
+    trace_batch,
 )
-from cognition_app.sources.variables import key_from_env, redact_headers, scrub, url_from_env
+from cognition_app.sources.variables import (
+    key_from_env,
+    redact_headers,
+    scrub,
+    secret_values,
+    url_from_env,
+)
 
 # Streamed chunks are flushed by time, so a generation's query count does not grow with the
 # length of its reply; CHUNK_BATCH only bounds the rows held in memory between flushes.
 CHUNK_BATCH = 512
 CHUNK_FLUSH_SECONDS = 0.25
+# Chunk rows are tuples, inserted with one multi-row INSERT per flush.
+CHUNK_ROWS = RowTable.of(LlmChunk, ("call", "seq", "offset_ms", "text"))
 
 
 def invoke_llm(
@@ -244,20 +260,17 @@ class _Send:
             # Nothing was sent: the call spent nothing, a known zero (not an unknown cost).
             call.prompt_tokens = call.completion_tokens = 0
             call.cost, call.usage_source = Decimal(0), "not_sent"
-            with trace_write():
-                inv.status = call.status = InvocationStatus.FAILED
-                inv.failure_class = config_failure.failure_class
-                inv.failure_message = config_failure.message
-                inv.ended_at = call.ended_at = inv.started_at
-                inv.duration_ms = 0
-                call.error = config_failure.message
-                inv.save(force_insert=True)
-                call.save(force_insert=True)
+            inv.status = call.status = InvocationStatus.FAILED
+            inv.failure_class = config_failure.failure_class
+            inv.failure_message = config_failure.message
+            inv.ended_at = call.ended_at = inv.started_at
+            inv.duration_ms = 0
+            call.error = config_failure.message
+            trace_batch([insert_statement(inv), insert_statement(call)])
             config_failure.invocation_id = inv.pk
             raise config_failure
-        with trace_write():  # both rows exist before any byte is sent
-            inv.save(force_insert=True)
-            call.save(force_insert=True)
+        # Both rows exist before any byte is sent (one round trip).
+        trace_batch([insert_statement(inv), insert_statement(call)])
         with finished_on_error(inv, call):
             return _stream(
                 inv,
@@ -282,7 +295,8 @@ def _stream(
     cancel: CancelScope | None = None,
 ) -> Generation:
     started = time.monotonic()
-    pending: list[LlmChunk] = []
+    pending: list[tuple[Any, ...]] = []  # chunk rows: (call_id, seq, offset_ms, text)
+    secrets = secret_values()  # read once per generation, not once per chunk
     seq = 0
     last_flush = started
     parts: list[str] = []
@@ -292,42 +306,54 @@ def _stream(
     ttft_ms: int | None = None
     http_meta: dict[str, Any] = {}  # status and redacted headers, once the response starts
 
+    def chunk_statements() -> list[Statement]:
+        statements = list(CHUNK_ROWS.statements(pending))
+        pending.clear()
+        return statements
+
     def flush() -> None:
         nonlocal last_flush
-        if pending:
-            with trace_write():
-                LlmChunk.objects.bulk_create(pending)
-            pending.clear()
+        trace_batch(chunk_statements())
         last_flush = time.monotonic()
 
     def fail(
         failure_class: str, message: str, http_status: int | None = None, body: str = ""
     ) -> SourceFailure:
-        flush()
-        text = storable_text(scrub("".join(parts)))
-        message = storable_text(scrub(message))
+        text = storable_text(scrub("".join(parts), secrets))
+        message = storable_text(scrub(message, secrets))
         now = timezone.now()
         # Stopped because another subject failed (SPEC §4): whatever the cut stream raised.
         status = InvocationStatus.FAILED
         if cancel is not None and cancel.cancelled:
             status, failure_class = InvocationStatus.CANCELLED, CANCELLED
-            message = storable_text(scrub(f"stopped mid-stream: {cancel.reason}"))
-        LlmCall.objects.filter(pk=call.pk).update(
-            status=status,
-            ended_at=now,
-            error=message,
-            raw_text=text,
-            ttft_ms=ttft_ms,
+            message = storable_text(scrub(f"stopped mid-stream: {cancel.reason}", secrets))
+        # One round trip: the last chunks, then both rows finished.
+        trace_batch(
+            [
+                *chunk_statements(),
+                update_statement(
+                    LlmCall,
+                    call.pk,
+                    {
+                        "status": status,
+                        "ended_at": now,
+                        "error": message,
+                        "raw_text": text,
+                        "ttft_ms": ttft_ms,
+                    },
+                ),
+                finish_statement(
+                    inv,
+                    status,
+                    failure_class=failure_class,
+                    failure_message=message,
+                    http_status=http_status or http_meta.get("http_status"),
+                    response_headers=http_meta.get("response_headers", {}),
+                    response_text=body or text,
+                ),
+            ]
         )
-        finish_invocation(
-            inv,
-            status,
-            failure_class=failure_class,
-            failure_message=message,
-            http_status=http_status or http_meta.get("http_status"),
-            response_headers=http_meta.get("response_headers", {}),
-            response_text=body or text,
-        )
+        log_finished(inv)
         return SourceFailure(failure_class, message, invocation_id=inv.pk)
 
     try:
@@ -344,7 +370,9 @@ def _stream(
             http_meta["http_status"] = response.status_code
             http_meta["response_headers"] = redact_headers(response.headers)
             if response.status_code != 200:
-                body = storable_text(scrub(response.read().decode("utf-8", "replace")[:20_000]))
+                body = storable_text(
+                    scrub(response.read().decode("utf-8", "replace")[:20_000], secrets)
+                )
                 status = response.status_code
                 if status >= 500 or status == 429:
                     raise fail(
@@ -392,14 +420,7 @@ def _stream(
                         if ttft_ms is None:
                             ttft_ms = offset  # stored at the end; live, it is chunk 0's offset
                         parts.append(delta)
-                        pending.append(
-                            LlmChunk(
-                                call_id=call.pk,
-                                seq=seq,
-                                offset_ms=offset,
-                                text=storable_text(scrub(delta)),
-                            )
-                        )
+                        pending.append((call.pk, seq, offset, storable_text(scrub(delta, secrets))))
                         seq += 1
                         if len(pending) >= CHUNK_BATCH or now - last_flush >= CHUNK_FLUSH_SECONDS:
                             flush()
@@ -421,7 +442,8 @@ def _stream(
     # What is stored, shown and sent back to the model on a retry: storable, no key in it. The
     # judge reads the original, so NUL or a lone surrogate in the reply is a model-content
     # failure for the retry lane, not a database error.
-    text = storable_text(scrub(original))
+    scrubbed = scrub(original, secrets)
+    text = storable_text(scrubbed)
     if not finish_reason:
         raise fail("transport", "the stream ended without a finish_reason (connection dropped?)")
     if usage.get("completion_tokens") is not None:
@@ -437,33 +459,34 @@ def _stream(
     try:
         # The judge reads the reply without any key in it (an echoed key must not reach a
         # parsed artifact or the world), but with everything else as the model sent it.
-        gen.judgement = judge(scrub(original)) if judge is not None else None
+        gen.judgement = judge(scrubbed) if judge is not None else None
     finally:
-        # One transaction: the last chunks, the finished rows and the verdict.
+        # One transaction, one round trip: the last chunks, the finished rows and the verdict.
         finished_at = timezone.now()
-        with trace_write():
-            if pending:
-                LlmChunk.objects.bulk_create(pending)
-                pending.clear()
-            if scrub(original) != original:
-                # A key was echoed into the reply, possibly split across chunks: keep the
-                # chunk record but never the key.
-                LlmChunk.objects.filter(call_id=call.pk).delete()
-                LlmChunk.objects.create(call_id=call.pk, seq=0, offset_ms=ttft_ms or 0, text=text)
-            _finish_generation(
-                inv,
-                call,
-                text,
-                finished_at,
-                ttft_ms,
-                finish_reason,
-                response_model,
-                usage,
-                usage_source,
-                http_meta,
-                gen.judgement,
-                call.price,
-            )
+        statements = chunk_statements()
+        if scrubbed != original:
+            # A key was echoed into the reply, possibly split across chunks: keep the chunk
+            # record but never the key.
+            statements += [
+                delete_statement(LlmChunk, "call", call.pk),
+                *CHUNK_ROWS.statements([(call.pk, 0, ttft_ms or 0, text)]),
+            ]
+        statements += _finish_generation(
+            inv,
+            call,
+            text,
+            finished_at,
+            ttft_ms,
+            finish_reason,
+            response_model,
+            usage,
+            usage_source,
+            http_meta,
+            gen.judgement,
+            call.price,
+        )
+        trace_batch(statements)
+        log_finished(inv)
     call.raw_text, call.finish_reason = text, finish_reason
     return gen
 
@@ -485,24 +508,24 @@ def _finish_generation(
     http_meta: dict[str, Any],
     judgement: Judgement | None,
     price: ModelPrice | None,
-) -> None:
-    """Finish both rows with one UPDATE each, the verdict and the cost included. No price row,
-    no cost: null, shown "unknown", never 0."""
+) -> list[Statement]:
+    """The UPDATEs finishing both rows, the verdict and the cost included. No price row, no
+    cost: null, shown "unknown", never 0."""
     call_verdict, inv_verdict = verdict_fields(judgement)
-    LlmCall.objects.filter(pk=call.pk).update(
+    call_fields = {
         **call_verdict,
-        status=InvocationStatus.SUCCEEDED,
-        ended_at=now,
-        ttft_ms=ttft_ms,
-        raw_text=text,
-        normalized_text=text.strip(),
-        finish_reason=finish_reason,
-        response_model=response_model,
-        prompt_tokens=usage.get("prompt_tokens"),
-        completion_tokens=usage.get("completion_tokens"),
-        cached_tokens=usage.get("cached_tokens"),
-        usage_source=usage_source,
-        cost=(
+        "status": InvocationStatus.SUCCEEDED,
+        "ended_at": now,
+        "ttft_ms": ttft_ms,
+        "raw_text": text,
+        "normalized_text": text.strip(),
+        "finish_reason": finish_reason,
+        "response_model": response_model,
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+        "cached_tokens": usage.get("cached_tokens"),
+        "usage_source": usage_source,
+        "cost": (
             usage_cost(
                 price,
                 prompt_tokens=usage.get("prompt_tokens", 0),
@@ -512,11 +535,14 @@ def _finish_generation(
             if price is not None
             else None
         ),
-        cost_estimated=usage_source == "estimated",
-    )
-    finish_invocation(
-        inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
-    )
+        "cost_estimated": usage_source == "estimated",
+    }
+    return [
+        update_statement(LlmCall, call.pk, call_fields),
+        finish_statement(
+            inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
+        ),
+    ]
 
 
 def _replayed(
@@ -585,13 +611,10 @@ def _replayed(
     }.items():
         setattr(inv, name, value)
     chunks = [
-        LlmChunk(call_id=call.pk, seq=seq, offset_ms=offset_ms, text=chunk)
+        (call.pk, seq, offset_ms, chunk)
         for seq, offset_ms, chunk in LlmChunk.objects.filter(call_id=original.pk)
         .order_by("seq")
         .values_list("seq", "offset_ms", "text")
     ]
-    with trace_write():
-        inv.save(force_insert=True)
-        call.save(force_insert=True)
-        LlmChunk.objects.bulk_create(chunks)
+    trace_batch([insert_statement(inv), insert_statement(call), *CHUNK_ROWS.statements(chunks)])
     return gen

@@ -182,7 +182,7 @@ def test_preview_ant_on_plate_renders_messages_and_calls_nothing(operator: Clien
     text = _text(response)
     assert "- ant (Ant, agent): at the center of the plate, feeling hungry." in text
     assert "goal: find and eat food." in text
-    assert "## kitchen_plate" in text  # the world projection
+    assert "kitchen_plate:\nA small circular white plate" in text  # the scoped view
     assert "- crumb (Crumb, prop)" in text
     assert "{{" not in text
     assert SourceInvocation.objects.count() == 0

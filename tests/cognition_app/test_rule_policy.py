@@ -21,6 +21,7 @@ from chukwa_core.rule_policy import (
     RuleOutcome,
     evaluate_rule_policy,
     monologue_hash,
+    perceived_hash,
     rule_policy_references,
     seed_for,
     validate_rule_policy_node,
@@ -455,10 +456,14 @@ def test_monologue_records_perception_rules_draws_and_the_match() -> None:
     mono = outcome.monologue
     assert mono["subject_id"] == "ant"
     assert mono["node_id"] == "decide"
-    assert mono["perceived"] == [
-        {"id": "crumb", "name": "Crumb", "state": "a bread crumb 3cm east of centre"},
-        {"id": "beetle", "name": "Beetle", "state": "asleep"},
-    ]
+    # The perceived entities' ids, and a hash of their ids, names and states (no copies).
+    assert mono["perceived"] == ["crumb", "beetle"]
+    assert mono["perceived_hash"] == perceived_hash(
+        [
+            {"id": "crumb", "name": "Crumb", "state": "a bread crumb 3cm east of centre"},
+            {"id": "beetle", "name": "Beetle", "state": "asleep"},
+        ]
+    )
     assert mono["ambient"] == ambient
     considered = mono["rules_considered"]
     assert considered[0] == {"rule": "sleepy", "conditions_held": False, "failed_condition": 0}

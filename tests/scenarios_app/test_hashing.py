@@ -440,3 +440,35 @@ def test_non_string_keys_are_not_canonicalizable() -> None:
     with pytest.raises(ChukwaError) as excinfo:
         hashing.json_hash({1: "a"})
     assert excinfo.value.code == "not_canonicalizable"
+
+
+def test_simple_values_take_the_fast_path_with_the_exact_rfc8785_bytes() -> None:
+    """A world snapshot (strings, ASCII keys, arrays, integers, booleans, null) is written by
+    the C JSON encoder; the bytes must be RFC 8785's for every escape and ordering case."""
+    import random
+
+    import rfc8785
+
+    from chukwa_core.json_values import simple_json
+
+    tricky = ['"', "\\", "\x01", "\x1f", "\n", "\t", "\x7f", "é", "\u2028", "\ufeff", "😀", "/"]
+    random.seed(7)
+    for _ in range(300):
+        text = "".join(random.choice([*tricky, "a", "Z", " "]) for _ in range(12))
+        value = {
+            "environments": {"b_room": text, "a_room": "x", "Z": ""},
+            "entities": [{"id": "e", "state": text, "n": random.randint(-(2**53) + 1, 2**53 - 1)}],
+            "flags": [True, False, None, 0],
+        }
+        assert simple_json(value) is True
+        assert hashing.canonical_json_bytes(value) == rfc8785.dumps(value)
+    # what is not simple goes through the library: floats, non-ASCII keys (UTF-16 order)
+    assert simple_json({"x": 1.5}) is False
+    assert simple_json({"\ue000": 1, "😀": 2}) is False
+    assert hashing.canonical_json_bytes({"\ue000": 1, "😀": 2}) == rfc8785.dumps(
+        {"\ue000": 1, "😀": 2}
+    )
+    # and what cannot be hashed is still refused with its pointer
+    assert simple_json({"a": ["\x00"]}) is None
+    with pytest.raises(ChukwaError, match="/a/0"):
+        hashing.canonical_json_bytes({"a": ["\x00"]})

@@ -338,3 +338,32 @@ def test_validation_is_against_the_given_working_world(world: WorldState) -> Non
     del world.entities["mite"]
     error = rejection(patch, world)
     assert "'mite' does not match any entity" in error.message
+
+
+def test_the_quick_schema_check_agrees_with_the_validator() -> None:
+    """validate_patch skips the general JSON Schema validator for a plainly valid patch; the
+    quick check may only say "valid" where the schema does."""
+    import itertools
+
+    from chukwa_core.patching import _VALIDATOR, _plainly_valid
+
+    values: list[Any] = ["", "x", 1, None, [], {}]
+    ops: list[Any] = ["set_entity_state", "append_entity_memory", "set_environment_content"]
+    ops += ["bogus", None, ["set_entity_state"]]
+    key_sets = [
+        ("op", "entity_id", "state"),
+        ("op", "entity_id", "content"),
+        ("op", "environment_label", "content"),
+        ("op", "entity_id"),
+        ("op", "entity_id", "state", "extra"),
+    ]
+    effects: list[Any] = ["x", None]
+    for keys, op, value in itertools.product(key_sets, ops, values):
+        effects.append({k: (op if k == "op" else value) for k in keys})
+    patches: list[Any] = [None, [], {"narration": "x"}, {"narration": "x", "effects": [], "y": 1}]
+    for narration, effect in itertools.product(["", "x", 3], effects):
+        patches.append({"narration": narration, "effects": [effect]})
+        patches.append({"narration": narration, "effects": [effect, effect]})
+    verdicts = [(_plainly_valid(p), _VALIDATOR.is_valid(p)) for p in patches]
+    assert all(quick == full for quick, full in verdicts)
+    assert sum(full for _, full in verdicts) > 3  # valid patches were among them

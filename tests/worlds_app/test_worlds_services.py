@@ -16,7 +16,9 @@ import pytest
 from django.db import DatabaseError, ProgrammingError, connection, transaction
 
 from chukwa_core.errors import ChukwaError
-from chukwa_core.rule_policy import RuleContext, seed_for
+from chukwa_core.patching import apply_patch
+from chukwa_core.rule_policy import RuleContext, perceived_hash, seed_for
+from chukwa_core.world_state import WorldState
 from cognition_app.models import SourceInvocation
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.models import Scenario, ScenarioName
@@ -499,8 +501,15 @@ def test_picnic_three_agents_three_patches_in_one_turn() -> None:
     }
     assert monologues["ant_a"]["matched_rule"] == "take_crumb_path"
     assert monologues["ant_b"]["matched_rule"] == "go_for_jam"
-    perceived_crumb = {p["id"]: p["state"] for p in monologues["ant_b"]["perceived"]}["crumb"]
-    assert perceived_crumb == "a bread crumb, claimed by Ant A."
+    # The monologue keeps the perceived ids and a hash of what they were: ant_b perceived the
+    # working world after ant_a's patch (the crumb claimed), not the turn-start world.
+    assert "crumb" in monologues["ant_b"]["perceived"]
+    after_first = WorldState.from_snapshot(selectors.turn_get(slug="picnic", number=0)["state"])
+    apply_patch(turn["patches"][0]["patch"], after_first)
+    assert after_first.entities["crumb"]["state"] == "a bread crumb, claimed by Ant A."
+    seen = after_first.co_located("ant_b")
+    assert monologues["ant_b"]["perceived"] == [e["id"] for e in seen]
+    assert monologues["ant_b"]["perceived_hash"] == perceived_hash(seen)
     assert monologues["ant_b"]["rules_considered"][1] == {
         "rule": "take_crumb_path",
         "conditions_held": False,

@@ -16,16 +16,25 @@ import threading
 import time
 import uuid
 from datetime import datetime, timedelta
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.utils import timezone
 
 from chukwa_core import log_context
 from chukwa_core.errors import NotFoundError, invalid
+from chukwa_core.hashing import json_hash
 from chukwa_core.json_values import storable_text
 from chukwa_core.world_state import WorldState
+from cognition_app.rows import RowTable, insert_rows
 from cognition_app.sources import (
     finish_running,
     interrupt_running,
@@ -48,6 +57,28 @@ from worlds_app.services.execution import StagedTransition, turn_attempt_execute
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = 100
+
+# Transition rows as tuples, in this column order (a plain multi-row INSERT, not bulk_create).
+TRANSITION_ROWS = RowTable.of(
+    PatchTransition,
+    (
+        "attempt",
+        "world",
+        "turn_number",
+        "patch_seq",
+        "effect_index",
+        "subject_id",
+        "node_id",
+        "workflow_hash",
+        "op",
+        "target_kind",
+        "target_id",
+        "before",
+        "after",
+        "invocation_id",
+        "llm_call_id",
+    ),
+)
 
 
 class LeaseLost(Exception):
@@ -109,23 +140,28 @@ def turn_attempt_claim(*, attempt_id: str, owner: str) -> TurnAttempt | None:
         attempt = TurnAttempt.objects.filter(pk=attempt_id).values("world_id", "status").first()
         if attempt is None or attempt["status"] != AttemptStatus.QUEUED:
             return None
-        # Claims of one world are serialized by its row lock.
-        world = World.objects.select_for_update().get(pk=attempt["world_id"])
-        if TurnAttempt.objects.filter(world=world, status=AttemptStatus.RUNNING).exists():
+        # Claims of one world are serialized by its row lock. Only the columns the claim
+        # needs: the scenario snapshot (up to 256 KiB of JSON) is read once, below.
+        world_row = (
+            World.objects.select_for_update()
+            .only("pk", "slug", "current_turn", "replay_source_id")
+            .get(pk=attempt["world_id"])
+        )
+        if TurnAttempt.objects.filter(world=world_row, status=AttemptStatus.RUNNING).exists():
             return None
         head = (
-            TurnAttempt.objects.filter(world=world, status=AttemptStatus.QUEUED)
+            TurnAttempt.objects.filter(world=world_row, status=AttemptStatus.QUEUED)
             .order_by("seq")
             .values_list("id", flat=True)
             .first()
         )
         if str(head) != str(attempt_id):
-            kick_on_commit(world.pk)  # the head's message may be lost: hand it out again
+            kick_on_commit(world_row.pk)  # the head's message may be lost: hand it out again
             return None
         now = _now()
         claimed = TurnAttempt.objects.filter(pk=attempt_id, status=AttemptStatus.QUEUED).update(
             status=AttemptStatus.RUNNING,
-            attempted_turn=world.current_turn + 1,
+            attempted_turn=world_row.current_turn + 1,
             lease_owner=owner,
             lease_expires_at=now + timedelta(seconds=_lease_seconds()),
             started_at=now,
@@ -133,6 +169,62 @@ def turn_attempt_claim(*, attempt_id: str, owner: str) -> TurnAttempt | None:
         if not claimed:
             return None
     return TurnAttempt.objects.select_related("world").get(pk=attempt_id)
+
+
+_ATTEMPT_FIELDS = [f for f in TurnAttempt._meta.concrete_fields if f.column is not None]
+# The claim of the next attempt of a batch by the task that committed the previous one: the
+# same conditions as turn_attempt_claim (queued, the world's head, nothing running, under the
+# world's row lock), in one statement and one round trip. The partial unique index still
+# refuses a second running attempt of a world.
+_CLAIM_FOLLOWER_SQL = """
+WITH w AS (
+    SELECT id, current_turn, slug, replay_source_id FROM {world} WHERE id = %s FOR UPDATE
+)
+UPDATE {attempt} AS a
+SET status = 'running', attempted_turn = w.current_turn + 1, lease_owner = %s,
+    lease_expires_at = %s, started_at = %s
+FROM w
+WHERE a.id = %s AND a.world_id = w.id AND a.status = 'queued'
+  AND NOT EXISTS (
+    SELECT 1 FROM {attempt} r WHERE r.world_id = w.id AND r.status = 'running')
+  AND NOT EXISTS (
+    SELECT 1 FROM {attempt} q WHERE q.world_id = w.id AND q.status = 'queued' AND q.seq < a.seq)
+RETURNING w.slug, w.replay_source_id, {returning}
+""".format(  # noqa: S608 - table and column names from the models, quoted
+    world=connection.ops.quote_name(World._meta.db_table),
+    attempt=connection.ops.quote_name(TurnAttempt._meta.db_table),
+    returning=", ".join(f"a.{connection.ops.quote_name(f.column or '')}" for f in _ATTEMPT_FIELDS),
+)
+
+
+def _claim_follower(*, attempt_id: str, owner: str, world: World) -> TurnAttempt | None:
+    """Claim the next attempt of a batch for ``owner`` (see turn_attempt_run), reusing the
+    world the previous attempt ran with: its scenario snapshot, written once at creation, is
+    not read again; its changeable columns come back with the claim. None if not claimed."""
+    now = _now()
+    params: list[Any] = [
+        world.pk,
+        owner,
+        now + timedelta(seconds=_lease_seconds()),
+        now,
+        attempt_id,
+    ]
+    try:
+        with transaction.atomic(savepoint=connection.in_atomic_block):
+            with connection.cursor() as cursor:
+                cursor.execute(_CLAIM_FOLLOWER_SQL, params)
+                row = cursor.fetchone()
+    except IntegrityError:  # another attempt of the world got running first
+        return None
+    if row is None:
+        return None
+    world.slug, world.replay_source_id = row[0], row[1]
+    attempt = TurnAttempt.from_db(
+        connection.alias, [f.attname for f in _ATTEMPT_FIELDS], list(row[2:])
+    )
+    world.current_turn = (attempt.attempted_turn or 1) - 1
+    attempt.world = world
+    return attempt
 
 
 def _renew_lease(attempt: TurnAttempt) -> None:
@@ -200,7 +292,12 @@ def _commit(
     staged: list[StagedTransition],
     events: EventLog,
     started: float,
-) -> Turn:
+    *,
+    continue_batch: bool = False,
+) -> tuple[Turn, str | None]:
+    """Commit the turn. With ``continue_batch``, the next attempt of the batch (if queued) is
+    returned for the caller to claim itself, and no kick is sent for it; otherwise the world's
+    next attempt is kicked as always."""
     world = attempt.world
     number = previous.number + 1
     with transaction.atomic(durable=True):
@@ -220,39 +317,43 @@ def _commit(
             raise AttemptFailure(
                 "commit", f"world {world.slug!r} moved past turn {previous.number}"
             )
+        # The working world is done with: its snapshot shares its entities (no copy), and
+        # is hashed once.
+        state = working.to_snapshot(share=True)
         turn = Turn.objects.create(
             world_id=world.pk,
             number=number,
             simulation_time=previous.simulation_time + timedelta(seconds=world.chronon_seconds),
-            state=working.to_snapshot(),
-            state_hash=working.snapshot_hash(),
+            state=state,
+            state_hash=json_hash(state),
             attempt_id=attempt.pk,
         )
         # The last events and the outcome, in the transaction that makes the patches real.
         events.finish(
             StagedEvent("turn_committed", {"turn": number, "state_hash": turn.state_hash})
         )
-        PatchTransition.objects.bulk_create(
+        insert_rows(
+            TRANSITION_ROWS,
             [
-                PatchTransition(
-                    attempt_id=attempt.pk,
-                    world_id=world.pk,
-                    turn_number=number,
-                    patch_seq=seq,
-                    effect_index=t.effect_index,
-                    subject_id=subject_id,
-                    node_id=node_id,
-                    workflow_hash=workflow_hash,
-                    op=t.op,
-                    target_kind=t.target_kind,
-                    target_id=t.target_id,
-                    before=t.before,
-                    after=t.after,
-                    invocation_id=invocation_id,
-                    llm_call_id=llm_call_id,
+                (
+                    attempt.pk,
+                    world.pk,
+                    number,
+                    seq,
+                    t.effect_index,
+                    subject_id,
+                    node_id,
+                    workflow_hash,
+                    t.op,
+                    t.target_kind,
+                    t.target_id,
+                    t.before,
+                    t.after,
+                    invocation_id,
+                    llm_call_id,
                 )
                 for seq, subject_id, node_id, workflow_hash, t, invocation_id, llm_call_id in staged
-            ]
+            ],
         )
         TurnAttempt.objects.filter(pk=attempt.pk).update(
             status=AttemptStatus.COMMITTED,
@@ -260,9 +361,28 @@ def _commit(
             ended_at=_now(),
             duration_ms=int((time.monotonic() - started) * 1000),
         )
-        kick_on_commit(world.pk)
+        follower = (
+            _next_of_batch(attempt)
+            if continue_batch and attempt.batch_index + 1 < attempt.batch_size
+            else None
+        )
+        if follower is None:
+            kick_on_commit(world.pk)
         export_on_commit(attempt.pk)
-    return turn
+    return turn, follower
+
+
+def _next_of_batch(attempt: TurnAttempt) -> str | None:
+    pk = (
+        TurnAttempt.objects.filter(
+            batch_id=attempt.batch_id,
+            batch_index=attempt.batch_index + 1,
+            status=AttemptStatus.QUEUED,
+        )
+        .values_list("pk", flat=True)
+        .first()
+    )
+    return str(pk) if pk is not None else None
 
 
 def _cancel_rest_of_batch(attempt: TurnAttempt, reason: str) -> int:
@@ -349,21 +469,47 @@ def _fail_safely(
         )
 
 
-def turn_attempt_run(*, attempt_id: str, owner: str) -> str | None:
+def turn_attempt_run(*, attempt_id: str, owner: str, continue_for: float = 0) -> str | None:
     """Claim and run one attempt to its end. Returns its final status, or None when this call
-    claimed nothing (another worker has it, it already ended, or it is not next)."""
+    claimed nothing (another worker has it, it already ended, or it is not next).
+
+    ``continue_for`` (seconds; the Celery task passes ``CHUKWA_BATCH_CONTINUE_SECONDS``): after
+    a commit, while this call has run for less than that, it claims the next attempt of the
+    same batch itself and runs it, instead of a broker round trip to a worker. Each is claimed
+    like any other (a conditional UPDATE, a lease, its heartbeat); no kick is sent for the one
+    it continues with, so if this process dies in between, the periodic re-drive sends it (SPEC
+    §6: at most one reaper period late). The bound keeps every attempt well inside the task's
+    time limits. The status returned is the first attempt's."""
+    continue_until = time.monotonic() + continue_for
     attempt = turn_attempt_claim(attempt_id=attempt_id, owner=owner)
     if attempt is None:
         return None
-    with log_context.bound(world=attempt.world.slug, attempt=str(attempt.pk)):
-        logger.info(
-            "attempt claimed",
-            extra={"turn": attempt.attempted_turn, "worker": owner},
-        )
-        return _run_claimed(attempt, owner)
+    first: str | None = None
+    while True:
+        with log_context.bound(world=attempt.world.slug, attempt=str(attempt.pk)):
+            logger.info(
+                "attempt claimed",
+                extra={"turn": attempt.attempted_turn, "worker": owner},
+            )
+            status, follower = _run_claimed(attempt, owner, continue_until=continue_until)
+        first = first or status
+        if follower is None:
+            return first
+        world = attempt.world
+        try:
+            attempt = _claim_follower(attempt_id=follower, owner=owner, world=world)
+        except Exception:
+            kick_on_commit(world.pk)  # not claimed here: hand it out (runs at once, no atomic)
+            raise
+        if attempt is None:  # another worker has it (a re-drive), or it was cancelled
+            return first
 
 
-def _run_claimed(attempt: TurnAttempt, owner: str) -> str:
+def _run_claimed(
+    attempt: TurnAttempt, owner: str, *, continue_until: float = 0
+) -> tuple[str, str | None]:
+    """Run a claimed attempt; its final status, and the next attempt of its batch when the
+    commit (before ``continue_until``, a monotonic time) left it for this caller."""
     started = time.monotonic()
     events = EventLog(attempt)
     events.append(
@@ -388,15 +534,23 @@ def _run_claimed(attempt: TurnAttempt, owner: str) -> str:
             raise LeaseLost(str(attempt.pk))
         if events.failure:
             raise AttemptFailure("events", events.failure)
-        turn = _commit(attempt, previous, working, staged, events, started)
+        turn, follower = _commit(
+            attempt,
+            previous,
+            working,
+            staged,
+            events,
+            started,
+            continue_batch=time.monotonic() < continue_until,
+        )
         logger.info(
             "attempt committed",
             extra={"turn": turn.number, "duration_ms": _ms_since(started)},
         )
-        return AttemptStatus.COMMITTED
+        return AttemptStatus.COMMITTED, follower
     except LeaseLost:
         logger.warning("attempt %s lost its lease; its outcome is the reaper's", attempt.pk)
-        return AttemptStatus.INTERRUPTED
+        return AttemptStatus.INTERRUPTED, None
     except AttemptFailure as failure:
         _fail_safely(attempt, failure, events, started)
         # The step only: the reason may quote a source's answer; it is kept on the attempt.
@@ -408,7 +562,7 @@ def _run_claimed(attempt: TurnAttempt, owner: str) -> str:
                 "duration_ms": _ms_since(started),
             },
         )
-        return AttemptStatus.FAILED
+        return AttemptStatus.FAILED, None
     except Exception as exc:
         # Unexpected: still end the attempt (never leave it running until the reaper), then
         # re-raise so the worker logs the traceback.

@@ -1,0 +1,393 @@
+"""Scale benchmark (issue 10): turns at scale, every figure from attempts run by a real Celery
+worker (prefork) on a throwaway database.
+
+Run with ``.venv/bin/python bench/scale_bench.py [--parts a,c,d,e,g]`` from the project folder;
+DATABASE_URL must be unset. It (re)creates ``chukwa_scale_bench`` on the embedded PostgreSQL
+server and drops it at the end; Celery messages go to a queue of their own (``bench-<pid>``).
+
+Parts (the letters of issue 10's targets table):
+  a  10 LLM agents, one-node tool loop (the ant_on_plate fixture's act node), model answering
+     after 50 ms: seconds per turn, ``concurrent`` and ``per_subject_ordered``; the prompt
+     characters per generation as the world grows (the fixture's prompt).
+  c  one LLM agent, model at 0 ms: attempt started → ended.
+  d  the gap between turns of one batch: attempt i ended → attempt i+1 started.
+  e  rule-policy turn at 100 / 500 / 1,000 agents (rooms of 20 agents and 10 props): attempt
+     started → ended, and the ratio 1,000 / 100 (linear: 10).
+  g  independent worlds over W worker processes: turns per second at W=1 and W=2, speedup.
+Times come from the attempt rows (started_at, ended_at: claim to commit, written by the
+worker). Targets are printed as PASS/FAIL, informational; the exit status is 0 unless
+something errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import benchdb  # bench/ is the script's own folder, first on sys.path
+import scale_worlds
+
+PROJECT_DIR = Path(__file__).resolve().parent.parent
+if str(PROJECT_DIR) not in sys.path:
+    sys.path.insert(0, str(PROJECT_DIR))
+
+BENCH_DB_NAME = "chukwa_scale_bench"
+BENCH_QUEUE = f"bench-{os.getpid()}"
+OWNER = "scale-bench"
+os.environ["DJANGO_SETTINGS_MODULE"] = "chukwa_site.settings"
+os.environ["CHUKWA_DB_NAME"] = BENCH_DB_NAME
+os.environ["CHUKWA_CELERY_QUEUE"] = BENCH_QUEUE
+os.environ["CHUKWA_LLM_API_KEY"] = "bench-key"
+
+BATCH_TIMEOUT_S = 600.0
+
+TARGETS = {
+    "a": 0.15,  # s per turn
+    "c": 10.0,  # ms
+    "d": 2.0,  # ms
+    "e500": 0.6,  # s
+    "e1000": 1.2,  # s
+    "g": 0.9,  # times W
+}
+
+
+def _mark(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def _ms(values: list[float]) -> str:
+    return (
+        f"median {statistics.median(values):8.1f} ms  (min {min(values):.1f}, "
+        f"max {max(values):.1f}, n={len(values)})"
+    )
+
+
+# --- worker and batches ----------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, log: IO[bytes]) -> None:
+        self.log = log
+        self.worker: subprocess.Popen[bytes] | None = None
+        self.worker_concurrency = 0
+        self.worlds = 0
+
+    def ensure_worker(self, concurrency: int) -> None:
+        if self.worker is not None and self.worker_concurrency == concurrency:
+            return
+        self.stop_worker()
+        name = f"bench-{os.getpid()}-{concurrency}@{socket.gethostname()}"
+        self.worker = benchdb.start_worker(
+            queue=BENCH_QUEUE, name=name, concurrency=concurrency, log=self.log
+        )
+        benchdb.wait_for_worker(self.worker, name=name, log=self.log)
+        self.worker_concurrency = concurrency
+
+    def stop_worker(self) -> None:
+        if self.worker is not None:
+            benchdb.stop_worker(self.worker)
+        self.worker = None
+
+    def world(self, scenario: dict[str, Any]) -> str:
+        from scenarios_app.services import scenario_assemble
+        from worlds_app.services import world_create
+
+        result = scenario_assemble(data=scenario)
+        self.worlds += 1
+        slug = f"w{self.worlds}"
+        world_create(data={"slug": slug, "scenario_ref": {"hash": result["scenario_hash"]}})
+        return slug
+
+    def run_batches(self, slugs: list[str], count: int) -> tuple[float, list[list[Any]]]:
+        """Enqueue ``count`` turns in each world at once; wait until all committed. Returns the
+        wall time and, per world, its attempt rows in order."""
+        from worlds_app.models import AttemptStatus, TurnAttempt
+        from worlds_app.services import turn_attempt_enqueue
+
+        t0 = time.perf_counter()
+        batches = [
+            turn_attempt_enqueue(slug=s, count=count, requested_by=OWNER)["batch_id"] for s in slugs
+        ]
+        deadline = time.monotonic() + BATCH_TIMEOUT_S
+        while True:
+            rows = list(
+                TurnAttempt.objects.filter(batch_id__in=batches).values_list("status", flat=True)
+            )
+            done = sum(s == AttemptStatus.COMMITTED for s in rows)
+            if done == len(rows):
+                wall = time.perf_counter() - t0
+                break
+            bad = [s for s in rows if s not in ("queued", "running", "committed")]
+            if bad:
+                reasons = list(
+                    TurnAttempt.objects.filter(batch_id__in=batches)
+                    .exclude(failure_reason="")
+                    .values_list("failure_step", "failure_reason")[:3]
+                )
+                raise RuntimeError(f"a batch did not commit: {bad[:5]}; {reasons}")
+            if self.worker is not None and self.worker.poll() is not None:
+                raise RuntimeError(f"the worker exited:\n{benchdb.log_tail(self.log)}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"batches not committed in {BATCH_TIMEOUT_S:.0f} s")
+            time.sleep(0.01)
+        per_world = [
+            list(TurnAttempt.objects.filter(batch_id=b).order_by("batch_index")) for b in batches
+        ]
+        return wall, per_world
+
+
+def _durations_ms(attempts: list[Any]) -> list[float]:
+    return [(a.ended_at - a.started_at).total_seconds() * 1000 for a in attempts]
+
+
+def _gaps_ms(attempts: list[Any]) -> list[float]:
+    return [
+        (b.started_at - a.ended_at).total_seconds() * 1000 for a, b in itertools.pairwise(attempts)
+    ]
+
+
+# --- parts -----------------------------------------------------------------------------------
+
+
+# One automatic model server for the whole run, started before any worker (which inherits its
+# URL); each part sets its answer delay.
+LLM = scale_worlds.auto_llm()
+os.environ["CHUKWA_LLM_BASE_URL"] = LLM.base_url
+
+
+@contextmanager
+def _llm(delay_s: float) -> Iterator[Any]:
+    LLM.delay_s = delay_s
+    yield LLM
+
+
+def _peak_in_flight(attempts: list[Any]) -> int:
+    """The most LLM generations of one attempt whose trace rows overlap in time."""
+    from cognition_app.models import SourceInvocation
+
+    peak = 0
+    for attempt in attempts:
+        spans = SourceInvocation.objects.filter(
+            attempt_id=attempt.pk, kind="llm_generation"
+        ).values_list("started_at", "ended_at")
+        edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans if e])
+        level = 0
+        for _, step in edges:
+            level += step
+            peak = max(peak, level)
+    return peak
+
+
+def part_a(bench: Bench, turns: int) -> dict[str, float]:
+    from chukwa_core.errors import ChukwaError
+    from cognition_app.models import LlmCall
+
+    print("\n== a. 10 LLM agents, one llm_tool_loop node, model answering after 50 ms ==")
+    bench.ensure_worker(1)
+    results: dict[str, float] = {}
+    with _llm(0.05):
+        for execution in ("concurrent", "per_subject_ordered"):
+            scenario = scale_worlds.llm_scenario(
+                agents=10, props=10, rooms=10, execution=execution, slug=f"scale_a_{execution}"
+            )
+            try:
+                slug = bench.world(scenario)
+            except ChukwaError as exc:
+                print(
+                    f"  {execution}: REFUSED by validation ({exc.code}: {exc.message}); this "
+                    f"mode arrives with the concurrent-execution work (issue 10)"
+                )
+                continue
+            bench.run_batches([slug], 1)  # warm-up (conformance probe, first connections)
+            wall, (attempts,) = bench.run_batches([slug], turns)
+            durations = _durations_ms(attempts)
+            per_turn = statistics.median(durations) / 1000
+            results[execution] = per_turn
+            print(
+                f"  {execution:<20} {per_turn:6.3f} s per turn (attempt started→ended, median "
+                f"of {turns}); {turns} turns in {wall:.2f} s wall; peak generations in flight "
+                f"{_peak_in_flight(attempts)}"
+            )
+    print("\n   prompt characters per generation as the world grows (ant_on_plate's act prompt,")
+    print("   10 agents, one turn each; the model is told what the prompt template shows):")
+    with _llm(0.0):
+        for props, rooms in ((10, 10), (100, 10), (400, 10), (400, 1)):
+            scenario = scale_worlds.llm_scenario(
+                agents=10,
+                props=props,
+                rooms=rooms,
+                execution="per_subject_ordered",
+                slug=f"scale_prompt_{props}_{rooms}",
+            )
+            slug = bench.world(scenario)
+            _, (attempts,) = bench.run_batches([slug], 1)
+            sizes = [
+                sum(len(m["content"]) for m in messages)
+                for messages in LlmCall.objects.filter(
+                    invocation__attempt_id=attempts[0].pk
+                ).values_list("messages", flat=True)
+            ]
+            print(
+                f"  {10 + props:>4} entities in {rooms:>2} rooms: "
+                f"{statistics.mean(sizes):8.0f} prompt chars per generation (n={len(sizes)})"
+            )
+    return results
+
+
+def part_c_d(bench: Bench, turns: int) -> tuple[float, float]:
+    print("\n== c/d. one LLM agent, model at 0 ms: a batch of turns ==")
+    bench.ensure_worker(1)
+    with _llm(0.0):
+        scenario = scale_worlds.llm_scenario(
+            agents=1, props=10, rooms=1, execution="per_subject_ordered", slug="scale_c"
+        )
+        slug = bench.world(scenario)
+        bench.run_batches([slug], 3)  # warm-up
+        wall, (attempts,) = bench.run_batches([slug], turns)
+    durations = _durations_ms(attempts)
+    gaps = _gaps_ms(attempts)
+    print(f"  c. attempt started → ended     {_ms(durations)}")
+    print(f"  d. gap between turns of a batch {_ms(gaps)}")
+    print(f"     {turns} turns in {wall:.2f} s wall ({wall / turns * 1000:.1f} ms per turn)")
+    return statistics.median(durations), statistics.median(gaps)
+
+
+def part_e(bench: Bench, turns: int, sizes: list[int]) -> dict[int, float]:
+    print("\n== e. rule-policy turn (rooms of 20 agents + 10 props) ==")
+    bench.ensure_worker(1)
+    medians: dict[int, float] = {}
+    for agents in sizes:
+        slug = bench.world(scale_worlds.rule_scenario(agents, f"scale_e_{agents}"))
+        bench.run_batches([slug], 1)  # warm-up
+        _, (attempts,) = bench.run_batches([slug], turns)
+        durations = _durations_ms(attempts)
+        medians[agents] = statistics.median(durations) / 1000
+        print(f"  {agents:>5} agents: {_ms(durations)}")
+    if 100 in medians:
+        for agents in sizes:
+            if agents != 100:
+                ratio = medians[agents] / medians[100]
+                print(f"  ratio {agents} / 100 agents: {ratio:5.2f} (linear: {agents / 100:.0f})")
+    return medians
+
+
+def part_g(bench: Bench, turns: int, agents: int, max_w: int) -> dict[int, float]:
+    print(f"\n== g. independent worlds ({agents} rule-policy agents each) over W processes ==")
+    rates: dict[int, float] = {}
+    for w in range(1, max_w + 1):
+        bench.ensure_worker(w)
+        slugs = [
+            bench.world(scale_worlds.rule_scenario(agents, f"scale_g_{w}_{i}")) for i in range(w)
+        ]
+        bench.run_batches(slugs, 1)  # warm-up, every process
+        wall, _ = bench.run_batches(slugs, turns)
+        rates[w] = w * turns / wall
+        print(f"  W={w}: {w} worlds × {turns} turns in {wall:.2f} s → {rates[w]:.1f} turns/s")
+    for w in range(2, max_w + 1):
+        print(f"  speedup at W={w}: {rates[w] / rates[1]:.2f}× (target ≥ {0.9 * w:.1f}×)")
+    return rates
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--parts", default="a,c,e,g", help="comma-separated: a,c (c includes d),e,g"
+    )
+    parser.add_argument("--turns", type=int, default=10, help="turns per measured batch")
+    parser.add_argument("--sizes", default="100,500,1000", help="part e: agent counts")
+    parser.add_argument("--g-agents", type=int, default=100, help="part g: agents per world")
+    parser.add_argument("--g-workers", type=int, default=2, help="part g: the largest W")
+    args = parser.parse_args()
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if os.environ.get("DATABASE_URL"):
+        print("refusing: DATABASE_URL is set, so CHUKWA_DB_NAME would not pick the bench database")
+        return 2
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    print(f"machine: {os.cpu_count()} CPUs, load average {load} (shared: treat as noisy)")
+    benchdb.recreate_database(BENCH_DB_NAME, create=True)
+    log = tempfile.TemporaryFile(mode="a+b")
+    bench = Bench(log)
+    django_ready = False
+    summary: list[str] = []
+    try:
+        import django
+
+        django.setup()
+        django_ready = True
+        from django.conf import settings
+        from django.core.management import call_command
+
+        if settings.DATABASES["default"]["NAME"] != BENCH_DB_NAME:
+            raise RuntimeError("settings do not point at the bench database")
+        call_command("migrate", verbosity=0)
+        if "a" in parts:
+            a = part_a(bench, args.turns)
+            if "concurrent" in a:
+                summary.append(
+                    f"[{_mark(a['concurrent'] <= TARGETS['a'])}] (a) 10 agents at 50 ms, "
+                    f"concurrent: {a['concurrent']:.3f} s per turn (target ≤ {TARGETS['a']})"
+                )
+            else:
+                summary.append("[FAIL] (a) the concurrent mode is refused by validation")
+        if "c" in parts or "d" in parts:
+            c, d = part_c_d(bench, max(args.turns, 20))
+            summary.append(
+                f"[{_mark(c <= TARGETS['c'])}] (c) single-agent turn at 0 ms: {c:.1f} ms "
+                f"(target ≤ {TARGETS['c']:.0f} ms)"
+            )
+            summary.append(
+                f"[{_mark(d <= TARGETS['d'])}] (d) gap between turns of a batch: {d:.1f} ms "
+                f"(target ≤ {TARGETS['d']:.0f} ms)"
+            )
+        if "e" in parts:
+            sizes = [int(s) for s in args.sizes.split(",")]
+            e = part_e(bench, max(3, args.turns // 2), sizes)
+            for agents, key in ((500, "e500"), (1000, "e1000")):
+                if agents in e:
+                    summary.append(
+                        f"[{_mark(e[agents] <= TARGETS[key])}] (e) rule-policy turn at {agents} "
+                        f"agents: {e[agents]:.3f} s (target ≤ {TARGETS[key]} s)"
+                    )
+        if "g" in parts:
+            g = part_g(bench, args.turns, args.g_agents, args.g_workers)
+            for w in range(2, args.g_workers + 1):
+                speedup = g[w] / g[1]
+                summary.append(
+                    f"[{_mark(speedup >= TARGETS['g'] * w)}] (g) {w} worlds over {w} "
+                    f"processes: {speedup:.2f}× (target ≥ {TARGETS['g'] * w:.1f}×)"
+                )
+        print("\ntargets (informational):")
+        for line in summary:
+            print(f"  {line}")
+    finally:
+        try:
+            bench.stop_worker()
+            log.close()
+            LLM.stop()
+            if django_ready:
+                benchdb.queue_delete(BENCH_QUEUE)
+        finally:
+            from django.db import connections
+
+            connections.close_all()
+            benchdb.recreate_database(BENCH_DB_NAME, create=False)
+            print(f"\ndropped bench database {BENCH_DB_NAME!r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

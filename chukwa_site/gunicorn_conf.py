@@ -1,0 +1,35 @@
+"""The web server's configuration, one for every way Chukwa is run (``stack up``, the
+Dockerfile, docker-compose): ``gunicorn -c python:chukwa_site.gunicorn_conf``.
+
+Threaded workers (``gthread``): a request mostly waits on PostgreSQL, so a few processes with
+several threads each serve many clients at once, where sync workers (one request per process)
+made every other client queue. Django keeps one database connection per thread
+(``CONN_MAX_AGE``), so a process holds at most ``threads`` connections.
+
+Environment: ``CHUKWA_WEB_WORKERS`` (processes, default 2), ``CHUKWA_WEB_THREADS`` (threads
+per process, default 8), ``CHUKWA_WEB_BIND`` (default 127.0.0.1:8000; ``--bind`` overrides).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _positive(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    try:
+        value = int(raw) if raw else default
+    except ValueError:
+        raise RuntimeError(f"{name} must be a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise RuntimeError(f"{name} must be a positive integer, got {raw!r}")
+    return value
+
+
+wsgi_app = "chukwa_site.wsgi:application"
+bind = [os.environ.get("CHUKWA_WEB_BIND", "127.0.0.1:8000")]
+worker_class = "gthread"
+workers = _positive("CHUKWA_WEB_WORKERS", 2)
+threads = _positive("CHUKWA_WEB_THREADS", 8)
+# An idle keep-alive connection holds no thread in gthread workers; close it after a while.
+keepalive = 5

@@ -1,0 +1,152 @@
+"""The next turn of a batch claimed by the task that committed the previous one (no broker
+round trip), within SPEC §6: each attempt is claimed like any other, and one that the task did
+not get to is sent by the periodic re-drive."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from scenarios_app.fixture_files import load_fixture
+from scenarios_app.services import scenario_assemble
+from tests.support.worker import delete_queue, routed_to
+from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt
+from worlds_app.services import (
+    attempts,
+    turn_attempt_claim,
+    turn_attempt_enqueue,
+    turn_attempt_redrive,
+    turn_attempt_run,
+    world_create,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def queue() -> Iterator[str]:
+    """Attempt tasks go to a queue no worker reads, so the test sees every kick."""
+    name = f"continuation-{os.getpid()}"
+    delete_queue(name)
+    try:
+        with routed_to(name):
+            yield name
+    finally:
+        delete_queue(name)
+
+
+def _sent(queue: str) -> list[str]:
+    """The attempt ids of the run_turn_attempt messages waiting in the queue, then empty it."""
+    from chukwa_site.celery import app
+
+    with app.connection_for_write() as conn:
+        client = conn.default_channel.client
+        raw = client.lrange(queue, 0, -1)
+        client.delete(queue)
+    return [json.loads(json.loads(m)["headers"]["argsrepr"].replace("'", '"'))[0] for m in raw]
+
+
+def _world(slug: str) -> None:
+    body = {k: v for k, v in load_fixture("picnic_rules").items() if k not in ("name", "note")}
+    scenario = scenario_assemble(data=body)["scenario_hash"]
+    world_create(data={"slug": slug, "scenario_ref": {"hash": scenario}})
+
+
+def _statuses(ids: list[str]) -> list[str]:
+    found = dict(TurnAttempt.objects.filter(pk__in=ids).values_list("id", "status"))
+    return [found[TurnAttempt._meta.pk.to_python(i)] for i in ids]  # type: ignore[union-attr]
+
+
+def test_a_task_runs_the_rest_of_its_batch_itself_without_a_kick(queue: str) -> None:
+    _world("cont")
+    ids = turn_attempt_enqueue(slug="cont", count=3)["attempt_ids"]
+    assert _sent(queue) == [ids[0]]  # the kick of the enqueue
+
+    assert turn_attempt_run(attempt_id=ids[0], owner="w1", continue_for=60) == "committed"
+
+    assert _statuses(ids) == ["committed"] * 3
+    assert list(Turn.objects.filter(world__slug="cont").values_list("number", flat=True)) == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    # each was claimed on its own (its own lease owner, attempted turn, attempt_started event)
+    rows = TurnAttempt.objects.filter(pk__in=ids).order_by("seq")
+    assert [(a.lease_owner, a.attempted_turn, a.produced_turn) for a in rows] == [
+        ("w1", 1, 1),
+        ("w1", 2, 2),
+        ("w1", 3, 3),
+    ]
+    assert AttemptEvent.objects.filter(attempt_id__in=ids, kind="attempt_started").count() == 3
+    # no broker message for the continued attempts: only the last commit kicks (nothing queued)
+    assert _sent(queue) == []
+
+
+def test_without_continuation_each_commit_kicks_the_next(queue: str) -> None:
+    _world("plain")
+    ids = turn_attempt_enqueue(slug="plain", count=2)["attempt_ids"]
+    _sent(queue)
+    assert turn_attempt_run(attempt_id=ids[0], owner="w1") == "committed"
+    assert _statuses(ids) == ["committed", "queued"]
+    assert _sent(queue) == [ids[1]]
+
+
+def test_the_continuation_stops_at_the_end_of_the_batch(queue: str) -> None:
+    _world("two")
+    first = turn_attempt_enqueue(slug="two", count=2)["attempt_ids"]
+    second = turn_attempt_enqueue(slug="two", count=1)["attempt_ids"]
+    _sent(queue)
+    turn_attempt_run(attempt_id=first[0], owner="w1", continue_for=60)
+    # the other batch is not this task's: it is handed out through the broker
+    assert _statuses(first + second) == ["committed", "committed", "queued"]
+    assert _sent(queue) == [second[0]]
+
+
+def test_a_follower_claimed_elsewhere_is_left_alone(
+    queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _world("raced")
+    ids = turn_attempt_enqueue(slug="raced", count=2)["attempt_ids"]
+    claim = attempts._claim_follower
+
+    def other_worker_first(**kwargs: object) -> object:
+        assert kwargs["attempt_id"] == ids[1]
+        # the re-drive handed it to another worker, which claimed it first
+        assert turn_attempt_claim(attempt_id=ids[1], owner="w2") is not None
+        return claim(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(attempts, "_claim_follower", other_worker_first)
+    assert turn_attempt_run(attempt_id=ids[0], owner="w1", continue_for=60) == "committed"
+    second = TurnAttempt.objects.get(pk=ids[1])
+    assert (second.status, second.lease_owner) == ("running", "w2")
+
+
+def test_a_follower_the_task_never_claimed_is_sent_by_the_redrive(
+    queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process dies between the commit and the claim of the next attempt: no kick was
+    sent for it, and the periodic re-drive sends it (at most one reaper period late)."""
+    _world("died")
+    ids = turn_attempt_enqueue(slug="died", count=2)["attempt_ids"]
+    _sent(queue)
+
+    class Died(BaseException):
+        pass
+
+    def die_before_the_follower(**kwargs: object) -> object:
+        assert kwargs["attempt_id"] == ids[1]
+        raise Died
+
+    monkeypatch.setattr(attempts, "_claim_follower", die_before_the_follower)
+    with pytest.raises(Died):
+        turn_attempt_run(attempt_id=ids[0], owner="w1", continue_for=60)
+    assert _statuses(ids) == ["committed", "queued"]
+    assert _sent(queue) == []
+    assert turn_attempt_redrive() == [ids[1]]
+    assert _sent(queue) == [ids[1]]
+    monkeypatch.undo()
+    assert turn_attempt_run(attempt_id=ids[1], owner="w3") == AttemptStatus.COMMITTED
