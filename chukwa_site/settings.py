@@ -180,6 +180,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    # Operations are tagged by their first path segment under /api (worlds, scenarios, …); the
+    # prefix is explicit because /mcp/ is a DRF view too (left out of the document).
+    "SCHEMA_PATH_PREFIX": "/api",
 }
 
 # A turn attempt's Celery time limits (seconds); the soft limit lets it record its failure.

@@ -246,6 +246,7 @@ def up(host: str, port: int, concurrency: int) -> int:
             f"\n[chukwa] web:     {base}/\n"
             f"[chukwa] admin:   {base}/admin/\n"
             f"[chukwa] API:     {base}/api/  (OpenAPI schema at {base}/api/schema/)\n"
+            f"[chukwa] MCP:     {base}/mcp/  (streamable HTTP, Authorization: Bearer <token>)\n"
             f"[chukwa] health:  {base}/healthz\n"
             "[chukwa] Ctrl-C stops the web server and the workers; "
             "`python -m chukwa_site.stack stop` stops PostgreSQL and Redis.\n",

@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 
 from surfaces.api.schema import CachedSchemaView
+from surfaces.mcp.http import McpEndpoint
 from surfaces.pages import indexes
 from surfaces.pages import site as views
 
@@ -19,6 +20,9 @@ urlpatterns = [
     # Last of the API routes: any other /api/ path (or a malformed id the converters refuse)
     # answers with the JSON error envelope instead of the HTML 404 page.
     re_path(r"^api/", views.api_not_found, name="api-not-found"),
+    # MCP's streamable HTTP endpoint (clients are configured with or without the slash; a slash
+    # redirect would lose a POST).
+    re_path(r"^mcp/?$", McpEndpoint.as_view(), name="mcp"),
     path("", include("surfaces.pages.store_urls")),
     path("", include("surfaces.pages.worlds_urls")),
     path("", include("surfaces.pages.cognition_urls")),

@@ -127,6 +127,36 @@ class WorkflowComponentRef(models.Model):
         return f"{self.workflow_id[:12]} {self.path} → {self.kind} {self.component_hash[:12]}"
 
 
+class WorkflowDerivation(models.Model):
+    """A workflow version saved in the editor from another one ("derived from"). A stored
+    workflow is immutable and keyed by its content, so it cannot name its parent; the edge is
+    kept here, with who saved it and why. Not content: deleting nothing, changing no hash."""
+
+    child = models.ForeignKey(
+        CognitionWorkflow, on_delete=models.PROTECT, related_name="parent_edges"
+    )
+    parent = models.ForeignKey(
+        CognitionWorkflow, on_delete=models.PROTECT, related_name="child_edges"
+    )
+    operator = models.CharField(max_length=150, blank=True)
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+        constraints = [
+            # Rule: one edge per (version, the version it was derived from).
+            models.UniqueConstraint(fields=["child", "parent"], name="workflow_derivation_unique"),
+            # Rule: saving a workflow unchanged derives nothing.
+            models.CheckConstraint(
+                condition=~Q(child=models.F("parent")), name="workflow_derivation_not_self"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.child_id[:12]} derived from {self.parent_id[:12]}"
+
+
 class CognitionProfile(models.Model):
     hash = HashField(primary_key=True)
     workflow = models.ForeignKey(

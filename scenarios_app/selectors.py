@@ -30,6 +30,7 @@ from scenarios_app.models import (
     ScenarioName,
     ScenarioNameHistory,
     WorkflowComponentRef,
+    WorkflowDerivation,
 )
 
 MODEL_BY_KIND = {
@@ -482,4 +483,24 @@ def store_counts() -> dict[str, int]:
         "entities": Entity.objects.count(),
         "scenarios": Scenario.objects.count(),
         "names": ScenarioName.objects.count(),
+    }
+
+
+def workflow_versions(*, workflow_hash: str) -> dict[str, list[dict[str, Any]]]:
+    """The versions a workflow was derived from in the editor, and those derived from it, oldest
+    first (two queries)."""
+    fields = ("operator", "note", "created_at")
+    return {
+        "derived_from": [
+            {"hash": row.pop("parent_id"), **row}
+            for row in WorkflowDerivation.objects.filter(child_id=workflow_hash)
+            .order_by("created_at", "pk")
+            .values("parent_id", *fields)
+        ],
+        "derived": [
+            {"hash": row.pop("child_id"), **row}
+            for row in WorkflowDerivation.objects.filter(parent_id=workflow_hash)
+            .order_by("created_at", "pk")
+            .values("child_id", *fields)
+        ],
     }

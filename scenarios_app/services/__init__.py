@@ -19,16 +19,19 @@ from scenarios_app.services.manifest import (
     ScenarioForkInput,
 )
 from scenarios_app.services.names import UNSET, NameResult, scenario_name_set, scenario_name_unset
+from scenarios_app.services.workflow_versions import DeriveResult, cognition_workflow_derive
 
 __all__ = [
     "PUT_BY_KIND",
     "UNSET",
     "AssembleResult",
+    "DeriveResult",
     "NameResult",
     "PutResult",
     "ScenarioAssembleInput",
     "ScenarioForkInput",
     "cognition_profile_put",
+    "cognition_workflow_derive",
     "cognition_workflow_put",
     "component_put",
     "entity_put",

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from django.core.validators import ProhibitNullCharactersValidator
 from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import serializers
@@ -257,6 +258,22 @@ class InputSerializerExtension(OpenApiSerializerExtension):
     def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
         schema = auto_schema._map_basic_serializer(self.target, direction)
         return {**schema, "additionalProperties": False}
+
+
+class DeleteBodySchema(AutoSchema):
+    """For a view whose DELETE reads a body (a scenario name's compare-and-set unset).
+    drf-spectacular describes request bodies of POST, PUT and PATCH only; this describes a
+    DELETE's declared body as PUT's would be, so the document (and the MCP tools built from it)
+    names every field the view accepts."""
+
+    def _get_request_body(self, direction: str = "request") -> Any:
+        if self.method != "DELETE":
+            return super()._get_request_body(direction)
+        self.method = "PUT"
+        try:
+            return super()._get_request_body(direction)
+        finally:
+            self.method = "DELETE"
 
 
 def validate(serializer_class: type[StrictInputSerializer], data: Any) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from surfaces.api.contract import (
     READ_ERRORS,
     REF_PATH,
     WRITE_ERRORS,
+    DeleteBodySchema,
     HashField,
     HashOutField,
     InstantField,
@@ -515,6 +516,8 @@ class ScenarioNameChangeSerializer(serializers.Serializer):
 class ScenarioNameApi(APIView):
     """GET, PUT (compare-and-set) and DELETE of one scenario name: three operations, each with
     its own serializers, on one path."""
+
+    schema = DeleteBodySchema()
 
     class OutputSerializer(serializers.Serializer):
         name = LabelOutField()

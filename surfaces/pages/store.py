@@ -193,6 +193,7 @@ def component_detail_page(request: HttpRequest, segment: str, hash: str) -> Http
     workflow = None
     if kind == ComponentKind.COGNITION_WORKFLOW:
         workflow = _workflow_summary(component["content"])
+        component["versions"] = selectors.workflow_versions(workflow_hash=hash)
     elif kind == ComponentKind.COGNITION_PROFILE:
         links["workflow"] = component_url(
             ComponentKind.COGNITION_WORKFLOW, component["workflow_hash"]

@@ -1,15 +1,13 @@
-"""World, turn, diff, comparison and attempt-timeline pages (HTML + HTMX, every page also
-?format=json)."""
+"""World, turn, diff and comparison pages (HTML + HTMX, every page also ?format=json); the
+attempt timeline is surfaces/pages/attempts.py."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
-from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
 
@@ -229,160 +227,3 @@ def world_compare_page(request: HttpRequest, slug: str, other: str) -> HttpRespo
         "next_offset": offset + limit if offset + limit < count else None,
     }
     return respond(request, "worlds_app/world_compare.html", context, data)
-
-
-def _offset_ms(moment: datetime | None, start: datetime) -> float:
-    return 0.0 if moment is None else max((moment - start).total_seconds() * 1000, 0.0)
-
-
-def _timeline(data: dict[str, Any]) -> dict[str, Any]:
-    """Waterfall rows for the attempt: invocations (tool calls nested under their generation)
-    and the patch / commit / failure markers, positioned relative to the attempt start."""
-    now = timezone.now()
-    start = data["started_at"] or data["queued_at"]
-    end = data["ended_at"] or now
-    invocations = data["source_invocations"]
-    for inv in invocations:
-        if inv["ended_at"] and inv["ended_at"] > end:
-            end = inv["ended_at"]
-    total = max(_offset_ms(end, start), 1.0)
-    rejections = {
-        e["invocation_id"]: e["payload"].get("rejection", "")
-        for e in data["events"]
-        if e["kind"] == "generation_rejected"
-    }
-    rows: list[dict[str, Any]] = []
-    for inv in invocations:
-        offset = _offset_ms(inv["started_at"], start)
-        duration = inv["duration_ms"]
-        if duration is None:
-            duration = _offset_ms(inv["ended_at"] or now, inv["started_at"])
-        if inv["kind"] == "llm_generation":
-            label = f"{inv['node_id']} · generation {inv['generation_attempt'] or 1}"
-            if inv["tool_loop_round"]:
-                label += f" · round {inv['tool_loop_round']}"
-        elif inv["kind"] == "model_elected_tool":
-            label = f"tool {inv['tool_name']}"
-        elif inv["kind"] == "conformance_check":
-            label = f"{inv['node_id']} · conformance check of {inv['source_label']}"
-        else:
-            label = f"ambient {inv['ambient_source_id'] or inv['source_label']}"
-        rejected = inv["id"] in rejections
-        rows.append(
-            {
-                "type": "invocation",
-                "kind": inv["kind"],
-                "label": label,
-                "subject_id": inv["subject_id"],
-                "depth": 1 if inv["parent_id"] else 0,
-                "status": "rejected" if rejected else inv["status"],
-                "rejection": rejections.get(inv["id"], ""),
-                "failure": inv["failure_message"],
-                "offset_ms": round(offset),
-                "duration_ms": round(duration),
-                "left": offset / total * 100,
-                "width": max(duration / total * 100, 0.4),
-                "tokens": (inv["prompt_tokens"], inv["completion_tokens"]),
-                "cost": inv["cost"],
-                "cost_estimated": inv["cost_estimated"],
-                "ttft_ms": inv["ttft_ms"],
-                "invocation_id": inv["id"],
-                "llm_call_id": inv["llm_call_id"],
-                "output_kind": inv["model_output_kind"],
-                "sort": (offset, inv["seq"]),
-            }
-        )
-    markers = {"world_patch_applied", "turn_committed", "attempt_failed", "inner_monologue"}
-    markers |= {"attempt_interrupted", "attempt_cancelled", "effect_contested"}
-    for event in data["events"]:
-        if event["kind"] not in markers:
-            continue
-        offset = _offset_ms(event["created_at"], start)
-        payload = event["payload"]
-        if event["kind"] == "world_patch_applied":
-            # provisional until the turn commits; never shown as applied when it did not
-            label = {
-                "committed": f"patch #{event['patch_seq']} applied",
-                "provisional": f"patch #{event['patch_seq']} applied (provisional)",
-            }.get(event["commit_state"], f"patch #{event['patch_seq']} not committed")
-            note = payload.get("patch", {}).get("narration", "")
-        elif event["kind"] == "effect_contested":
-            overridden = payload.get("overridden", {})
-            label = f"{payload.get('target_id')} contested"
-            note = (
-                f"patch #{event['patch_seq']} ({event['subject_id']}) overrides patch "
-                f"#{overridden.get('patch_seq')} ({overridden.get('subject_id')})"
-            )
-        elif event["kind"] == "inner_monologue":
-            label = f"{event['node_id']} · rule policy"
-            note = f"matched rule {payload.get('matched_rule')}: {payload.get('intent', '')}"
-        elif event["kind"] == "turn_committed":
-            label, note = "turn committed", f"turn {data['produced_turn']}"
-        else:
-            label = event["kind"].replace("_", " ")
-            note = payload.get("reason", "")
-        rows.append(
-            {
-                "type": "marker",
-                "kind": event["kind"],
-                "commit_badge": {
-                    "provisional": "provisional",
-                    "not_committed": "not committed",
-                }.get(event["commit_state"] or ""),
-                "label": label,
-                "subject_id": event["subject_id"],
-                "depth": 0,
-                "note": note,
-                "offset_ms": round(offset),
-                "left": min(offset / total * 100, 99.6),
-                "llm_call_id": event["llm_call_id"],
-                "invocation_id": event["invocation_id"],
-                "sort": (offset, 10**9 + event["seq"]),
-            }
-        )
-    rows.sort(key=lambda r: r["sort"])
-    # Tool calls sit directly under the generation that asked for them.
-    children: dict[Any, list[dict[str, Any]]] = {}
-    parents = {inv["id"]: inv["parent_id"] for inv in invocations}
-    top: list[dict[str, Any]] = []
-    for row in rows:
-        parent = parents.get(row.get("invocation_id")) if row["type"] == "invocation" else None
-        (children.setdefault(parent, []) if parent else top).append(row)
-    ordered: list[dict[str, Any]] = []
-    for row in top:
-        ordered.append(row)
-        if row["type"] == "invocation":
-            ordered.extend(children.pop(row["invocation_id"], []))
-    for orphans in children.values():
-        ordered.extend(orphans)
-    for row in ordered:
-        del row["sort"]
-    ticks = [{"left": i * 25, "ms": round(total * i / 4)} for i in range(5)]
-    return {"rows": ordered, "total_ms": round(total), "ticks": ticks}
-
-
-@page
-def attempt_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
-    data = selectors.attempt_get(attempt_id=attempt_id)
-    timeline = _timeline(data)
-    generations = [i for i in data["source_invocations"] if i["kind"] == "llm_generation"]
-    context = {
-        "attempt": data,
-        "timeline": timeline,
-        "finished": data["status"] in FINISHED,
-        "url": reverse("page-attempt", args=[data["id"]]),
-        "stats": {
-            "invocations": len(data["source_invocations"]),
-            "generations": len(generations),
-            "retries": sum(1 for e in data["events"] if e["kind"] == "generation_rejected"),
-            "prompt_tokens": sum(i["prompt_tokens"] or 0 for i in generations),
-            "completion_tokens": sum(i["completion_tokens"] or 0 for i in generations),
-        },
-    }
-    return respond(
-        request,
-        "worlds_app/attempt_detail.html",
-        context,
-        {**data, "timeline": timeline["rows"]},
-        partial="worlds_app/_timeline.html",
-    )

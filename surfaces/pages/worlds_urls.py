@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path
 
-from surfaces.pages import provenance
+from surfaces.pages import attempts, provenance
 from surfaces.pages import worlds as views
 
 urlpatterns: list[URLPattern] = [
@@ -27,5 +27,5 @@ urlpatterns: list[URLPattern] = [
         provenance.environment_page,
         name="page-world-environment",
     ),
-    path("attempts/<str:attempt_id>/", views.attempt_page, name="page-attempt"),
+    path("attempts/<str:attempt_id>/", attempts.attempt_page, name="page-attempt"),
 ]

@@ -19,6 +19,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 
+from tests.support.worker import routed_to
 from worlds_app.models import AttemptStatus, TurnAttempt
 
 CLIENT_PACKAGE = "chukwa_client"
@@ -118,9 +119,12 @@ def test_generated_client_creates_a_world_and_queues_turns(
     assert isinstance(world, models.WorldCreateOutput)
     assert (world.slug, world.current_turn, world.label) == ("client-made", 0, "ant_on_plate_rules")
 
-    queued = turn_enqueue.sync_detailed(
-        "client-made", client=client, body=models.TurnEnqueueInput(count=3)
-    )
+    # A queue no worker reads: the session's worker (if an earlier test started it) must not
+    # run these attempts while the test looks at them.
+    with routed_to(f"unconsumed-{uuid.uuid4().hex}"):
+        queued = turn_enqueue.sync_detailed(
+            "client-made", client=client, body=models.TurnEnqueueInput(count=3)
+        )
     assert queued.status_code == 202, queued.content
     batch = queued.parsed
     assert isinstance(batch, models.TurnEnqueueOutput)

@@ -362,7 +362,9 @@ def test_timeline_query_count_is_flat(
     add(11, 90)
     with django_assert_num_queries(len(ten)):
         response = reader.get(url)
-    assert response.content.decode().count("ambient src") == 100
+    # one row in the tree and one section in the side panel per call
+    assert response.content.decode().count('data-row="i-') == 100
+    assert response.content.decode().count('class="wf-detail" id="detail-i-') == 100
 
 
 # --- LLM traces --------------------------------------------------------------------------------
@@ -372,8 +374,14 @@ def test_llm_attempt_timeline_shows_the_retry(reader: Client, llm_world: TurnAtt
     url = f"/attempts/{llm_world.pk}/"
     data = page_json(reader, url)
     generations = [r for r in data["timeline"] if r.get("kind") == "llm_generation"]
-    assert [g["status"] for g in generations] == ["rejected", "succeeded"]
+    # the verdict, not the transport status: the rejected output never reads "succeeded"
+    assert [g["verdict"]["code"] for g in generations] == ["rejected", "accepted"]
+    assert [g["status"] for g in generations] == ["succeeded", "succeeded"]
     assert "not valid JSON" in generations[0]["rejection"]
+    # the retry sits in one round with the rejected try, carrying the corrective message
+    (round_row,) = [r for r in data["timeline"] if r["kind"] == "round"]
+    assert [g["parent"] for g in generations] == [round_row["id"], round_row["id"]]
+    assert generations[1]["corrective"].startswith("Your previous response was rejected.")
     body = html(reader, url)
     assert "generation 1" in body and "generation 2" in body
     assert "rejected: " in body and "not valid JSON" in body

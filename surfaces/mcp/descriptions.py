@@ -1,0 +1,240 @@
+"""What each MCP tool tells a model: the operation, its inputs in words, and the next step.
+
+Keyed by the REST operation id (the tool's name). The input schemas come from the API's
+serializers (``surfaces/mcp/catalog.py``); these texts add what a schema cannot say: the order in
+which a scenario is authored, which hashes feed which tool, and what each answer means.
+"""
+
+from __future__ import annotations
+
+INSTRUCTIONS = """\
+Chukwa runs LLM-driven prose world simulations. Every tool is one operation of Chukwa's REST API
+(same validation, same errors: a failed call returns isError with {"error": {"code", "message",
+"details"}}; the message starts with the field it names).
+
+Author a scenario piece by piece; every piece is an immutable, content-addressed component:
+1. world_patch_schema_get: the hash every patch-producing node names as final_schema_ref.
+2. json_schemas_put: argument/result schemas of tools and ambient sources (Draft 2020-12).
+3. response_sources_put: LLM endpoints (llm_chat_completions), tools (http_json, mcp_tool).
+4. cognition_workflows_put: nodes (llm_text, llm_tool_loop, rule_policy) and ambient sources;
+   references are {"hash": H} (or {"inline": content}).
+5. cognition_profiles_put: {"workflow": {"hash": H}} - what an agent thinks with.
+6. environments_put: prose of one place.
+7. entities_put: agents (kind.agent with goal, memory, cognition_profile label) and props.
+8. scenario_assemble: binds profiles and environments to labels and lists the entities.
+Putting the same content twice returns the same hash (was_new false). There are no defaults:
+every label an entity names must be bound in the scenario.
+Change a scenario with scenario_fork (only what changes; everything else is reused). Run it with
+world_create, then turn_enqueue; a worker runs the queued attempts: poll attempt_get until its
+status is committed or failed, then read turn_get, world_diff, source_invocation_get and
+llm_call_get. Writes need an operator's token; readers see the read tools only.
+"""
+
+_PAGING = " Paged: limit (1…200, default 50) and offset; the answer has count, limit, offset."
+
+# Each component kind: (singular, plural) and what its content is, for its put tool.
+_KIND_CONTENT = {
+    "json_schemas": (
+        ("a JSON Schema", "JSON Schemas"),
+        'content is a Draft 2020-12 JSON Schema object, e.g. {"type": "object", "properties": '
+        '{"text": {"type": "string"}}, "required": ["text"]}. $ref may point only inside the '
+        "same document (#…). Used as a tool's arguments_schema_ref/result_schema_ref and an "
+        "ambient source's result_schema_ref.",
+    ),
+    "response_sources": (
+        ("a response source", "response sources"),
+        'content is {"version": 1, "label": L, "interface": {...}}. interface.name is '
+        '"llm_chat_completions" (model, base_url_env "CHUKWA_LLM_BASE_URL", api_key_env '
+        '"CHUKWA_LLM_API_KEY", schema_delivery "response_format" or "prompt_only", timeout_ms, '
+        'params), "http_json" (method, url_env "CHUKWA_<X>_URL", path, timeout_ms) or '
+        '"mcp_tool" (url_env, tool, timeout_ms). URLs and keys are environment variable names, '
+        "never values. Workflows name it as llm_source_ref or a tool's source_ref.",
+    ),
+    "cognition_workflows": (
+        ("a cognition workflow", "cognition workflows"),
+        'content is {"version": 1, "execution": "per_subject_ordered" | "concurrent", '
+        '"ambient_sources": [...], "nodes": [...], "apply": {"from": "<node id>.final"}}. '
+        "Node types: llm_text (llm_source_ref, prompt_template.messages, "
+        "max_generation_attempts), llm_tool_loop (also available_tools [{name, description, "
+        "source_ref, arguments_schema_ref, result_schema_ref}], max_tool_calls, "
+        "final_schema_ref = the WorldPatch schema's hash), rule_policy (rules). Prompt "
+        "placeholders: {{world.projection}}, {{environment.rendered}}, {{subject.rendered}}, "
+        "{{subject.id}}, {{subject.memory}}, {{ambient.visible}}, {{tools.available}}, "
+        "{{world.turn}}, {{world.attempted_turn}}, {{world.simulation_time}}, "
+        '{{nodes.<id>.output}}. Every *_ref is {"hash": H} or {"inline": content}; the '
+        "stored workflow holds hashes only. Validated at put (never calls a source).",
+    ),
+    "cognition_profiles": (
+        ("a cognition profile", "cognition profiles"),
+        'content is {"workflow": {"hash": H}} (or {"workflow": {"inline": <workflow>}}); it is '
+        'stored as {"workflow_hash": H}. A scenario binds profiles to labels, and an agent '
+        "names its profile's label.",
+    ),
+    "environments": (
+        ("an environment", "environments"),
+        "content is the prose of one place (a non-empty string, at most 64 KiB). A scenario "
+        "binds environments to labels, and every entity names its environment's label.",
+    ),
+    "entities": (
+        ("an entity", "entities"),
+        'content is {"id", "name", "state", "environment": <label>, "kind": "prop" | {"agent": '
+        '{"goal", "memory", "cognition_profile": <label>}}}. The id is normalized (trimmed, '
+        "lowercased, spaces to _) before hashing; labels are resolved by the scenario.",
+    ),
+}
+
+
+def _component_descriptions() -> dict[str, str]:
+    texts: dict[str, str] = {}
+    for segment, ((what, plural), content) in _KIND_CONTENT.items():
+        texts[f"{segment}_put"] = (
+            f"Store {what} (content-addressed, immutable) and return its hash. {content} "
+            "Returns {hash, was_new}; the same content always gives the same hash."
+        )
+        texts[f"{segment}_get"] = (
+            f"Read {what} by its hash (64 lowercase hex): its stored content and created_at."
+        )
+        texts[f"{segment}_list"] = f"List stored {plural}, newest first.{_PAGING}"
+        texts[f"{segment}_uses"] = (
+            f"What uses {what} (by hash): the workflows, cognition profiles and scenarios that "
+            "reference it (to see what a change to it would touch)."
+        )
+    return texts
+
+
+TOOL_DESCRIPTIONS: dict[str, str] = {
+    **_component_descriptions(),
+    # --- scenarios ---
+    "scenario_assemble": (
+        "Assemble a scenario from its parts. scenario_slug (label), description, "
+        'chronon_seconds (simulated seconds per turn), cognition_profiles {label: {"hash": H} '
+        '| {"inline": profile}}, environments {label: {"hash": H} | {"inline": text}}, '
+        'entities [{"hash": H} | {"inline": entity}, …] with at least one agent; optional name '
+        "(set this scenario name too), operator, note, metadata. Every entity's environment and "
+        "every agent's cognition_profile must be a bound label. Returns scenario_hash, "
+        "was_new_scenario, the component hashes by label, new_components and derivation_id."
+    ),
+    "scenario_fork": (
+        'Derive a new scenario from primary_parent ({"name": N} or {"hash": H}) with only '
+        "the changes given: changes.scenario_slug, description, chronon_seconds, "
+        "cognition_profile_upserts {label: ref}, cognition_profile_removals [label], "
+        "environment_upserts {label: ref}, environment_removals [label], entities (replaces "
+        "the whole list). Everything not changed is reused: changing one byte of one workflow "
+        "makes exactly one new workflow, one new profile and one new scenario. Optional "
+        "additional_parents [{hash, role}], name, operator, note, metadata. Same answer as "
+        "scenario_assemble."
+    ),
+    "scenario_list": (
+        "List scenarios, newest first, with their names and child/world counts. Filters: "
+        "created_after, created_before, has_name, has_parents, uses_<kind>_hash (e.g. "
+        f"uses_cognition_workflow_hash).{_PAGING}"
+    ),
+    "scenario_get": (
+        "Read a scenario by hash or by name (ref): its full content (profiles with their "
+        "workflows, environments, entities), the component hashes by label, its names and its "
+        "derivations (how it was assembled or forked)."
+    ),
+    "scenario_lineage": (
+        "A scenario's ancestors and descendants (by hash or name): nodes and parent→child edges "
+        "with the derivation that made each, oldest first."
+    ),
+    "scenario_name_get": (
+        "Read a scenario name: the hash it points to now (null when unset), that scenario's "
+        "summary and the name's history of changes."
+    ),
+    "scenario_name_set": (
+        "Point a scenario name (label) at a scenario hash. expected_current_hash makes it a "
+        "compare-and-set (null: the name must be unset now); a mismatch is 409 cas_failed. "
+        "Optional note and operator are kept in the name's history."
+    ),
+    "scenario_name_unset": (
+        "Unset a scenario name (a tombstone is kept in its history). Optional "
+        "expected_current_hash (compare-and-set), note, operator."
+    ),
+    "world_patch_schema_get": (
+        "The WorldPatch JSON Schema (what every patch-producing node's final output must be) "
+        "and its hash: use the hash as final_schema_ref in llm_tool_loop nodes."
+    ),
+    # --- worlds and turns ---
+    "world_create": (
+        "Create a world (a running copy of a scenario) at turn 0. slug (label, unique), "
+        'scenario_ref {"name": N} | {"hash": H} | {"data": <scenario_assemble input>}; '
+        "optional name, start_time (ISO 8601 with offset; default now), budget, replay_from "
+        "{world, mode}. Returns the world with its state at turn 0."
+    ),
+    "world_list": f"List worlds, newest first; optional scenario (hash) filter.{_PAGING}",
+    "world_get": (
+        "Read a world by slug: current turn, simulation time, state, scenario snapshot, "
+        "queued/running attempt counts, recent attempts, budget and cost."
+    ),
+    "world_delete": (
+        "Delete a world and its turns (a deleted-world record is kept; scenarios are untouched)."
+    ),
+    "turn_enqueue": (
+        "Queue turns for a world: count (1…, default 1) turn attempts, run in order by a worker; "
+        "a failure cancels the rest of the batch. Returns batch_id and attempt_ids; read each "
+        "with attempt_get (status queued → running → committed | failed | interrupted | "
+        "cancelled)."
+    ),
+    "turn_get": (
+        "Read committed turn number of a world: its state snapshot, simulation time, the "
+        "accepted patches with narrations, per-effect transitions, the attempt that made it "
+        "and its cost."
+    ),
+    "world_diff": (
+        "What changed in a world between turn from and turn to: entity states, memories and "
+        "environments, before and after."
+    ),
+    "world_compare": (
+        "Compare two worlds turn by turn (slug and other): the first divergent turn and, per "
+        f"turn, the entities and environments that differ.{_PAGING}"
+    ),
+    "world_budget_get": "A world's budget (token and cost limits) in force and its history.",
+    "world_budget_put": (
+        "Replace a world's budget: max_tokens_per_turn, max_cost_per_turn, max_tokens_total, "
+        "max_cost_total (limits left out are lifted). Applies from the next attempt."
+    ),
+    # --- attempts and traces ---
+    "attempt_get": (
+        "Read a turn attempt by id: status, the turn it attempted or produced, failure "
+        "(step, subject, reason), its events (ambient results, node outputs, patches, "
+        "retries) and its source invocations (LLM calls and tool calls, each with an id for "
+        "source_invocation_get / llm_call_get) and cost."
+    ),
+    "source_invocation_get": (
+        "Read one source invocation (an ambient source, tool or LLM call) by id: request, "
+        "response, status, duration, validation errors and failure (secrets are redacted)."
+    ),
+    "llm_call_get": (
+        "Read one LLM call by id: the messages sent, the model's raw and normalized text, "
+        "streamed chunks, finish reason, token usage, parse errors and cost."
+    ),
+    "attempt_list": (
+        "Find turn attempts across worlds, newest first (e.g. every failed one): filters status, "
+        f"world, subject (an entity id), model, since, until.{_PAGING}"
+    ),
+    "llm_call_list": (
+        "Find LLM calls across worlds, newest first: filters status, world, subject, model, "
+        f"since, until; each row has the call id for llm_call_get.{_PAGING}"
+    ),
+    "turn_list": f"A world's committed turns, with their narrations in brief.{_PAGING}",
+    # --- review (SPEC §12) ---
+    "model_price_list": "The model price table (per million tokens) with its history.",
+    "model_price_put": (
+        "Set the price of a model at an LLM endpoint (url_env, model, input/output/cached "
+        "prices per million tokens); the history is kept."
+    ),
+    "annotation_list": (
+        "List annotations (reviewers' labels, numbers or flags on attempts, turns and LLM "
+        f"calls); filters target_kind, world, turn, attempt, llm_call, name, value, author.{_PAGING}"
+    ),
+    "annotation_create": (
+        "Annotate an attempt, a turn or an LLM call: target, name (label), value (a label, a "
+        "number or true/false) and an optional comment. Any signed-in user may annotate."
+    ),
+    "annotation_get": "Read one annotation by id.",
+    "annotation_update": (
+        "Replace an annotation's name, value and comment (its author or an operator only)."
+    ),
+    "annotation_delete": "Delete an annotation (its author or an operator only).",
+}
