@@ -83,9 +83,17 @@ class EventLog:
                 self._write_locked()
 
     def flush(self) -> None:
-        """Write every event so far (before a source call, at the end of a subject)."""
+        """Write every event so far (before a source call)."""
         with self._lock:
             self._write_locked()
+
+    def flush_if_due(self) -> None:
+        """Write what is pending if the last write is older than the batching window (at the end
+        of a subject: a turn of many LLM-free subjects then writes one batch per window, not one
+        transaction per subject)."""
+        with self._lock:
+            if self._pending and time.monotonic() - self._last_write >= EVENT_FLUSH_SECONDS:
+                self._write_locked()
 
     def finish(self, event: StagedEvent) -> None:
         """The outcome event and everything not yet written, inside the caller's transaction

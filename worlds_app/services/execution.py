@@ -260,7 +260,7 @@ class _TurnRun:
             make_call_context=self.make_call_context,
         )
         patch, node_id = run_subject_workflow(run)
-        self.events.flush()
+        self.events.flush_if_due()
         return Thought(
             subject["id"],
             workflow_hash,
