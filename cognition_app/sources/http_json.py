@@ -14,12 +14,12 @@ from cognition_app.rows import insert_statement
 from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
 from cognition_app.sources.failure import SourceFailure
-from cognition_app.sources.replay import fail_miss, open_replayed, request_key
+from cognition_app.sources.replay import request_key
 from cognition_app.sources.results import (
     JsonResult,
     fail_unsent,
+    from_recording,
     result_schema_problem,
-    serve_replayed,
 )
 from cognition_app.sources.tracing import (
     CallContext,
@@ -59,34 +59,19 @@ def invoke_http_json(
     # The X-Chukwa-* headers carry per-call ids (and the turn, which the k-th-use rule covers):
     # not part of the key, nor is the URL the variable points at.
     key = request_key(source_hash, {"method": "POST", "path": request["path"], "body": body})
-    if ctx.replay is not None:
-        record = ctx.replay.take(key)
-        if record is not None:
-            return serve_replayed(
-                open_replayed(
-                    ctx,
-                    kind=kind,
-                    source_hash=source_hash,
-                    source=source,
-                    request=request,
-                    key=key,
-                    record=record,
-                    input_schema_hash=input_schema_hash,
-                    output_schema_hash=result_schema_hash,
-                ),
-                record,
-                result_schema_hash,
-            )
-        if ctx.replay.strict:
-            fail_miss(
-                ctx,
-                kind=kind,
-                source_hash=source_hash,
-                source=source,
-                request=request,
-                key=key,
-                what=f"{kind} {ctx.ambient_source_id or ctx.tool_name} of {ctx.subject_id or 'the turn'}",
-            )
+    replayed = from_recording(
+        ctx,
+        kind=kind,
+        source_hash=source_hash,
+        source=source,
+        request=request,
+        key=key,
+        input_schema_hash=input_schema_hash,
+        result_schema_hash=result_schema_hash,
+        what=f"{kind} {ctx.ambient_source_id or ctx.tool_name} of {ctx.subject_id or 'the turn'}",
+    )
+    if replayed is not None:
+        return replayed
     inv = new_invocation(
         ctx,
         kind=kind,

@@ -20,12 +20,12 @@ from chukwa_core.json_values import UnstorableValue, check_storable, loads_stric
 from cognition_app.models import InvocationStatus, SourceInvocation
 from cognition_app.sources.components import source_content
 from cognition_app.sources.failure import SourceFailure
-from cognition_app.sources.replay import fail_miss, open_replayed, request_key
+from cognition_app.sources.replay import request_key
 from cognition_app.sources.results import (
     JsonResult,
     fail_unsent,
+    from_recording,
     result_schema_problem,
-    serve_replayed,
 )
 from cognition_app.sources.tracing import (
     CallContext,
@@ -61,34 +61,19 @@ def invoke_mcp_tool(
     request = {"url_env": iface["url_env"], "tool": iface["tool"], "arguments": body}
     # Neither the URL nor the key (nor the X-Chukwa-* per-call ids) is part of the key.
     key = request_key(source_hash, {"tool": iface["tool"], "arguments": body})
-    if ctx.replay is not None:
-        record = ctx.replay.take(key)
-        if record is not None:
-            return serve_replayed(
-                open_replayed(
-                    ctx,
-                    kind=kind,
-                    source_hash=source_hash,
-                    source=source,
-                    request=request,
-                    key=key,
-                    record=record,
-                    input_schema_hash=input_schema_hash,
-                    output_schema_hash=result_schema_hash,
-                ),
-                record,
-                result_schema_hash,
-            )
-        if ctx.replay.strict:
-            fail_miss(
-                ctx,
-                kind=kind,
-                source_hash=source_hash,
-                source=source,
-                request=request,
-                key=key,
-                what=f"{kind} {ctx.tool_name} of {ctx.subject_id or 'the turn'}",
-            )
+    replayed = from_recording(
+        ctx,
+        kind=kind,
+        source_hash=source_hash,
+        source=source,
+        request=request,
+        key=key,
+        input_schema_hash=input_schema_hash,
+        result_schema_hash=result_schema_hash,
+        what=f"{kind} {ctx.tool_name} of {ctx.subject_id or 'the turn'}",
+    )
+    if replayed is not None:
+        return replayed
     inv = new_invocation(
         ctx,
         kind=kind,

@@ -12,7 +12,8 @@ from django.utils import timezone
 from cognition_app.models import InvocationStatus, SourceInvocation
 from cognition_app.sources.components import schema_errors, schema_validator
 from cognition_app.sources.failure import SourceFailure
-from cognition_app.sources.tracing import trace_write
+from cognition_app.sources.replay import fail_miss, open_replayed
+from cognition_app.sources.tracing import CallContext, trace_write
 
 
 @dataclass(frozen=True)
@@ -77,3 +78,49 @@ def serve_replayed(
     if errors:
         raise SourceFailure("schema_invalid", message, invocation_id=inv.pk)
     return JsonResult(value, inv.pk)
+
+
+def from_recording(
+    ctx: CallContext,
+    *,
+    kind: str,
+    source_hash: str,
+    source: dict[str, Any],
+    request: dict[str, Any],
+    key: str,
+    input_schema_hash: str,
+    result_schema_hash: str,
+    what: str,
+) -> JsonResult | None:
+    """Serve the call from the world's recording when it replays one: the recorded reply, or
+    a traced miss in strict mode (which raises). None when the call must be sent live."""
+    if ctx.replay is None:
+        return None
+    record = ctx.replay.take(key)
+    if record is not None:
+        return serve_replayed(
+            open_replayed(
+                ctx,
+                kind=kind,
+                source_hash=source_hash,
+                source=source,
+                request=request,
+                key=key,
+                record=record,
+                input_schema_hash=input_schema_hash,
+                output_schema_hash=result_schema_hash,
+            ),
+            record,
+            result_schema_hash,
+        )
+    if ctx.replay.strict:
+        fail_miss(
+            ctx,
+            kind=kind,
+            source_hash=source_hash,
+            source=source,
+            request=request,
+            key=key,
+            what=what,
+        )
+    return None
