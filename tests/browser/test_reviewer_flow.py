@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,46 +17,24 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection
 from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 from cognition_app import toys
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
+from tests.browser.chromium import ARTIFACTS, chromium
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worker import routed_to, worker_process
 from worlds_app.services import world_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
-PROJECT = Path(__file__).resolve().parents[2]
-ARTIFACTS = PROJECT / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
 @pytest.fixture
 def browser() -> Iterator[webdriver.Chrome]:
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--window-size=1400,1000",
-    ):
-        options.add_argument(flag)
-    ARTIFACTS.mkdir(exist_ok=True)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.implicitly_wait(2)
-    yield driver
-    driver.quit()
+    with chromium() as driver:
+        driver.implicitly_wait(2)
+        yield driver
 
 
 @pytest.fixture
