@@ -98,6 +98,84 @@ def _client_loop(
             out.append(elapsed)
 
 
+class CpuMeter:
+    """CPU seconds used during the timed window by the load generator (this process), the
+    gunicorn processes and the PostgreSQL backends serving them (the bench database's backends
+    of this clone's embedded server): what each costs per answer, on the same shared cores."""
+
+    def __init__(self, gunicorn_pid: int) -> None:
+        self.gunicorn_pid = gunicorn_pid
+
+    def _postgres(self) -> list[Any]:
+        import psutil
+
+        from chukwa_site.embedded import data_dir
+
+        pidfile = data_dir() / "postgres" / "postmaster.pid"
+        try:
+            postmaster = psutil.Process(int(pidfile.read_text().splitlines()[0]))
+            children = postmaster.children()
+        except (OSError, ValueError, IndexError, psutil.Error):
+            return []
+        backends = []
+        for child in children:
+            try:
+                if BENCH_DB_NAME in " ".join(child.cmdline()):
+                    backends.append(child)
+            except psutil.Error:
+                continue
+        return backends
+
+    def sample(self) -> dict[str, dict[int, float]]:
+        import psutil
+
+        def cpu(procs: list[Any]) -> dict[int, float]:
+            out = {}
+            for proc in procs:
+                try:
+                    t = proc.cpu_times()
+                    out[proc.pid] = t.user + t.system
+                except psutil.Error:
+                    continue
+            return out
+
+        master = psutil.Process(self.gunicorn_pid)
+        return {
+            "load generator": cpu([psutil.Process()]),
+            "gunicorn": cpu([master, *master.children(recursive=True)]),
+            "PostgreSQL": cpu(self._postgres()),
+        }
+
+    @staticmethod
+    def used(
+        before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]
+    ) -> dict[str, float]:
+        """CPU seconds per group between two samples (processes present in the second)."""
+        return {
+            group: sum(t - before[group].get(pid, 0.0) for pid, t in after[group].items())
+            for group in after
+        }
+
+
+def _in_process_cpu(token: str, paths: list[str], rounds: int = 50) -> dict[str, float]:
+    """CPU ms per read served in this process through Django's full handler (middleware,
+    authentication, view, rendering), no HTTP server or client: the application's own cost."""
+    from django.test import Client
+
+    client = Client(HTTP_AUTHORIZATION=f"Token {token}", HTTP_HOST="127.0.0.1")
+    for path in paths:  # warm: imports, URL resolver, connection
+        for _ in range(5):
+            if client.get(path).status_code != 200:
+                raise RuntimeError(f"{path}: not 200 in-process")
+    out = {}
+    for path in paths:
+        t0 = time.process_time()
+        for _ in range(rounds):
+            client.get(path)
+        out[path] = (time.process_time() - t0) / rounds * 1000
+    return out
+
+
 def _pct(values: list[float], p: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
@@ -142,6 +220,11 @@ def main() -> int:
         call_command("migrate", verbosity=0)
         token, paths = _setup()
         benchdb.queue_purge(BENCH_QUEUE)
+        in_process = _in_process_cpu(token, paths)
+        print("in-process CPU per read (Django's handler, no HTTP):")
+        for path, ms in in_process.items():
+            print(f"  {ms:5.1f} ms  {path}")
+        print(f"  {statistics.mean(in_process.values()):5.1f} ms  mean over the {len(paths)} reads")
         port = _free_port()
         base = f"http://127.0.0.1:{port}"
         gunicorn = [sys.executable, "-m", "gunicorn", *_gunicorn_args()]
@@ -175,12 +258,15 @@ def main() -> int:
             )
             for _ in range(args.clients)
         ]
+        meter = CpuMeter(proc.pid)
+        cpu_before = meter.sample()
         t0 = time.perf_counter()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         wall = time.perf_counter() - t0
+        cpu_used = meter.used(cpu_before, meter.sample())
         print(f"\n{args.clients} clients, {args.seconds:.0f} s of GETs over {len(paths)} paths:")
         print(
             f"  {len(latencies)} answers ({len(latencies) / wall:.0f}/s), {len(errors)} errors"
@@ -188,6 +274,11 @@ def main() -> int:
         )
         p50, p95, p99 = (_pct(latencies, p) for p in (50, 95, 99))
         print(f"  latency p50 {p50:.1f} ms, p95 {p95:.1f} ms, p99 {p99:.1f} ms")
+        capacity = (os.cpu_count() or 1) * wall
+        answers = max(1, len(latencies))
+        print("  CPU during the timed window (share of all cores; ms per answer):")
+        for group, seconds in [*cpu_used.items(), ("total", sum(cpu_used.values()))]:
+            print(f"    {group:15} {seconds / capacity:6.1%}  {seconds / answers * 1000:5.2f} ms")
         schema: list[float] = []
         with httpx.Client(base_url=base, headers={"Authorization": f"Token {token}"}) as client:
             for _ in range(6):
