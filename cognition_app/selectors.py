@@ -21,6 +21,7 @@ from cognition_app.models import (
     SourceInvocation,
 )
 from scenarios_app.services._store import reject_nul
+from scenarios_app.sql_rows import fetch_dict, fetch_dicts
 
 SUMMARY_FIELDS = (
     "id",
@@ -57,27 +58,26 @@ def _uuid(value: str, field: str) -> UUID:
         raise invalid("invalid_id", field, f"{value!r} is not a UUID") from None
 
 
+def _summary_columns() -> str:
+    column = {f.attname: f.column for f in SourceInvocation._meta.concrete_fields}
+    return ", ".join(f"inv.{column[name]} AS {name}" for name in SUMMARY_FIELDS)
+
+
 def invocation_summaries(*, attempt_id: UUID) -> list[dict[str, Any]]:
-    rows = list(
-        SourceInvocation.objects.filter(attempt_id=attempt_id)
-        .order_by("seq")
-        .values(
-            *SUMMARY_FIELDS,
-            "llm_call__id",
-            "llm_call__prompt_tokens",
-            "llm_call__completion_tokens",
-            "llm_call__ttft_ms",
-            "llm_call__cost",
-            "llm_call__cost_estimated",
-        )
+    """An attempt's invocations in order, each with its LLM call's id, usage and cost (null
+    when it made none). Plain SQL: the attempt page and API read it on every request."""
+    rows = fetch_dicts(
+        # the column list is built from the model's own field names; the id is a parameter
+        f"SELECT {_summary_columns()}, c.cost AS cost, c.cost_estimated AS cost_estimated, "  # noqa: S608
+        "c.id AS llm_call_id, c.prompt_tokens AS prompt_tokens, "
+        "c.completion_tokens AS completion_tokens, c.ttft_ms AS ttft_ms "
+        "FROM cognition_app_sourceinvocation inv "
+        "LEFT JOIN cognition_app_llmcall c ON c.invocation_id = inv.id "
+        "WHERE inv.attempt_id = %s ORDER BY inv.seq",
+        [attempt_id],
     )
     for row in rows:
-        row["cost"] = row.pop("llm_call__cost")
-        row["cost_estimated"] = bool(row.pop("llm_call__cost_estimated"))
-        row["llm_call_id"] = row.pop("llm_call__id")
-        row["prompt_tokens"] = row.pop("llm_call__prompt_tokens")
-        row["completion_tokens"] = row.pop("llm_call__completion_tokens")
-        row["ttft_ms"] = row.pop("llm_call__ttft_ms")
+        row["cost_estimated"] = bool(row["cost_estimated"])
     return rows
 
 
@@ -311,6 +311,37 @@ _TOTALS = {
 }
 
 
+# The aggregate behind CostTotals over the LLM calls (alias ``c``) of the invocations (alias
+# ``inv``) a WHERE clause appended by the caller picks; one row even when no call matches. Plain
+# SQL: world, turn and attempt reads embed it (as a LATERAL subquery) on every request.
+COST_TOTALS_SELECT = (
+    "SELECT count(c.id) AS calls, "
+    "count(c.id) FILTER (WHERE c.cost IS NOT NULL) AS priced, "
+    "count(c.id) FILTER (WHERE c.cost IS NULL) AS unknown_calls, "
+    "count(c.id) FILTER (WHERE c.cost_estimated) AS estimated_calls, "
+    "sum(c.cost) AS cost, sum(c.prompt_tokens) AS prompt, "
+    "sum(c.completion_tokens) AS completion, sum(c.cached_tokens) AS cached "
+    "FROM cognition_app_llmcall c "
+    "JOIN cognition_app_sourceinvocation inv ON inv.id = c.invocation_id"
+)
+# The column names of COST_TOTALS_SELECT's row, for a caller prefixing them in its own select.
+COST_TOTALS_COLUMNS = (
+    "calls",
+    "priced",
+    "unknown_calls",
+    "estimated_calls",
+    "cost",
+    "prompt",
+    "completion",
+    "cached",
+)
+
+
+def cost_totals_from_row(row: Mapping[str, Any], prefix: str = "") -> CostTotals:
+    """CostTotals from COST_TOTALS_SELECT's columns (named ``prefix + column`` in ``row``)."""
+    return _totals({name: row[prefix + name] for name in COST_TOTALS_COLUMNS})
+
+
 def _totals(row: Mapping[str, Any]) -> CostTotals:
     prompt, completion = row["prompt"] or 0, row["completion"] or 0
     return {
@@ -343,8 +374,17 @@ def cost_totals(
 ) -> CostTotals:
     """Cost and tokens of a world's LLM calls — all, one attempt's, or those of every attempt
     at one turn (the failed ones too: they were spent on it). One query."""
-    calls = _calls(world_id=world_id, attempt_id=attempt_id, attempted_turn=attempted_turn)
-    return _totals(calls.aggregate(**_TOTALS))
+    where: list[str] = ["inv.world_id = %s"]
+    params: list[Any] = [world_id]
+    if attempt_id is not None:
+        where.append("inv.attempt_id = %s")
+        params.append(attempt_id)
+    if attempted_turn is not None:
+        where.append("inv.attempted_turn = %s")
+        params.append(attempted_turn)
+    row = fetch_dict(f"{COST_TOTALS_SELECT} WHERE {' AND '.join(where)}", params)
+    assert row is not None  # an aggregate without GROUP BY always has its one row
+    return _totals(row)
 
 
 def cost_totals_by_attempt(*, attempt_ids: Iterable[UUID]) -> dict[str, CostTotals]:

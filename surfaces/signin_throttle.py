@@ -8,6 +8,7 @@ database, so every web process sees the same counts and tests roll them back wit
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import time
@@ -19,10 +20,12 @@ from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
+from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.authentication import TokenAuthentication
+from rest_framework.authtoken.models import Token
 from rest_framework.request import Request
 
 from chukwa_core.errors import ChukwaError
@@ -170,8 +173,48 @@ class ThrottledTokenAuthentication(TokenAuthentication):
             raise
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
+        """DRF's lookup (the token and its user, refused if unknown or the user inactive) in
+        one statement written once: every API request runs it, and the ORM spent ~0.4 ms of
+        CPU compiling the query, several times what running it costs. Read on every request,
+        never cached, so a deleted token stops working at once."""
         # DRF keys are 40 hex characters; anything else is refused before the lookup, so a NUL
         # byte in a header never reaches PostgreSQL as a text parameter.
         if len(key) > 40 or "\x00" in key:
             raise drf_exceptions.AuthenticationFailed("Invalid token.")
-        return super().authenticate_credentials(key)
+        sql, token_fields, user_fields = _token_user_query()
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [key])
+            row = cursor.fetchone()
+        if row is None:
+            raise drf_exceptions.AuthenticationFailed("Invalid token.")
+        split = len(token_fields)
+        token = Token.from_db(connection.alias, token_fields, row[:split])
+        user = User.from_db(connection.alias, user_fields, row[split:])
+        if not user.is_active:
+            raise drf_exceptions.AuthenticationFailed("User inactive or deleted.")
+        token.user = user
+        return (user, token)
+
+
+@functools.cache
+def _token_user_query() -> tuple[str, list[str], list[str]]:
+    """``SELECT <token columns>, <user columns> … WHERE key = %s``, from the models' own
+    metadata (every concrete field, as ``select_related("user")`` loads them)."""
+
+    def quote(name: str | None) -> str:
+        assert name is not None  # a concrete field always has a column
+        return connection.ops.quote_name(name)
+
+    token_fields = list(Token._meta.concrete_fields)
+    user_fields = list(User._meta.concrete_fields)
+    columns = [f"t.{quote(f.column)}" for f in token_fields]
+    columns += [f"u.{quote(f.column)}" for f in user_fields]
+    token_user = Token._meta.get_field("user")
+    sql = (
+        # table and column names are the models' own, quoted; the key is a parameter
+        f"SELECT {', '.join(columns)} FROM {quote(Token._meta.db_table)} t "  # noqa: S608
+        f"JOIN {quote(User._meta.db_table)} u "
+        f"ON u.{quote(User._meta.pk.column)} = t.{quote(token_user.column)} "
+        f"WHERE t.{quote(Token._meta.pk.column)} = %s"
+    )
+    return sql, [f.attname for f in token_fields], [f.attname for f in user_fields]

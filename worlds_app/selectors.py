@@ -7,25 +7,20 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Q, QuerySet
 
 from chukwa_core.component_validation import type_name
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
 from cognition_app.budgets import BudgetLimits
-from cognition_app.selectors import (
-    cost_totals,
-)
+from cognition_app.selectors import cost_totals_from_row
 from scenarios_app.selectors import parse_paging
+from worlds_app import read_sql
 from worlds_app.models import (
-    ACTIVE_STATUSES,
     Annotation,
     AnnotationTarget,
-    AttemptEvent,
     AttemptStatus,
-    PatchTransition,
     Turn,
-    TurnAttempt,
     World,
     WorldBudget,
 )
@@ -71,72 +66,53 @@ def world_row(slug: str) -> World:
     return _world(slug)
 
 
-def world_summary(
-    world: World,
-    *,
-    queued: int = 0,
-    running: int = 0,
-    last_attempt: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+def world_summary(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A world as lists show it, from a ``read_sql`` summary row."""
     return {
-        "slug": world.slug,
-        "name": world.name,
-        "label": world.label,
-        "scenario_hash": world.scenario_id,
-        "scenario_ref": world.scenario_ref,
-        "replay_from": world.replay_from,
-        "chronon_seconds": world.chronon_seconds,
-        "current_turn": world.current_turn,
-        "created_at": world.created_at,
-        "attempts_queued": queued,
-        "attempts_running": running,
-        "last_attempt": last_attempt,
+        "slug": row["slug"],
+        "name": row["name"],
+        "label": row["label"],
+        "scenario_hash": row["scenario_id"],
+        "scenario_ref": row["scenario_ref"],
+        "replay_from": row["replay_from"],
+        "chronon_seconds": row["chronon_seconds"],
+        "current_turn": row["current_turn"],
+        "created_at": row["created_at"],
+        "attempts_queued": row["queued"],
+        "attempts_running": row["running"],
+        # the newest finished attempt's outcome, so a world whose last attempt failed never
+        # reads as plain "idle"
+        "last_attempt": (
+            {
+                "id": row["last_id"],
+                "seq": row["last_seq"],
+                "status": row["last_status"],
+                "ended_at": row["last_ended_at"],
+            }
+            if row["last_id"]
+            else None
+        ),
     }
-
-
-LAST_ATTEMPT_FIELDS = ("id", "seq", "status", "ended_at")
-
-
-def _finished_attempts() -> QuerySet[TurnAttempt]:
-    return TurnAttempt.objects.exclude(status__in=ACTIVE_STATUSES)
 
 
 def world_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
     """Worlds newest first, optionally only those of one scenario (``scenario=<hash>``)."""
     limit, offset = parse_paging(params)
-    qs = World.objects.all()
-    scenario = params.get("scenario")
-    if scenario:
-        if not is_hash(scenario):
-            raise invalid("invalid_hash", "scenario", f"{scenario!r} is not a lowercase sha256 hex")
-        qs = qs.filter(scenario_id=scenario)
-    # The newest finished attempt's outcome, so a world whose last attempt failed never reads
-    # as plain "idle"; subqueries keep the page at one query whatever its length.
-    last = _finished_attempts().filter(world=OuterRef("pk")).order_by("-seq")
-    rows = qs.annotate(
-        queued=Count("attempts", filter=Q(attempts__status="queued")),
-        running=Count("attempts", filter=Q(attempts__status="running")),
-        last_id=Subquery(last.values("id")[:1]),
-        last_seq=Subquery(last.values("seq")[:1]),
-        last_status=Subquery(last.values("status")[:1]),
-        last_ended_at=Subquery(last.values("ended_at")[:1]),
-    ).order_by("-created_at", "slug")[offset : offset + limit]
-    results = []
-    for w in rows:
-        last_attempt = (
-            {
-                "id": w.last_id,
-                "seq": w.last_seq,
-                "status": w.last_status,
-                "ended_at": w.last_ended_at,
-            }
-            if w.last_id
-            else None
-        )
-        results.append(
-            world_summary(w, queued=w.queued, running=w.running, last_attempt=last_attempt)
-        )
-    return {"count": qs.count(), "limit": limit, "offset": offset, "results": results}
+    scenario = params.get("scenario") or None
+    if scenario and not is_hash(scenario):
+        raise invalid("invalid_hash", "scenario", f"{scenario!r} is not a lowercase sha256 hex")
+    rows = read_sql.world_page(scenario=scenario, limit=limit, offset=offset)
+    # A page that is neither full nor past the end tells the count without counting.
+    if len(rows) < limit and (rows or offset == 0):
+        count = offset + len(rows)
+    else:
+        count = read_sql.world_count(scenario=scenario)
+    return {
+        "count": count,
+        "limit": limit,
+        "offset": offset,
+        "results": [world_summary(row) for row in rows],
+    }
 
 
 BUDGET_LIMITS = ("max_tokens_per_turn", "max_cost_per_turn", "max_tokens_total", "max_cost_total")
@@ -171,89 +147,47 @@ def world_budget_get(*, slug: str) -> dict[str, Any]:
 
 
 def world_get(*, slug: str) -> dict[str, Any]:
-    world = _world(slug)
-    counts = TurnAttempt.objects.filter(world=world).aggregate(
-        queued=Count("pk", filter=Q(status="queued")),
-        running=Count("pk", filter=Q(status="running")),
-    )
-    turn = Turn.objects.get(world=world, number=world.current_turn)
-    recent = list(
-        TurnAttempt.objects.filter(world=world)
-        .order_by("-seq")[:20]
-        .values(
-            "id",
-            "seq",
-            "status",
-            "attempted_turn",
-            "produced_turn",
-            "queued_at",
-            "ended_at",
-            "failure_reason",
-        )
-    )
-    last_attempt = (
-        _finished_attempts().filter(world=world).order_by("-seq").values(*LAST_ATTEMPT_FIELDS)
-    ).first()
+    require_slug(slug)
+    row = read_sql.world_detail(slug=slug)
+    if row is None:
+        raise NotFoundError("world_not_found", f"slug: no world {slug!r}", {"field": "slug"})
+    if row["turn_id"] is None:  # a world always has its current turn
+        raise Turn.DoesNotExist(f"world {slug!r} has no turn {row['current_turn']}")
     return {
-        **world_summary(
-            world,
-            queued=counts["queued"],
-            running=counts["running"],
-            last_attempt=last_attempt,
+        **world_summary(row),
+        "simulation_time": row["simulation_time"],
+        "state": row["state"],
+        "state_hash": row["state_hash"],
+        "scenario_snapshot": row["scenario_snapshot"],
+        "recent_attempts": read_sql.recent_attempts(world_id=row["id"]),
+        "budget": (
+            {name: row[name] for name in BUDGET_LIMITS} if row["budget_id"] is not None else None
         ),
-        "simulation_time": turn.simulation_time,
-        "state": turn.state,
-        "state_hash": turn.state_hash,
-        "scenario_snapshot": world.scenario_snapshot,
-        "recent_attempts": recent,
-        "budget": world_budget_get(slug=world.slug)["budget"],
-        "cost": cost_totals(world_id=world.pk),
+        "cost": cost_totals_from_row(row, "cost_"),
     }
 
 
 def turn_get(*, slug: str, number: int) -> dict[str, Any]:
     require_slug(slug)
     require_turn_number(number)
-    world = _world(slug)
-    turn = Turn.objects.filter(world=world, number=number).first()
-    if turn is None:
+    row = read_sql.turn(slug=slug, number=number)
+    if row is None:
+        raise NotFoundError("world_not_found", f"slug: no world {slug!r}", {"field": "slug"})
+    if row["turn_id"] is None:
         raise NotFoundError(
             "turn_not_found",
-            f"number: world {slug!r} has no committed turn {number} (current: {world.current_turn})",
+            f"number: world {slug!r} has no committed turn {number} (current: {row['current_turn']})",
             {"field": "number"},
         )
-    transitions = list(
-        PatchTransition.objects.filter(world=world, turn_number=number).values(
-            "patch_seq",
-            "effect_index",
-            "subject_id",
-            "node_id",
-            "workflow_hash",
-            "op",
-            "target_kind",
-            "target_id",
-            "before",
-            "after",
-        )
-    )
-    narrations = (
-        list(
-            AttemptEvent.objects.filter(attempt_id=turn.attempt_id, kind="world_patch_applied")
-            .order_by("seq")
-            .values_list("subject_id", "patch_seq", "payload")
-        )
-        if turn.attempt_id
-        else []
-    )
     return {
         "world": slug,
-        "number": turn.number,
-        "simulation_time": turn.simulation_time,
-        "state": turn.state,
-        "state_hash": turn.state_hash,
-        "attempt_id": turn.attempt_id,
-        "created_at": turn.created_at,
-        "cost": cost_totals(world_id=world.pk, attempted_turn=turn.number),
+        "number": row["number"],
+        "simulation_time": row["simulation_time"],
+        "state": row["state"],
+        "state_hash": row["state_hash"],
+        "attempt_id": row["attempt_id"],
+        "created_at": row["created_at"],
+        "cost": cost_totals_from_row(row, "cost_"),
         "patches": [
             {
                 "subject_id": s,
@@ -261,9 +195,9 @@ def turn_get(*, slug: str, number: int) -> dict[str, Any]:
                 "narration": p["patch"]["narration"],
                 "patch": p["patch"],
             }
-            for s, seq, p in narrations
+            for s, seq, p in row["narrations"]
         ],
-        "transitions": transitions,
+        "transitions": row["transitions"],
     }
 
 
@@ -285,59 +219,47 @@ def _commit_state(status: str) -> str:
 def attempt_get(*, attempt_id: str) -> dict[str, Any]:
     if not _is_uuid(attempt_id):
         raise invalid("invalid_id", "attempt_id", f"{attempt_id!r} is not a UUID")
-    attempt = TurnAttempt.objects.select_related("world").filter(pk=attempt_id).first()
+    attempt = read_sql.attempt(attempt_id=uuid.UUID(attempt_id))
     if attempt is None:
         raise NotFoundError(
             "attempt_not_found", f"attempt_id: no attempt {attempt_id}", {"field": "attempt_id"}
         )
-    state = _commit_state(attempt.status)
+    state = _commit_state(attempt["status"])
     events: list[dict[str, Any]] = [
         {**event, "commit_state": state if event["kind"] in PROVISIONAL_EVENTS else None}
-        for event in attempt.events.order_by("seq").values(
-            "seq",
-            "kind",
-            "subject_id",
-            "node_id",
-            "workflow_hash",
-            "patch_seq",
-            "payload",
-            "content_hash",
-            "invocation_id",
-            "llm_call_id",
-            "created_at",
-        )
+        for event in read_sql.attempt_events(attempt_id=attempt["id"])
     ]
     from cognition_app.selectors import invocation_summaries
 
-    invocations = invocation_summaries(attempt_id=attempt.pk)
+    invocations = invocation_summaries(attempt_id=attempt["id"])
     return {
-        "id": str(attempt.id),
-        "world": attempt.world.slug,
-        "seq": attempt.seq,
-        "batch_id": str(attempt.batch_id),
-        "batch_index": attempt.batch_index,
-        "batch_size": attempt.batch_size,
-        "status": attempt.status,
-        "attempted_turn": attempt.attempted_turn,
-        "produced_turn": attempt.produced_turn,
-        "lease_owner": attempt.lease_owner,
-        "lease_expires_at": attempt.lease_expires_at,
-        "queued_at": attempt.queued_at,
-        "started_at": attempt.started_at,
-        "ended_at": attempt.ended_at,
-        "duration_ms": attempt.duration_ms,
+        "id": str(attempt["id"]),
+        "world": attempt["world_slug"],
+        "seq": attempt["seq"],
+        "batch_id": str(attempt["batch_id"]),
+        "batch_index": attempt["batch_index"],
+        "batch_size": attempt["batch_size"],
+        "status": attempt["status"],
+        "attempted_turn": attempt["attempted_turn"],
+        "produced_turn": attempt["produced_turn"],
+        "lease_owner": attempt["lease_owner"],
+        "lease_expires_at": attempt["lease_expires_at"],
+        "queued_at": attempt["queued_at"],
+        "started_at": attempt["started_at"],
+        "ended_at": attempt["ended_at"],
+        "duration_ms": attempt["duration_ms"],
         "failure": (
             {
-                "step": attempt.failure_step,
-                "subject_id": attempt.failure_subject,
-                "reason": attempt.failure_reason,
+                "step": attempt["failure_step"],
+                "subject_id": attempt["failure_subject"],
+                "reason": attempt["failure_reason"],
             }
-            if attempt.failure_reason
+            if attempt["failure_reason"]
             else None
         ),
         "events": events,
         "source_invocations": invocations,
-        "cost": cost_totals(world_id=attempt.world_id, attempt_id=attempt.pk),
+        "cost": cost_totals_from_row(attempt, "cost_"),
     }
 
 

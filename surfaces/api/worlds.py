@@ -38,6 +38,7 @@ from surfaces.api.contract import (
     described,
     name_or_hash,
     path_parameter,
+    represent,
     uuid_path,
     validate_body,
 )
@@ -207,7 +208,7 @@ class WorldCollectionApi(APIView):
     )
     def get(self, request: Request) -> Response:
         page = selectors.world_list(params=request.query_params)
-        return Response(self.ListOutputSerializer(page).data)
+        return Response(represent(self.ListOutputSerializer, page))
 
     @extend_schema(
         operation_id="world_create",
@@ -247,7 +248,7 @@ class WorldDetailApi(APIView):
         responses={200: OutputSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, slug: str) -> Response:
-        return Response(self.OutputSerializer(selectors.world_get(slug=slug)).data)
+        return Response(represent(self.OutputSerializer, selectors.world_get(slug=slug)))
 
     @extend_schema(
         operation_id="world_delete",
@@ -398,7 +399,8 @@ class TurnDetailApi(APIView):
         responses={200: OutputSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, slug: str, number: int) -> Response:
-        return Response(self.OutputSerializer(selectors.turn_get(slug=slug, number=number)).data)
+        turn = selectors.turn_get(slug=slug, number=number)
+        return Response(represent(self.OutputSerializer, turn))
 
 
 class ChangeSerializer(serializers.Serializer):
@@ -522,7 +524,8 @@ class AttemptDetailApi(APIView):
         responses={200: OutputSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, attempt_id: str) -> Response:
-        return Response(self.OutputSerializer(selectors.attempt_get(attempt_id=attempt_id)).data)
+        attempt = selectors.attempt_get(attempt_id=attempt_id)
+        return Response(represent(self.OutputSerializer, attempt))
 
 
 class ValueDiffSerializer(serializers.Serializer):
