@@ -11,7 +11,6 @@ service, which is the one validator the admin, the CLI and MCP share.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from decimal import Decimal
@@ -275,21 +274,6 @@ class DeleteBodySchema(AutoSchema):
             return super()._get_request_body(direction)
         finally:
             self.method = "DELETE"
-
-
-def represent(serializer_class: type[serializers.Serializer], data: Any) -> Any:
-    """``serializer_class(data).data``, less DRF's per-instance setup: a serializer deep-copies
-    (re-instantiates) every declared field, nested serializers included, each time it is
-    created, which cost more than serializing a world list. One bound instance per class is
-    kept instead; ``to_representation`` (the same code as ``.data``) only reads its fields."""
-    return _bound(serializer_class).to_representation(data)
-
-
-@functools.cache
-def _bound(serializer_class: type[serializers.Serializer]) -> serializers.Serializer:
-    serializer = serializer_class()
-    serializer.fields  # noqa: B018  (bind the fields now, not on a first concurrent request)
-    return serializer
 
 
 def validate(serializer_class: type[StrictInputSerializer], data: Any) -> dict[str, Any]:

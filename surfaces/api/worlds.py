@@ -38,11 +38,11 @@ from surfaces.api.contract import (
     described,
     name_or_hash,
     path_parameter,
-    represent,
     uuid_path,
     validate_body,
 )
 from surfaces.api.queries import PagingQuerySerializer, parse_query, split_paging
+from surfaces.api.represent import represent
 from worlds_app import indexes, selectors, services
 from worlds_app.comparison import MAX_VALUE_CHARS, world_compare
 from worlds_app.models import AttemptStatus
