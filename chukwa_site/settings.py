@@ -86,6 +86,12 @@ TEMPLATES = [
     },
 ]
 
+# The hot API reads (scenarios_app.sql_rows) run on server-binding cursors that psycopg prepares
+# on a connection after this many runs there (PostgreSQL then skips planning them); Django's own
+# queries bind client-side and are never prepared. False for a pooler that cannot keep
+# prepared statements (PgBouncer before 1.21 in transaction mode).
+_DB_OPTIONS = {"prepare_threshold": 5 if env.bool("CHUKWA_DB_PREPARED_STATEMENTS", True) else None}
+
 # PostgreSQL only. With no DATABASE_URL, the embedded server is found or started.
 if env.str("DATABASE_URL", ""):
     DATABASES = {
@@ -93,6 +99,7 @@ if env.str("DATABASE_URL", ""):
             env.str("DATABASE_URL"), conn_max_age=60, conn_health_checks=True
         )
     }
+    DATABASES["default"]["OPTIONS"] = {**DATABASES["default"].get("OPTIONS", {}), **_DB_OPTIONS}
 else:
     _pg = embedded.postgres_ensure()
     DATABASES = {
@@ -107,6 +114,7 @@ else:
             # A persistent connection broken by a database restart is noticed and replaced at
             # the next request instead of failing it (the process recovers by itself).
             "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": _DB_OPTIONS,
         }
     }
 if env.str("CHUKWA_TEST_DB_NAME", ""):

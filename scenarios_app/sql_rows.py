@@ -1,12 +1,13 @@
 """Rows of a plain SQL read as dicts, for the few reads every API request runs.
 
-Django's ORM spends 0.4 to 1 ms of CPU compiling each query (more for aggregates and subqueries),
-several times what PostgreSQL and psycopg spend running it; the hottest reads (the token
-lookup, world/turn/attempt details) are written once as SQL text instead. The values are what
-the ORM would give: Django's psycopg setup already loads timestamps as aware UTC datetimes,
-UUIDs as ``uuid.UUID``, numerics as ``Decimal``; ``jsonb`` comes back as text, decoded here
-for the columns named in ``json_columns`` exactly as ``JSONField`` decodes it (``json.loads``);
-a computed ``json`` value (``json_agg``) arrives decoded by psycopg (also ``json.loads``).
+Django's ORM spends 0.4 to 1 ms of CPU compiling each query (more for aggregates and
+subqueries), several times what PostgreSQL and psycopg spend running it; the hottest reads (the
+token lookup, world/turn/attempt details) are written once as SQL text instead, and PostgreSQL
+keeps them prepared: planning them cost it more than running them. The values are what the ORM
+would give: Django's psycopg setup already loads timestamps as aware UTC datetimes, UUIDs as
+``uuid.UUID``, numerics as ``Decimal``; ``jsonb`` comes back as text, decoded here for the
+columns named in ``json_columns`` exactly as ``JSONField`` decodes it (``json.loads``); a
+computed ``json`` value (``json_agg``) arrives decoded by psycopg (also ``json.loads``).
 """
 
 from __future__ import annotations
@@ -15,18 +16,35 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Any
 
+import psycopg
 from django.db import connection
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from psycopg.rows import dict_row
+
+
+def _prepared_cursor() -> CursorWrapper:
+    """Django's cursor wrapper (its query log, execute wrappers and error translation, as for
+    any query) around a psycopg cursor that binds parameters server-side. Django's own cursors
+    bind client-side, which PostgreSQL cannot prepare; with this one, psycopg prepares a
+    statement on a connection once it ran ``prepare_threshold`` times there (settings), and
+    forgets it on a rollback or a new connection. Dict rows read the column names straight from
+    the result, where the DB-API ``description`` builds a typed object per column."""
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    with connection.wrap_database_errors:
+        raw = psycopg.Cursor(connection.connection, row_factory=dict_row)
+    # what connection.make_debug_cursor / make_cursor wrap Django's own cursors in
+    if connection.queries_logged:
+        return CursorDebugWrapper(raw, connection)
+    return CursorWrapper(raw, connection)
 
 
 def fetch_dicts(
     sql: str, params: Sequence[Any], *, json_columns: Collection[str] = ()
 ) -> list[dict[str, Any]]:
     """Every row of ``sql`` as a dict keyed by the result's column names."""
-    with connection.cursor() as cursor:
-        # psycopg's dict rows read the names straight from the result; building the DB-API
-        # ``description`` (a typed Column object per column) cost more than the rows
-        cursor.cursor.row_factory = dict_row
+    with _prepared_cursor() as cursor:
         cursor.execute(sql, params)
         rows: list[dict[str, Any]] = cursor.fetchall()
     for name in json_columns:

@@ -20,7 +20,7 @@ from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from rest_framework import exceptions as drf_exceptions
@@ -29,6 +29,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.request import Request
 
 from chukwa_core.errors import ChukwaError
+from scenarios_app.sql_rows import fetch_dict
 
 RETRY_AFTER_ATTRIBUTE = "_chukwa_signin_retry_after"
 
@@ -182,14 +183,11 @@ class ThrottledTokenAuthentication(TokenAuthentication):
         if len(key) > 40 or "\x00" in key:
             raise drf_exceptions.AuthenticationFailed("Invalid token.")
         sql, token_fields, user_fields = _token_user_query()
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [key])
-            row = cursor.fetchone()
+        row = fetch_dict(sql, [key])
         if row is None:
             raise drf_exceptions.AuthenticationFailed("Invalid token.")
-        split = len(token_fields)
-        token = Token.from_db(connection.alias, token_fields, row[:split])
-        user = User.from_db(connection.alias, user_fields, row[split:])
+        token = Token.from_db(DEFAULT_DB_ALIAS, token_fields, [row[f"t_{f}"] for f in token_fields])
+        user = User.from_db(DEFAULT_DB_ALIAS, user_fields, [row[f"u_{f}"] for f in user_fields])
         if not user.is_active:
             raise drf_exceptions.AuthenticationFailed("User inactive or deleted.")
         token.user = user
@@ -207,8 +205,8 @@ def _token_user_query() -> tuple[str, list[str], list[str]]:
 
     token_fields = list(Token._meta.concrete_fields)
     user_fields = list(User._meta.concrete_fields)
-    columns = [f"t.{quote(f.column)}" for f in token_fields]
-    columns += [f"u.{quote(f.column)}" for f in user_fields]
+    columns = [f"t.{quote(f.column)} AS t_{f.attname}" for f in token_fields]
+    columns += [f"u.{quote(f.column)} AS u_{f.attname}" for f in user_fields]
     token_user = Token._meta.get_field("user")
     sql = (
         # table and column names are the models' own, quoted; the key is a parameter
