@@ -99,7 +99,7 @@ def recent_attempts(*, world_id: int) -> list[dict[str, Any]]:
     )
 
 
-_TRANSITION_COLUMNS = (
+TRANSITION_COLUMNS = (
     "patch_seq",
     "effect_index",
     "subject_id",
@@ -117,7 +117,7 @@ _TURN = (
     # transitions and narrations hold only JSON-exact types (text, integers, jsonb), so they
     # travel as one JSON array each, in the order the ORM read them
     "(SELECT coalesce(json_agg(json_build_object("
-    + ", ".join(f"'{c}', p.{c}" for c in _TRANSITION_COLUMNS)
+    + ", ".join(f"'{c}', p.{c}" for c in TRANSITION_COLUMNS)
     + ") ORDER BY p.patch_seq, p.effect_index), '[]') "
     "FROM worlds_app_patchtransition p WHERE p.world_id = w.id AND p.turn_number = t.number"
     ") AS transitions, "
