@@ -44,12 +44,14 @@ def _cost_columns(alias: str) -> str:
 
 
 def world_page(*, scenario: str | None, limit: int, offset: int) -> list[dict[str, Any]]:
-    """Summary rows of worlds, newest first (optionally one scenario's)."""
-    where, params = ("WHERE w.scenario_id = %s", [scenario]) if scenario else ("", [])
+    """Summary rows of worlds, newest first (optionally one scenario's), each with ``total``:
+    how many worlds match (an uncorrelated subquery, counted once per statement)."""
+    where, params = ("WHERE scenario_id = %s", [scenario]) if scenario else ("", [])
     return fetch_dicts(
-        f"SELECT {_SUMMARY_SELECT} FROM worlds_app_world w {_SUMMARY_JOINS} {where} "
+        f"SELECT {_SUMMARY_SELECT}, (SELECT count(*) FROM worlds_app_world {where}) AS total "
+        f"FROM worlds_app_world w {_SUMMARY_JOINS} {where.replace('scenario_id', 'w.scenario_id')} "
         "ORDER BY w.created_at DESC, w.slug LIMIT %s OFFSET %s",
-        [*params, limit, offset],
+        [*params, *params, limit, offset],
         json_columns=_SUMMARY_JSON,
     )
 

@@ -102,11 +102,11 @@ def world_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
     if scenario and not is_hash(scenario):
         raise invalid("invalid_hash", "scenario", f"{scenario!r} is not a lowercase sha256 hex")
     rows = read_sql.world_page(scenario=scenario, limit=limit, offset=offset)
-    # A page that is neither full nor past the end tells the count without counting.
-    if len(rows) < limit and (rows or offset == 0):
-        count = offset + len(rows)
+    # Counted by the page's own statement, unless the page is empty
+    if rows:
+        count = rows[0]["total"]
     else:
-        count = read_sql.world_count(scenario=scenario)
+        count = read_sql.world_count(scenario=scenario) if offset else 0
     return {
         "count": count,
         "limit": limit,

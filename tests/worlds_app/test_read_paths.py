@@ -130,6 +130,9 @@ def test_world_reads_match_the_models(worlds: list[str]) -> None:
         ({"limit": "2", "offset": "2"}, 3, ["costed"]),
         ({"limit": "2"}, 3, ["failed", "queued"]),
         ({"offset": "7"}, 3, []),
+        ({"scenario": World.objects.get(slug="costed").scenario_id, "limit": "1"}, 3, ["failed"]),
+        ({"scenario": "0" * 64}, 0, []),
+        ({"scenario": "0" * 64, "offset": "3"}, 0, []),
     ]:
         page = selectors.world_list(params=params)
         assert (page["count"], [w["slug"] for w in page["results"]]) == (count, slugs)
