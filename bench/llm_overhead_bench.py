@@ -58,7 +58,6 @@ TIMED_REPLY_CHARS = 400  # "a few hundred characters"
 SHORT_REPLY_CHARS = 100
 LONG_REPLY_CHARS = 2000
 WARMUP_TURNS = 5
-PER_SQL = {}
 GENERATION_TARGET_MS = 5.0  # issue 10's target for the raw median
 API_KEY = "bench-key"
 
@@ -108,6 +107,7 @@ class NodeProbe:
     capture: bool = False
     samples: list[GenSample] = field(default_factory=list)
     captured_sql: list[str] = field(default_factory=list)
+    statement_ms: dict[str, list[float]] = field(default_factory=dict)
     llm_call_ids: list[Any] = field(default_factory=list)
     _invoke_s: float = 0.0
     _generations: int = 0
@@ -125,8 +125,9 @@ class NodeProbe:
         finally:
             self._sql_s += time.perf_counter() - t0
             self._sql_count += 1
-            if self.record:
-                PER_SQL.setdefault(sql[:70], []).append((time.perf_counter() - t0) * 1000)
+            if self.record:  # keyed by the statement's start (a batch: its first statements)
+                key = sql.replace("SET LOCAL synchronous_commit TO OFF; ", "")[:60]
+                self.statement_ms.setdefault(key, []).append((time.perf_counter() - t0) * 1000)
 
     def wrap_invoke(self, inner: Callable[..., Any]) -> Callable[..., Any]:
         def invoke_llm(**kwargs: Any) -> Any:
@@ -157,7 +158,9 @@ class NodeProbe:
                 self._commit_s += time.perf_counter() - t0
                 self._commits += 1
                 if self.record:
-                    PER_SQL.setdefault("COMMIT", []).append((time.perf_counter() - t0) * 1000)
+                    self.statement_ms.setdefault("COMMIT", []).append(
+                        (time.perf_counter() - t0) * 1000
+                    )
 
         def llm_tool_loop(node: Mapping[str, Any], run: SubjectRun) -> Any:
             self._invoke_s, self._generations = 0.0, 0
@@ -507,6 +510,8 @@ def _part_one(
                 for (q, c), n in sorted(queries.items())
             )
         )
+        for statement, times in probe.statement_ms.items():
+            print(f"    {statistics.median(times):6.2f} ms median, n={len(times)}: {statement}…")
         print(
             f"  TCP connections the scripted server accepted during the timed generations: "
             f"{accepted}"
@@ -620,8 +625,6 @@ def main() -> int:
                 args.in_process_server,
                 args.profile,
             )
-        for k, v in PER_SQL.items():
-            print(f"SQL {statistics.median(v):6.2f} ms n={len(v)} {k}")
         purged = _queue_purge()
         print(f"purged {purged} kick message(s) sent while no worker listened")
         runs = [] if args.skip_model else part_two()
