@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 from uuid import UUID
 
 from django.db import DatabaseError, connection, transaction
@@ -142,6 +143,22 @@ class EventLog:
             self._pending.append(self._row(event))
             rows, self._pending = self._pending, []
             _insert(rows)
+
+    @contextmanager
+    def finishing(self, event: StagedEvent) -> Iterator[list[tuple[Any, ...]]]:
+        """``finish`` for a caller that writes the rows in statements of its own (the commit, in
+        one round trip): yields everything not yet written and the outcome event, as
+        ``EVENT_ROWS`` tuples; if the caller fails, they stay pending (the outcome's number free
+        again) for the failure to write."""
+        with self._lock:
+            seq = self._next_seq
+            rows = [*self._pending, self._row(event)]
+            try:
+                yield [tuple(getattr(r, a) for a in _EVENT_ATTNAMES) for r in rows]
+            except BaseException:
+                self._next_seq = seq
+                raise
+            self._pending = []
 
     def discard_pending(self) -> int:
         """Drop what is not written yet (it could not be written); returns how many."""

@@ -1,0 +1,303 @@
+"""Claiming a turn attempt (queued → running, with a lease) and keeping its lease (SPEC §6).
+
+A claim is one statement, one round trip: under the world's row lock, the attempt becomes
+running if it is queued, the world's next (no queued attempt of the world before it) and nothing
+of the world runs — the partial unique index on running attempts backs that rule. The same
+statement returns what the run needs: the attempt, the world (its scenario snapshot read once),
+the budget in force (read once per attempt: a budget changed while the attempt runs applies from
+the next one) and the turn the attempt starts from.
+
+The next attempt of a batch is claimed by the same statement inside the commit of the attempt
+before it (``turn_commit.py``), with the world, the budget and the turn it starts from already in
+hand; see ``attempts.turn_attempt_run``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, InterfaceError, OperationalError, connection, models
+from django.utils import timezone
+
+from cognition_app.budgets import BudgetLimits
+from cognition_app.rows import Statement
+from worlds_app.models import AttemptStatus, Turn, TurnAttempt, World, WorldBudget
+from worlds_app.selectors import BUDGET_LIMITS, budget_limits_of
+from worlds_app.services.dispatch import kick_on_commit
+
+logger = logging.getLogger(__name__)
+
+
+class LeaseLost(Exception):
+    """Another party (the reaper) took the attempt away; nothing may be written for it."""
+
+
+def lease_seconds() -> int:
+    return int(getattr(settings, "CHUKWA_ATTEMPT_LEASE_SECONDS", 60))
+
+
+@dataclass
+class Claim:
+    """A claimed attempt (``attempt.world`` set) and what its run starts from."""
+
+    attempt: TurnAttempt
+    limits: BudgetLimits | None
+    # the committed turn it starts from (None only if the world lacks it: the run reports that)
+    previous: Turn | None
+
+
+def _fields(
+    model: type[models.Model], names: list[str] | None = None
+) -> list[models.Field[Any, Any]]:
+    return [
+        f
+        for f in model._meta.concrete_fields
+        if f.column is not None and (names is None or f.name in names)
+    ]
+
+
+_ATTEMPT_FIELDS = _fields(TurnAttempt)
+_WORLD_FIELDS = _fields(World)
+# What a follower re-reads of the world its predecessor ran with (columns that can change).
+_WORLD_CHANGEABLE = _fields(World, ["slug", "replay_source"])
+_BUDGET_FIELDS = _fields(WorldBudget, list(BUDGET_LIMITS))
+_TURN_FIELDS = _fields(Turn, ["id", "world", "number", "simulation_time", "state", "state_hash"])
+
+
+def _q(name: str | None) -> str:
+    return str(connection.ops.quote_name(name or ""))
+
+
+def _cols(alias: str, fields: list[models.Field[Any, Any]]) -> str:
+    return ", ".join(f"{alias}.{_q(f.column)}" for f in fields)
+
+
+def claim_sql(*, follower: bool) -> str:
+    """The claim statement. The first attempt a task runs is named by id; it returns every
+    column of the world and the turn the attempt starts from. A follower (the next attempt of
+    the batch, claimed inside the commit of the one before, whose world row that transaction
+    already holds) is named by its world, ``seq`` (the unique index) and batch; it returns the
+    world's changeable columns only."""
+    world, attempt = _q(World._meta.db_table), _q(TurnAttempt._meta.db_table)
+    budget, turn = _q(WorldBudget._meta.db_table), _q(Turn._meta.db_table)
+    world_fields = _WORLD_CHANGEABLE if follower else _WORLD_FIELDS
+    if follower:
+        world_id = "%s"
+        target = "a.world_id = %s AND a.seq = %s AND a.batch_id = %s"
+    else:
+        world_id = f"(SELECT world_id FROM {attempt} WHERE id = %s)"  # noqa: S608
+        target = "a.id = %s"
+    returned = [
+        _cols("c", _ATTEMPT_FIELDS),
+        _cols("w", world_fields),
+        _cols("b", _BUDGET_FIELDS),
+    ]
+    joins = ""
+    if not follower:
+        returned.append(_cols("t", _TURN_FIELDS))
+        joins = f"LEFT JOIN {turn} t ON t.world_id = w.id AND t.number = w.current_turn"
+    # Identifiers from the models, quoted; every value is a parameter.
+    return f"""
+WITH w AS (SELECT * FROM {world} WHERE id = {world_id} FOR UPDATE),
+c AS (
+    UPDATE {attempt} AS a
+    SET status = 'running', attempted_turn = w.current_turn + 1, lease_owner = %s,
+        lease_expires_at = %s, started_at = %s
+    FROM w
+    WHERE {target} AND a.world_id = w.id AND a.status = 'queued'
+      AND NOT EXISTS (
+        SELECT 1 FROM {attempt} r WHERE r.world_id = w.id AND r.status = 'running')
+      AND NOT EXISTS (
+        SELECT 1 FROM {attempt} q
+        WHERE q.world_id = w.id AND q.status = 'queued' AND q.seq < a.seq)
+    RETURNING a.*
+)
+SELECT {", ".join(returned)}
+FROM c CROSS JOIN w
+LEFT JOIN LATERAL (
+    SELECT * FROM {budget} WHERE world_id = w.id ORDER BY set_at DESC, id DESC LIMIT 1
+) b ON true
+{joins}"""  # noqa: S608
+
+
+_CLAIM_FIRST_SQL = claim_sql(follower=False)
+_CLAIM_FOLLOWER_SQL = claim_sql(follower=True)
+
+
+def _lease_params(owner: str) -> list[Any]:
+    now = timezone.now()
+    return [owner, now + timedelta(seconds=lease_seconds()), now]
+
+
+def follower_statement(attempt: TurnAttempt, owner: str) -> Statement:
+    """The claim of the attempt after ``attempt`` in its batch, for the commit's transaction."""
+    return _CLAIM_FOLLOWER_SQL, [
+        attempt.world_id,
+        *_lease_params(owner),
+        attempt.world_id,
+        attempt.seq + 1,
+        attempt.batch_id,
+    ]
+
+
+def _instance(model: type[models.Model], fields: list[models.Field[Any, Any]], values: Any) -> Any:
+    """A model instance from raw column values, converted as a queryset converts them."""
+    converted = []
+    for field, value in zip(fields, values, strict=True):
+        for converter in field.get_db_converters(connection):
+            value = converter(value, field, connection)
+        converted.append(value)
+    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+
+
+def _split(row: Any, *groups: list[models.Field[Any, Any]]) -> list[Any]:
+    parts, start = [], 0
+    for fields in groups:
+        parts.append(row[start : start + len(fields)])
+        start += len(fields)
+    return parts
+
+
+def _limits(values: Any) -> BudgetLimits | None:
+    budget = _instance(WorldBudget, _BUDGET_FIELDS, values)
+    return budget_limits_of(budget)
+
+
+def claim_attempt(*, attempt_id: str, owner: str) -> Claim | None:
+    """Claim the attempt for ``owner`` (one statement, autocommit). None (and nothing claimed)
+    when it is not queued, not its world's next, or something of its world runs; a queued
+    attempt refused only because an earlier one is queued kicks that one (its message may have
+    been lost)."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(_CLAIM_FIRST_SQL, [attempt_id, *_lease_params(owner), attempt_id])
+            row = cursor.fetchone()
+    except IntegrityError:  # another attempt of the world got running first
+        return None
+    if row is None:
+        _kick_head_if_stuck(attempt_id)
+        return None
+    attempt_values, world_values, budget_values, turn_values = _split(
+        row, _ATTEMPT_FIELDS, _WORLD_FIELDS, _BUDGET_FIELDS, _TURN_FIELDS
+    )
+    attempt = _instance(TurnAttempt, _ATTEMPT_FIELDS, attempt_values)
+    attempt.world = _instance(World, _WORLD_FIELDS, world_values)
+    previous = None if turn_values[0] is None else _instance(Turn, _TURN_FIELDS, turn_values)
+    return Claim(attempt, _limits(budget_values), previous)
+
+
+def follower_claim(row: Any, previous: Claim, turn: Turn) -> Claim:
+    """The Claim of a follower from the row its claim statement returned: the world its
+    predecessor ran with (the snapshot is not read again) with its changeable columns
+    refreshed, and the turn that predecessor just committed, in memory."""
+    attempt_values, world_values, budget_values = _split(
+        row, _ATTEMPT_FIELDS, _WORLD_CHANGEABLE, _BUDGET_FIELDS
+    )
+    attempt = _instance(TurnAttempt, _ATTEMPT_FIELDS, attempt_values)
+    world = previous.attempt.world
+    for field, value in zip(_WORLD_CHANGEABLE, world_values, strict=True):
+        setattr(world, field.attname, value)
+    world.current_turn = turn.number
+    attempt.world = world
+    return Claim(attempt, _limits(budget_values), turn)
+
+
+def _kick_head_if_stuck(attempt_id: str) -> None:
+    """Claims nothing: if the attempt is queued behind a queued head while nothing of its world
+    runs, that head's message may be lost — hand it out again."""
+    row = TurnAttempt.objects.filter(pk=attempt_id).values("world_id", "status").first()
+    if row is None or row["status"] != AttemptStatus.QUEUED:
+        return
+    world_attempts = TurnAttempt.objects.filter(world_id=row["world_id"])
+    if world_attempts.filter(status=AttemptStatus.RUNNING).exists():
+        return
+    head = (
+        world_attempts.filter(status=AttemptStatus.QUEUED)
+        .order_by("seq")
+        .values_list("id", flat=True)
+        .first()
+    )
+    if head is not None and str(head) != str(attempt_id):
+        kick_on_commit(row["world_id"])  # outside a transaction: sent at once
+
+
+# --- the lease ----------------------------------------------------------------------------
+
+
+def renew_lease(attempt: TurnAttempt) -> None:
+    renewed = TurnAttempt.objects.filter(
+        pk=attempt.pk, status=AttemptStatus.RUNNING, lease_owner=attempt.lease_owner
+    ).update(lease_expires_at=_now() + timedelta(seconds=lease_seconds()))
+    if not renewed:
+        raise LeaseLost(str(attempt.pk))
+
+
+def _now() -> datetime:
+    return timezone.now()
+
+
+class Heartbeat:
+    """Renews the lease of the attempt it follows from a background thread while attempts work
+    (LLM calls can take longer than a lease): one thread for all the attempts a task runs in a
+    row (``follow`` moves it to the next). If the worker dies, so does the heartbeat, and the
+    reaper takes over once the lease expires."""
+
+    def __init__(self, attempt: TurnAttempt) -> None:
+        self._attempt = attempt
+        self._lost: set[Any] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        # In a copy of the caller's context, so its log lines carry the attempt's ids too.
+        self._thread = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(self._beat,),
+            name=f"lease-{attempt.pk}",
+            daemon=True,
+        )
+
+    @property
+    def lost(self) -> bool:
+        """Whether the attempt it follows now lost its lease."""
+        with self._lock:
+            return self._attempt.pk in self._lost
+
+    def follow(self, attempt: TurnAttempt) -> None:
+        with self._lock:
+            self._attempt = attempt
+
+    def _beat(self) -> None:
+        try:
+            while not self._stop.wait(max(1.0, lease_seconds() / 3)):
+                with self._lock:
+                    attempt = self._attempt
+                try:
+                    renew_lease(attempt)
+                except LeaseLost:
+                    with self._lock:
+                        self._lost.add(attempt.pk)
+                except (OperationalError, InterfaceError) as exc:
+                    # A database blip must not silence the heartbeat: the attempt may well
+                    # survive it, and a dead heartbeat would let the reaper interrupt a live
+                    # attempt. Drop the broken connection so the next beat opens a fresh one.
+                    logger.warning(
+                        "attempt %s: lease renewal failed (%s); retrying at the next beat",
+                        attempt.pk,
+                        type(exc).__name__,
+                    )
+                    connection.close()
+        finally:
+            connection.close()  # this thread's own connection
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
