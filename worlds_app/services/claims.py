@@ -17,12 +17,20 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, InterfaceError, OperationalError, connection, models
+from django.db import (
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    models,
+    transaction,
+)
 from django.utils import timezone
 
 from cognition_app.budgets import BudgetLimits
@@ -98,13 +106,19 @@ def claim_sql(*, follower: bool) -> str:
         _cols("w", world_fields),
         _cols("b", _BUDGET_FIELDS),
     ]
+    # the follower's world row is read for its changeable columns only (not the snapshot)
+    w_columns = "*"
+    if follower:
+        w_columns = ", ".join(
+            _q(c) for c in ["id", "current_turn"] + [f.column for f in world_fields]
+        )
     joins = ""
     if not follower:
         returned.append(_cols("t", _TURN_FIELDS))
         joins = f"LEFT JOIN {turn} t ON t.world_id = w.id AND t.number = w.current_turn"
     # Identifiers from the models, quoted; every value is a parameter.
     return f"""
-WITH w AS (SELECT * FROM {world} WHERE id = {world_id} FOR UPDATE),
+WITH w AS (SELECT {w_columns} FROM {world} WHERE id = {world_id} FOR UPDATE),
 c AS (
     UPDATE {attempt} AS a
     SET status = 'running', attempted_turn = w.current_turn + 1, lease_owner = %s,
@@ -130,16 +144,17 @@ _CLAIM_FIRST_SQL = claim_sql(follower=False)
 _CLAIM_FOLLOWER_SQL = claim_sql(follower=True)
 
 
-def _lease_params(owner: str) -> list[Any]:
-    now = timezone.now()
+def _lease_params(owner: str, now: datetime | None = None) -> list[Any]:
+    now = now or timezone.now()
     return [owner, now + timedelta(seconds=lease_seconds()), now]
 
 
-def follower_statement(attempt: TurnAttempt, owner: str) -> Statement:
-    """The claim of the attempt after ``attempt`` in its batch, for the commit's transaction."""
+def follower_statement(attempt: TurnAttempt, owner: str, now: datetime) -> Statement:
+    """The claim of the attempt after ``attempt`` in its batch, started at ``now``, for the
+    transaction that commits ``attempt``."""
     return _CLAIM_FOLLOWER_SQL, [
         attempt.world_id,
-        *_lease_params(owner),
+        *_lease_params(owner, now),
         attempt.world_id,
         attempt.seq + 1,
         attempt.batch_id,
@@ -175,9 +190,11 @@ def claim_attempt(*, attempt_id: str, owner: str) -> Claim | None:
     attempt refused only because an earlier one is queued kicks that one (its message may have
     been lost)."""
     try:
-        with connection.cursor() as cursor:
-            cursor.execute(_CLAIM_FIRST_SQL, [attempt_id, *_lease_params(owner), attempt_id])
-            row = cursor.fetchone()
+        # A statement is a transaction of its own; inside a caller's (a test's), a savepoint.
+        with transaction.atomic() if connection.in_atomic_block else nullcontext():
+            with connection.cursor() as cursor:
+                cursor.execute(_CLAIM_FIRST_SQL, [attempt_id, *_lease_params(owner), attempt_id])
+                row = cursor.fetchone()
     except IntegrityError:  # another attempt of the world got running first
         return None
     if row is None:

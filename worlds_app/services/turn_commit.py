@@ -90,14 +90,11 @@ def commit_turn(
     """Commit the turn; returns it and, with ``claim_next``, the next attempt of the batch
     claimed for ``owner`` (None when there is none or it is not queued: then, and without
     ``claim_next``, the world's next attempt is kicked as always)."""
-    if connection.in_atomic_block:
-        raise RuntimeError("a turn is committed in a transaction of its own")
     attempt, previous = claim.attempt, claim.previous
     if previous is None:
         raise RuntimeError("the claim's turn N-1 is loaded before the commit")
     world = attempt.world
     number = previous.number + 1
-    now = timezone.now()
     # The working world is done with: its snapshot shares its entities (no copy) and is hashed
     # once; the next attempt of the batch starts from it as it is (a copy of each entity).
     state = working.to_snapshot(share=True)
@@ -108,25 +105,7 @@ def commit_turn(
         state=state,
         state_hash=json_hash(state),
         attempt_id=attempt.pk,
-        created_at=now,
     )
-    statements: list[Statement] = [
-        (_LOCK_WORLD, [world.pk]),
-        (
-            _COMMIT_ATTEMPT,
-            [
-                number,
-                now,
-                int((time.monotonic() - started) * 1000),
-                attempt.pk,
-                attempt.lease_owner,
-            ],
-        ),
-        (_ADVANCE_WORLD, [number, world.pk, previous.number]),
-        *TURN_ROWS.statements(
-            [(world.pk, number, turn.simulation_time, state, turn.state_hash, attempt.pk, now)]
-        ),
-    ]
     transitions = [
         (
             *(attempt.pk, world.pk, number, seq, t.effect_index, subject_id, node_id),
@@ -140,14 +119,28 @@ def commit_turn(
     with events.finishing(outcome) as event_rows:
         params = len(event_rows) * len(EVENT_ROWS.columns)
         params += len(transitions) * len(TRANSITION_ROWS.columns)
-        inline = params <= INLINE_PARAMS and _client_side_binding()
+        # One round trip is one transaction of its own (not inside a caller's, e.g. a test's).
+        inline = (
+            params <= INLINE_PARAMS and _client_side_binding() and not connection.in_atomic_block
+        )
+        # The attempt ends (and its follower starts) when the commit is sent.
+        turn.created_at = now = timezone.now()
+        duration_ms = int((time.monotonic() - started) * 1000)
+        statements: list[Statement] = [
+            (_LOCK_WORLD, [world.pk]),
+            (_COMMIT_ATTEMPT, [number, now, duration_ms, attempt.pk, attempt.lease_owner]),
+            (_ADVANCE_WORLD, [number, world.pk, previous.number]),
+            *TURN_ROWS.statements(
+                [(world.pk, number, turn.simulation_time, state, turn.state_hash, attempt.pk, now)]
+            ),
+        ]
         if inline:
             statements += [
                 *EVENT_ROWS.statements(event_rows),
                 *TRANSITION_ROWS.statements(transitions),
             ]
         if follows:
-            statements.append(follower_statement(attempt, owner))
+            statements.append(follower_statement(attempt, owner, now))
         try:
             with nullcontext() if inline else transaction.atomic(durable=True):
                 row = _send(statements)
