@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from chukwa_core import clock, log_context
-from chukwa_core.patching import PatchRejected, Transition, apply_patch, validate_patch
+from chukwa_core.patching import PatchRejected, Transition, apply_patch, validate_patch_once
 from chukwa_core.world_state import WorldState
 from cognition_app.ambient import (
     AmbientResult,
@@ -291,7 +291,7 @@ class _TurnRun:
         """Validate the patch against the working world, apply it, give it the next patch_seq.
         ``setters`` (phase 1): who set each target this turn, to record contested effects."""
         try:
-            validate_patch(thought.patch, self.working)
+            validate_patch_once(thought.patch, self.working)
         except PatchRejected as exc:
             raise AttemptFailure(
                 "patch_validation",
