@@ -153,6 +153,18 @@ def test_a_commit_after_the_world_moved_fails_the_attempt_and_keeps_nothing(queu
     assert not PatchTransition.objects.filter(attempt_id=ids[0]).exists()
 
 
+def test_a_lost_lease_is_reported_before_a_moved_world(queue: str) -> None:
+    """The reaper interrupted the attempt and the world went on: the outcome is the reaper's."""
+    _world("both")
+    claim, ids = _claimed("both")
+    working, staged, events, started = _executed(claim)
+    TurnAttempt.objects.filter(pk=ids[0]).update(status=AttemptStatus.INTERRUPTED)
+    World.objects.filter(slug="both").update(current_turn=1)
+    with pytest.raises(LeaseLost):
+        commit_module.commit_turn(claim, working, staged, events, started, owner="w1")
+    assert not Turn.objects.filter(world__slug="both", number=1).exists()
+
+
 def test_a_big_commit_sends_its_rows_by_copy_in_the_same_transaction(
     queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -86,62 +86,61 @@ def _cols(alias: str, fields: list[models.Field[Any, Any]]) -> str:
     return ", ".join(f"{alias}.{_q(f.column)}" for f in fields)
 
 
-def claim_sql(*, follower: bool) -> str:
-    """The claim statement. The first attempt a task runs is named by id; it returns every
-    column of the world and the turn the attempt starts from. A follower (the next attempt of
-    the batch, claimed inside the commit of the one before, whose world row that transaction
-    already holds) is named by its world, ``seq`` (the unique index) and batch; it returns the
-    world's changeable columns only."""
-    world, attempt = _q(World._meta.db_table), _q(TurnAttempt._meta.db_table)
-    budget, turn = _q(WorldBudget._meta.db_table), _q(Turn._meta.db_table)
-    world_fields = _WORLD_CHANGEABLE if follower else _WORLD_FIELDS
-    if follower:
-        world_id = "%s"
-        target = "a.world_id = %s AND a.seq = %s AND a.batch_id = %s"
-    else:
-        world_id = f"(SELECT world_id FROM {attempt} WHERE id = %s)"  # noqa: S608
-        target = "a.id = %s"
-    returned = [
-        _cols("c", _ATTEMPT_FIELDS),
-        _cols("w", world_fields),
-        _cols("b", _BUDGET_FIELDS),
-    ]
-    # the follower's world row is read for its changeable columns only (not the snapshot)
-    w_columns = "*"
-    if follower:
-        w_columns = ", ".join(
-            _q(c) for c in ["id", "current_turn"] + [f.column for f in world_fields]
-        )
-    joins = ""
-    if not follower:
-        returned.append(_cols("t", _TURN_FIELDS))
-        joins = f"LEFT JOIN {turn} t ON t.world_id = w.id AND t.number = w.current_turn"
-    # Identifiers from the models, quoted; every value is a parameter.
-    return f"""
-WITH w AS (SELECT {w_columns} FROM {world} WHERE id = {world_id} FOR UPDATE),
-c AS (
-    UPDATE {attempt} AS a
+_WORLD, _ATTEMPT = _q(World._meta.db_table), _q(TurnAttempt._meta.db_table)
+# The budget in force: the newest row (joined LATERAL to the world ``w``).
+_BUDGET_JOIN = f"""LEFT JOIN LATERAL (
+    SELECT * FROM {_q(WorldBudget._meta.db_table)} WHERE world_id = w.id
+    ORDER BY set_at DESC, id DESC LIMIT 1
+) b ON true"""  # noqa: S608
+
+# The first attempt a task runs, by id: under the world's row lock, queued, the world's head
+# (no queued attempt before it) and nothing of the world running. Returns the attempt, every
+# column of the world, the budget in force and the turn the attempt starts from.
+# Identifiers from the models, quoted; every value is a parameter.
+_CLAIM_FIRST_SQL = f"""
+WITH w AS (
+    SELECT * FROM {_WORLD} WHERE id = (SELECT world_id FROM {_ATTEMPT} WHERE id = %s)
+    FOR UPDATE
+), c AS (
+    UPDATE {_ATTEMPT} AS a
     SET status = 'running', attempted_turn = w.current_turn + 1, lease_owner = %s,
         lease_expires_at = %s, started_at = %s
     FROM w
-    WHERE {target} AND a.world_id = w.id AND a.status = 'queued'
+    WHERE a.id = %s AND a.world_id = w.id AND a.status = 'queued'
       AND NOT EXISTS (
-        SELECT 1 FROM {attempt} r WHERE r.world_id = w.id AND r.status = 'running')
+        SELECT 1 FROM {_ATTEMPT} r WHERE r.world_id = w.id AND r.status = 'running')
       AND NOT EXISTS (
-        SELECT 1 FROM {attempt} q
+        SELECT 1 FROM {_ATTEMPT} q
         WHERE q.world_id = w.id AND q.status = 'queued' AND q.seq < a.seq)
     RETURNING a.*
 )
-SELECT {", ".join(returned)}
+SELECT {_cols("c", _ATTEMPT_FIELDS)}, {_cols("w", _WORLD_FIELDS)}, {_cols("b", _BUDGET_FIELDS)},
+    {_cols("t", _TURN_FIELDS)}
 FROM c CROSS JOIN w
-LEFT JOIN LATERAL (
-    SELECT * FROM {budget} WHERE world_id = w.id ORDER BY set_at DESC, id DESC LIMIT 1
-) b ON true
-{joins}"""  # noqa: S608
+{_BUDGET_JOIN}
+LEFT JOIN {_q(Turn._meta.db_table)} t ON t.world_id = w.id AND t.number = w.current_turn
+"""  # noqa: S608
 
-
-_CLAIM_FIRST_SQL = claim_sql(follower=False)
-_CLAIM_FOLLOWER_SQL = claim_sql(follower=True)
+# The next attempt of a batch (``seq`` + 1, the unique index), claimed in the transaction that
+# commits the attempt before it, after that attempt is committed and its world advanced: that
+# transaction holds the world's row lock, and its checks (the lease of the running attempt,
+# the world's turn) already make the claim's conditions hold — nothing else of the world runs
+# (that attempt did, alone: the partial unique index), and no queued attempt precedes
+# ``seq`` + 1 (that attempt was the head when claimed; later attempts get higher numbers). So
+# only "queued" is checked here. Returns the attempt, the world's changeable columns and the
+# budget in force.
+_CLAIM_FOLLOWER_SQL = f"""
+WITH c AS (
+    UPDATE {_ATTEMPT}
+    SET status = 'running', attempted_turn = %s, lease_owner = %s, lease_expires_at = %s,
+        started_at = %s
+    WHERE world_id = %s AND seq = %s AND batch_id = %s AND status = 'queued'
+    RETURNING *
+)
+SELECT {_cols("c", _ATTEMPT_FIELDS)}, {_cols("w", _WORLD_CHANGEABLE)}, {_cols("b", _BUDGET_FIELDS)}
+FROM c JOIN {_WORLD} w ON w.id = c.world_id
+{_BUDGET_JOIN}
+"""  # noqa: S608
 
 
 def _lease_params(owner: str, now: datetime | None = None) -> list[Any]:
@@ -149,11 +148,11 @@ def _lease_params(owner: str, now: datetime | None = None) -> list[Any]:
     return [owner, now + timedelta(seconds=lease_seconds()), now]
 
 
-def follower_statement(attempt: TurnAttempt, owner: str, now: datetime) -> Statement:
-    """The claim of the attempt after ``attempt`` in its batch, started at ``now``, for the
-    transaction that commits ``attempt``."""
+def follower_statement(attempt: TurnAttempt, turn: int, owner: str, now: datetime) -> Statement:
+    """The claim of the attempt after ``attempt`` in its batch (to produce ``turn``), started at
+    ``now``, for the transaction that commits ``attempt``: after its checks (see above)."""
     return _CLAIM_FOLLOWER_SQL, [
-        attempt.world_id,
+        turn,
         *_lease_params(owner, now),
         attempt.world_id,
         attempt.seq + 1,

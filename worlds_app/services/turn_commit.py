@@ -66,15 +66,21 @@ INLINE_PARAMS = 600
 
 _WORLD = connection.ops.quote_name(World._meta.db_table)
 _ATTEMPT = connection.ops.quote_name(TurnAttempt._meta.db_table)
+# The commit's checks, first in its transaction: the world advances from turn N-1 (its row
+# locked first, as everything that locks both locks it first) and the attempt, still running
+# under this worker's lease, is committed — else the whole transaction is refused, a lost lease
+# reported before a moved world. (The subquery, fenced by OFFSET 0, reads ``w`` before ``a``.)
 # Identifiers from the models, quoted; every value is a parameter.
-_LOCK_WORLD = f"SELECT 1 FROM {_WORLD} WHERE id = %s FOR UPDATE"  # noqa: S608
-_COMMIT_ATTEMPT = f"""WITH a AS (
+_CHECKS = f"""WITH w AS (
+    UPDATE {_WORLD} SET current_turn = %s WHERE id = %s AND current_turn = %s RETURNING 1
+), a AS (
     UPDATE {_ATTEMPT} SET status = 'committed', produced_turn = %s, ended_at = %s, duration_ms = %s
-    WHERE id = %s AND status = 'running' AND lease_owner = %s RETURNING 1)
-SELECT worlds_app_refuse_unless(count(*) = 1, 'lease_lost') FROM a"""  # noqa: S608
-_ADVANCE_WORLD = f"""WITH w AS (
-    UPDATE {_WORLD} SET current_turn = %s WHERE id = %s AND current_turn = %s RETURNING 1)
-SELECT worlds_app_refuse_unless(count(*) = 1, 'world_moved') FROM w"""  # noqa: S608
+    WHERE id = %s AND status = 'running' AND lease_owner = %s RETURNING 1
+)
+SELECT worlds_app_refuse_unless(attempts = 1, 'lease_lost'),
+    worlds_app_refuse_unless(worlds = 1, 'world_moved')
+FROM (SELECT (SELECT count(*) FROM w) AS worlds, (SELECT count(*) FROM a) AS attempts OFFSET 0) n
+"""  # noqa: S608
 
 
 def commit_turn(
@@ -127,9 +133,13 @@ def commit_turn(
         turn.created_at = now = timezone.now()
         duration_ms = int((time.monotonic() - started) * 1000)
         statements: list[Statement] = [
-            (_LOCK_WORLD, [world.pk]),
-            (_COMMIT_ATTEMPT, [number, now, duration_ms, attempt.pk, attempt.lease_owner]),
-            (_ADVANCE_WORLD, [number, world.pk, previous.number]),
+            (
+                _CHECKS,
+                [
+                    *(number, world.pk, previous.number),
+                    *(number, now, duration_ms, attempt.pk, attempt.lease_owner),
+                ],
+            ),
             *TURN_ROWS.statements(
                 [(world.pk, number, turn.simulation_time, state, turn.state_hash, attempt.pk, now)]
             ),
@@ -140,7 +150,7 @@ def commit_turn(
                 *TRANSITION_ROWS.statements(transitions),
             ]
         if follows:
-            statements.append(follower_statement(attempt, owner, now))
+            statements.append(follower_statement(attempt, number + 1, owner, now))
         try:
             with nullcontext() if inline else transaction.atomic(durable=True):
                 row = _send(statements)
