@@ -110,22 +110,29 @@ class EventLog:
                 )
             if guarded is None:  # nothing to write with them, or too many for one statement
                 self._write_locked()
-                return trace_batch(statements)
-            self._pending = []
-            self._last_write = time.monotonic()
-            lease = _lease_statement(self.attempt_id, self.lease_owner, lock=True)
-            try:
-                results = trace_batch([lease, guarded, *statements])
-            except DatabaseError:
-                # Written apart as before: the events (one by one if they are refused), then the
-                # call's rows, whose own error propagates.
-                connection.close_if_unusable_or_obsolete()
-                self._pending = rows
-                self._write_locked()
-                return trace_batch(statements)
-            if not results[0]:
-                self.lease_lost = True
-            return results[2:]
+            else:
+                return self._write_with_locked(rows, guarded, statements)
+        # No event to order them after: other subjects' writes need not wait for these rows.
+        return trace_batch(statements)
+
+    def _write_with_locked(
+        self, rows: list[AttemptEvent], guarded: Statement, statements: Sequence[Statement]
+    ) -> BatchResults:
+        self._pending = []
+        self._last_write = time.monotonic()
+        lease = _lease_statement(self.attempt_id, self.lease_owner, lock=True)
+        try:
+            results = trace_batch([lease, guarded, *statements])
+        except DatabaseError:
+            # Written apart as before: the events (one by one if they are refused), then the
+            # call's rows, whose own error propagates.
+            connection.close_if_unusable_or_obsolete()
+            self._pending = rows
+            self._write_locked()
+            return trace_batch(statements)
+        if not results[0]:
+            self.lease_lost = True
+        return results[2:]
 
     def flush_if_due(self) -> None:
         """Write what is pending if the last write is older than the batching window (at the end
