@@ -7,9 +7,10 @@ statement returns what the run needs: the attempt, the world (its scenario snaps
 the budget in force (read once per attempt: a budget changed while the attempt runs applies from
 the next one) and the turn the attempt starts from.
 
-The next attempt of a batch is claimed by the same statement inside the commit of the attempt
-before it (``turn_commit.py``), with the world, the budget and the turn it starts from already in
-hand; see ``attempts.turn_attempt_run``.
+The next attempt of a batch is claimed inside the commit of the attempt before it
+(``turn_commit.py``) by a shorter statement (``_CLAIM_FOLLOWER_SQL``: the commit's checks make the
+rest of the conditions hold); the world and the turn it starts from are already in hand, the
+budget in force comes with the claim. See ``attempts.turn_attempt_run``.
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ def claim_attempt(*, attempt_id: str, owner: str) -> Claim | None:
     return Claim(attempt, _limits(budget_values), previous)
 
 
-def follower_claim(row: Any, previous: Claim, turn: Turn) -> Claim:
+def follower_claim(row: Any, before: Claim, turn: Turn) -> Claim:
     """The Claim of a follower from the row its claim statement returned: the world its
     predecessor ran with (the snapshot is not read again) with its changeable columns
     refreshed, and the turn that predecessor just committed, in memory."""
@@ -216,7 +217,7 @@ def follower_claim(row: Any, previous: Claim, turn: Turn) -> Claim:
         row, _ATTEMPT_FIELDS, _WORLD_CHANGEABLE, _BUDGET_FIELDS
     )
     attempt = _instance(TurnAttempt, _ATTEMPT_FIELDS, attempt_values)
-    world = previous.attempt.world
+    world = before.attempt.world
     for field, value in zip(_WORLD_CHANGEABLE, world_values, strict=True):
         setattr(world, field.attname, value)
     world.current_turn = turn.number
