@@ -15,6 +15,7 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 
 from scenarios_app.services import scenario_assemble, scenario_fork
+from tests.browser.chromium import low_contrast, prefer_colour_scheme
 from tests.browser.test_reviewer_flow import ARTIFACTS, _wait
 from tests.browser.test_reviewer_flow import browser as browser
 from tests.cognition_app.conftest import (  # noqa: F401 - fixtures
@@ -38,15 +39,6 @@ def sign_in(browser: webdriver.Chrome, base: str, username: str, target: str = "
     browser.find_element(By.NAME, "password").send_keys(PASSWORD)
     browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
     _wait(lambda: "/accounts/login/" not in browser.current_url, 10, "the sign-in")
-
-
-CONTRAST = (Path(__file__).parent / "contrast.js").read_text()
-
-
-def low_contrast(browser: webdriver.Chrome) -> list[Any]:
-    """Text below WCAG AA contrast on the current page (see contrast.js)."""
-    rows: list[Any] = browser.execute_script(CONTRAST)
-    return rows
 
 
 def shot(browser: webdriver.Chrome, name: str) -> None:
@@ -131,10 +123,7 @@ def test_the_failed_attempt_is_one_click_from_home(
 
     # Dark mode follows the system's preference.
     browser.set_window_size(1400, 1000)
-    browser.execute_cdp_cmd(
-        "Emulation.setEmulatedMedia",
-        {"features": [{"name": "prefers-color-scheme", "value": "dark"}]},
-    )
+    prefer_colour_scheme(browser, "dark")
     browser.get(f"{live_server.url}/")
     background = browser.execute_script("return getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(15, 19, 27)"
