@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
+from cognition_app.models import LlmCall
 from scenarios_app.services import scenario_assemble, scenario_fork
 from tests.browser.chromium import low_contrast, prefer_colour_scheme
 from tests.browser.test_reviewer_flow import ARTIFACTS, _wait
@@ -77,7 +78,17 @@ def test_the_failed_attempt_is_one_click_from_home(
     failed.click()  # the one click
     _wait(lambda: f"/attempts/{failed_world}/" in browser.current_url, 10, "the attempt page")
     assert "failed" in browser.find_element(By.CSS_SELECTOR, "h1").text.lower()
+    # the failure's title is words, not the stored step code
+    title = browser.find_element(By.CSS_SELECTOR, ".card.alert strong").text
+    assert title == "Failed at model output (ant):", title
+    assert low_contrast(browser) == []
     shot(browser, "failed-attempt")
+    call = LlmCall.objects.filter(invocation__attempt_id=failed_world).order_by("started_at").last()
+    assert call is not None
+    last_call = f"/llm-calls/{call.pk}/"
+    browser.get(f"{live_server.url}{last_call}")
+    assert browser.find_element(By.ID, "call-verdict").text.lower() == "rejected"
+    assert low_contrast(browser) == []
 
     # The world list says the world's last attempt failed, not "idle".
     browser.get(f"{live_server.url}/worlds/")
@@ -129,9 +140,21 @@ def test_the_failed_attempt_is_one_click_from_home(
     assert background == "rgb(15, 19, 27)"
     assert low_contrast(browser) == []
     shot(browser, "home-dark")
-    for path in ("/worlds/", "/worlds/calm/", "/attempts/", "/llm-calls/", "/worlds/calm/turns/1/"):
+    for path in (
+        "/worlds/",
+        "/worlds/calm/",
+        "/attempts/",
+        "/llm-calls/",
+        "/worlds/calm/turns/1/",
+        f"/attempts/{failed_world}/",
+        last_call,
+    ):
         browser.get(f"{live_server.url}{path}")
         assert low_contrast(browser) == [], path
+    shot(browser, "failed-llm-call-dark")
+    browser.get(f"{live_server.url}/attempts/{failed_world}/")
+    full_height_shot(browser, "failed-attempt-dark", 1280)
+    browser.set_window_size(1400, 1000)
     browser.get(f"{live_server.url}/worlds/calm/")
     shot(browser, "world-dark")
 
