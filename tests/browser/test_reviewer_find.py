@@ -189,6 +189,7 @@ def test_compare_two_worlds_and_annotate_in_place(
     sides = turn_one.find_elements(By.CSS_SELECTOR, ".side-by-side > div")
     assert len(sides) == 2 and all(s.text for s in sides)
     assert sides[0].text != sides[1].text  # the worlds did different things
+    assert browser.find_element(By.CSS_SELECTOR, "nav.pager").text == "turns 0–3 (4 of 4)"
     assert low_contrast(browser) == []
     full_height_shot(browser, "compare", 1400)
     browser.set_window_size(1400, 1000)
