@@ -256,7 +256,7 @@ CHUKWA_ATTEMPT_LEASE_SECONDS = env.int("CHUKWA_ATTEMPT_LEASE_SECONDS", 60)
 # How many subjects of a turn's concurrent phase (SPEC §4) think at the same time in one worker
 # process (each on a thread with its own database connection); the rest wait for a free thread.
 CHUKWA_MAX_CONCURRENT_SUBJECTS = env.int(
-    "CHUKWA_MAX_CONCURRENT_SUBJECTS", 8, validate=Range(min=1, max=256)
+    "CHUKWA_MAX_CONCURRENT_SUBJECTS", 16, validate=Range(min=1, max=256)
 )
 
 # How long a conformance-check verdict on an LLM backend stands (SPEC §5): trusted for hours

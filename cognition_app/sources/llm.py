@@ -17,7 +17,7 @@ from httpx_sse import SSEError
 
 from chukwa_core.json_values import storable_text
 from cognition_app.budgets import Reservation, completion_cap, prompt_estimate
-from cognition_app.costs import price_at, usage_cost
+from cognition_app.costs import price_at, price_from_rows, price_statement, usage_cost
 from cognition_app.models import (
     InvocationKind,
     InvocationStatus,
@@ -48,6 +48,7 @@ from cognition_app.sources.tracing import (
     finished_on_error,
     log_finished,
     new_invocation,
+    open_rows,
     trace_batch,
 )
 from cognition_app.sources.variables import (
@@ -137,7 +138,7 @@ def invoke_llm(
                 record=record,
                 output_schema_hash=output_schema_hash,
             )
-            return _replayed(inv, record, payload, params, response_format, judge)
+            return _replayed(ctx, inv, record, payload, params, response_format, judge)
         if ctx.replay.strict:
             fail_miss(
                 ctx,
@@ -198,8 +199,12 @@ class _Send:
 
     def run(self, config_failure: SourceFailure | None) -> Generation:
         ctx, iface = self.ctx, self.source["interface"]
-        # The price in force when the call starts; the cost is computed from it at the end.
-        price = price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now())
+        # The price in force when the call starts; the cost is computed from it at the end. A
+        # budget needs it first (to reserve); otherwise it is read in the round trip that opens
+        # the rows.
+        price = None
+        if config_failure is not None or ctx.budget is not None:
+            price = price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now())
         reservation = Reservation()
         if config_failure is None and ctx.budget is not None:
             outcome = ctx.budget.reserve(
@@ -266,11 +271,22 @@ class _Send:
             inv.ended_at = call.ended_at = inv.started_at
             inv.duration_ms = 0
             call.error = config_failure.message
-            trace_batch([insert_statement(inv), insert_statement(call)])
+            open_rows(ctx, [insert_statement(inv), insert_statement(call)])
             config_failure.invocation_id = inv.pk
             raise config_failure
-        # Both rows exist before any byte is sent (one round trip).
-        trace_batch([insert_statement(inv), insert_statement(call)])
+        # Both rows exist before any byte is sent: one round trip with the attempt's pending
+        # events and, without a budget, the price lookup (the price row is stored when the
+        # call finishes).
+        opening = [insert_statement(inv), insert_statement(call)]
+        if ctx.budget is None:
+            opening.append(
+                price_statement(
+                    url_env=iface["base_url_env"], model=iface["model"], at=inv.started_at
+                )
+            )
+        results = open_rows(ctx, opening)
+        if ctx.budget is None:
+            call.price = price_from_rows(results[-1])
         with finished_on_error(inv, call):
             return _stream(
                 inv,
@@ -340,6 +356,7 @@ def _stream(
                         "error": message,
                         "raw_text": text,
                         "ttft_ms": ttft_ms,
+                        "price": call.price,
                     },
                 ),
                 finish_statement(
@@ -536,6 +553,7 @@ def _finish_generation(
             else None
         ),
         "cost_estimated": usage_source == "estimated",
+        "price": price,
     }
     return [
         update_statement(LlmCall, call.pk, call_fields),
@@ -546,6 +564,7 @@ def _finish_generation(
 
 
 def _replayed(
+    ctx: CallContext,
     inv: SourceInvocation,
     record: SourceInvocation,
     payload: dict[str, Any],
@@ -616,5 +635,5 @@ def _replayed(
         .order_by("seq")
         .values_list("seq", "offset_ms", "text")
     ]
-    trace_batch([insert_statement(inv), insert_statement(call), *CHUNK_ROWS.statements(chunks)])
+    open_rows(ctx, [insert_statement(inv), insert_statement(call), *CHUNK_ROWS.statements(chunks)])
     return gen

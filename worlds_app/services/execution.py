@@ -161,7 +161,7 @@ class _TurnRun:
             replay=self.replay,
             budget=self.budget,
             cancel=self.cancel,
-            flush_events=self.events.flush,
+            write_rows=self.events.write_with,
             **fields,
         )
 
