@@ -4,7 +4,7 @@
 The transaction is one multi-statement query — one round trip, its commit included — when the
 rows are few (an LLM turn); PostgreSQL runs such a query as one transaction, all or nothing.
 The checks it depends on come first in it and abort it when they fail
-(``worlds_app_refuse_unless``, migration 0009): the attempt still running under this worker's
+(``worlds_app_refuse_unless``, migration 0010): the attempt still running under this worker's
 lease (else ``LeaseLost``: the reaper owns its outcome) and the world still at turn N-1. When
 the rows are many (a big rule-policy turn) they are sent by ``COPY`` after that query, in an
 explicit transaction: quoting thousands of parameters client-side costs more than the extra

@@ -20,6 +20,6 @@ REVERSE = "DROP FUNCTION IF EXISTS worlds_app_refuse_unless(boolean, text);"
 
 
 class Migration(migrations.Migration):
-    dependencies = [("worlds_app", "0008_effect_contested_event")]
+    dependencies = [("worlds_app", "0009_index_page_indexes")]
 
     operations = [migrations.RunSQL(FUNCTION, REVERSE)]
