@@ -27,7 +27,6 @@ from cognition_app.models import (
     SourceInvocation,
 )
 from cognition_app.rows import (
-    RowTable,
     Statement,
     delete_statement,
     insert_statement,
@@ -38,8 +37,15 @@ from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
 from cognition_app.sources.conformance import ensure_schema_enforced
 from cognition_app.sources.failure import SourceFailure
-from cognition_app.sources.generation import Generation, Judge, Judgement, verdict_fields
+from cognition_app.sources.generation import (
+    CHUNK_ROWS,
+    Generation,
+    Judge,
+    Judgement,
+    verdict_fields,
+)
 from cognition_app.sources.limits import source_slot
+from cognition_app.sources.llm_replay import replayed_generation
 from cognition_app.sources.replay import fail_miss, open_replayed, request_key
 from cognition_app.sources.stream_events import chunk_events
 from cognition_app.sources.tracing import (
@@ -63,8 +69,6 @@ from cognition_app.sources.variables import (
 # length of its reply; CHUNK_BATCH only bounds the rows held in memory between flushes.
 CHUNK_BATCH = 512
 CHUNK_FLUSH_SECONDS = 0.25
-# Chunk rows are tuples, inserted with one multi-row INSERT per flush.
-CHUNK_ROWS = RowTable.of(LlmChunk, ("call", "seq", "offset_ms", "text"))
 
 
 def invoke_llm(
@@ -138,7 +142,7 @@ def invoke_llm(
                 record=record,
                 output_schema_hash=output_schema_hash,
             )
-            return _replayed(ctx, inv, record, payload, params, response_format, judge)
+            return replayed_generation(ctx, inv, record, payload, params, response_format, judge)
         if ctx.replay.strict:
             fail_miss(
                 ctx,
@@ -561,79 +565,3 @@ def _finish_generation(
             inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
         ),
     ]
-
-
-def _replayed(
-    ctx: CallContext,
-    inv: SourceInvocation,
-    record: SourceInvocation,
-    payload: dict[str, Any],
-    params: dict[str, Any],
-    response_format: dict[str, Any] | None,
-    judge: Judge | None,
-) -> Generation:
-    """Serve a generation from ``record``: its text, chunks and usage copied into rows of this
-    call, judged afresh by this call's judge (pure), no byte sent. Nothing is open while it
-    runs, so both rows are written once, already finished, with the chunks."""
-    original: LlmCall = record.llm_call
-    text = original.raw_text
-    usage = {
-        name: value
-        for name, value in (
-            ("prompt_tokens", original.prompt_tokens),
-            ("completion_tokens", original.completion_tokens),
-            ("cached_tokens", original.cached_tokens),
-        )
-        if value is not None
-    }
-    call = LlmCall(
-        invocation=inv,
-        base_url=original.base_url,
-        requested_model=payload["model"],
-        messages=payload["messages"],
-        params=params,
-        response_format=response_format,
-        started_at=inv.started_at,
-    )
-    gen = Generation(
-        text=text, invocation=inv, call=call, finish_reason=original.finish_reason, usage=usage
-    )
-    gen.judgement = judge(text) if judge is not None else None
-    call_verdict, inv_verdict = verdict_fields(gen.judgement)
-    now = timezone.now()
-    for name, value in {
-        **call_verdict,
-        "status": InvocationStatus.SUCCEEDED,
-        "ended_at": now,
-        "ttft_ms": original.ttft_ms,
-        "raw_text": text,
-        "normalized_text": original.normalized_text,
-        "finish_reason": original.finish_reason,
-        "response_model": original.response_model,
-        "prompt_tokens": original.prompt_tokens,
-        "completion_tokens": original.completion_tokens,
-        "cached_tokens": original.cached_tokens,
-        "usage_source": original.usage_source,
-        # Served from the record: nothing was sent, nothing spent (a known zero, so replayed
-        # calls neither show as "unknown" cost nor count against a budget).
-        "cost": Decimal(0),
-    }.items():
-        setattr(call, name, value)
-    for name, value in {
-        **inv_verdict,
-        "status": InvocationStatus.SUCCEEDED,
-        "ended_at": now,
-        "duration_ms": int((now - inv.started_at).total_seconds() * 1000),
-        "response_text": text,
-        "http_status": record.http_status,
-        "response_headers": record.response_headers,
-    }.items():
-        setattr(inv, name, value)
-    chunks = [
-        (call.pk, seq, offset_ms, chunk)
-        for seq, offset_ms, chunk in LlmChunk.objects.filter(call_id=original.pk)
-        .order_by("seq")
-        .values_list("seq", "offset_ms", "text")
-    ]
-    open_rows(ctx, [insert_statement(inv), insert_statement(call), *CHUNK_ROWS.statements(chunks)])
-    return gen
