@@ -26,7 +26,7 @@ from uuid import UUID
 
 from django.db import DatabaseError, connection, transaction
 
-from cognition_app.rows import RowTable, Statement
+from cognition_app.rows import RowTable, Statement, insert_rows
 from cognition_app.sources.tracing import BatchResults, trace_batch
 from cognition_app.subject_run import StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
@@ -73,7 +73,13 @@ _EVENT_ATTNAMES = tuple(f.attname for f in _EVENT_FIELDS)
 
 
 def _insert(rows: list[AttemptEvent]) -> None:
-    AttemptEvent.objects.bulk_create(rows)
+    """By COPY (``cognition_app.rows``): Django's bulk_create escapes every JSON payload
+    through a regular expression, most of a big LLM-free turn's event writes."""
+    insert_rows(EVENT_ROWS, [_event_tuple(row) for row in rows])
+
+
+def _event_tuple(row: AttemptEvent) -> tuple[Any, ...]:
+    return tuple(getattr(row, name) for name in _EVENT_ATTNAMES)
 
 
 class EventLog:
@@ -105,7 +111,7 @@ class EventLog:
             guarded = None
             if rows and not self.lease_lost:
                 guarded = EVENT_ROWS.guarded_statement(
-                    [tuple(getattr(r, a) for a in _EVENT_ATTNAMES) for r in rows],
+                    [_event_tuple(r) for r in rows],
                     _lease_statement(self.attempt_id, self.lease_owner, lock=False),
                 )
             if guarded is None:  # nothing to write with them, or too many for one statement
@@ -161,7 +167,7 @@ class EventLog:
             seq = self._next_seq
             rows = [*self._pending, self._row(event)]
             try:
-                yield [tuple(getattr(r, a) for a in _EVENT_ATTNAMES) for r in rows]
+                yield [_event_tuple(r) for r in rows]
             except BaseException:
                 self._next_seq = seq
                 raise
