@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 import benchdb  # bench/ is the script's own folder, first on sys.path
 
 if TYPE_CHECKING:
-    from worlds_app.models import TurnAttempt
+    from worlds_app.services.claims import Claim
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 if str(PROJECT_DIR) not in sys.path:
@@ -229,13 +229,13 @@ def _enqueue_one(slug: str) -> str:
     return turn_attempt_enqueue(slug=slug, count=1, requested_by=OWNER)["attempt_ids"][0]
 
 
-def _claim(attempt_id: str) -> TurnAttempt:
-    from worlds_app.services import turn_attempt_claim
+def _claim(attempt_id: str) -> Claim:
+    from worlds_app.services.claims import claim_attempt
 
-    attempt = turn_attempt_claim(attempt_id=attempt_id, owner=OWNER)
-    if attempt is None:
+    claim = claim_attempt(attempt_id=attempt_id, owner=OWNER)
+    if claim is None or claim.previous is None:
         raise RuntimeError(f"attempt {attempt_id} could not be claimed")
-    return attempt
+    return claim
 
 
 def _turn_in_pieces(slug: str, *, capture: bool = False) -> PieceTiming:
@@ -244,15 +244,19 @@ def _turn_in_pieces(slug: str, *, capture: bool = False) -> PieceTiming:
     from django.test.utils import CaptureQueriesContext
 
     from cognition_app.subject_run import AttemptFailure, StagedEvent
-    from worlds_app.models import Turn
-    from worlds_app.services.attempts import _commit
+    from worlds_app.models import AttemptEvent
+    from worlds_app.services.events import EventLog
     from worlds_app.services.execution import turn_attempt_execute
+    from worlds_app.services.turn_commit import commit_turn
 
     attempt_id = _enqueue_one(slug)
     t0 = time.perf_counter()
-    attempt = _claim(attempt_id)
+    claim = _claim(attempt_id)
+    attempt, previous = claim.attempt, claim.previous
+    assert previous is not None
     started = time.monotonic()
-    events = [
+    events = EventLog(attempt)
+    events.append(
         StagedEvent(
             "attempt_started",
             {
@@ -261,12 +265,11 @@ def _turn_in_pieces(slug: str, *, capture: bool = False) -> PieceTiming:
                 "batch_index": attempt.batch_index,
             },
         )
-    ]
-    previous = Turn.objects.get(world_id=attempt.world_id, number=(attempt.attempted_turn or 1) - 1)
+    )
     t1 = time.perf_counter()
     try:
         working, staged, patches = turn_attempt_execute(
-            attempt=attempt, previous=previous, events=events
+            attempt=attempt, previous=previous, events=events, limits=claim.limits
         )
     except AttemptFailure as failure:
         raise RuntimeError(f"turn failed at {failure.step}: {failure.message}") from failure
@@ -276,12 +279,13 @@ def _turn_in_pieces(slug: str, *, capture: bool = False) -> PieceTiming:
     if capture:
         # The debug cursor renders every statement's SQL, so captured commits are not timed.
         with CaptureQueriesContext(connection) as captured:
-            _commit(attempt, previous, working, staged, events, started)
+            commit_turn(claim, working, staged, events, started, owner=OWNER)
         queries = len(captured.captured_queries)
         sql = [q["sql"][:120] for q in captured.captured_queries]
     else:
-        _commit(attempt, previous, working, staged, events, started)
+        commit_turn(claim, working, staged, events, started, owner=OWNER)
     t3 = time.perf_counter()
+    event_count = AttemptEvent.objects.filter(attempt_id=attempt_id).count()
     return PieceTiming(
         claim_ms=(t1 - t0) * 1000,
         execute_ms=(t2 - t1) * 1000,
@@ -290,7 +294,7 @@ def _turn_in_pieces(slug: str, *, capture: bool = False) -> PieceTiming:
         commit_sql=sql,
         patches=patches,
         transitions=len(staged),
-        events=len(events),
+        events=event_count,
         attempt_id=attempt_id,
     )
 

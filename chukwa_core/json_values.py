@@ -81,8 +81,9 @@ def hashable(value: Any) -> Any:
 def simple_json(value: Any) -> bool | None:
     """One quick pass over a value (no JSON pointers built): None if :func:`hashable` would
     refuse it or it holds anything unusual (a tuple, a subclass, a non-string key); else
-    whether it is *simple*: only strings, ASCII object keys, arrays, booleans, null and
-    integers — what RFC 8785 serializes exactly as ``json.dumps`` with sorted keys does."""
+    whether it is *simple*: only strings, ASCII object keys, arrays, booleans, null,
+    integers and non-integral floats of magnitude 1e-4 to 1e16 — what RFC 8785 serializes
+    exactly as ``json.dumps`` with sorted keys does."""
     simple = True
     stack = [value]
     while stack:
@@ -106,7 +107,12 @@ def simple_json(value: Any) -> bool | None:
         elif kind is bool or item is None:
             pass
         elif kind is float and math.isfinite(item) and abs(item) <= MAX_EXACT_INT:
-            simple = False  # RFC 8785 writes doubles its own way
+            # RFC 8785 writes a double as ECMAScript does: the shortest digits that read back
+            # to it, in fixed notation for 1e-6 <= |x| < 1e21, "1" for 1.0. Python's repr
+            # writes the same shortest digits, in fixed notation for 1e-4 <= |x| < 1e16: in
+            # the overlap a non-integral float is written identically by json.dumps.
+            if not (1e-4 <= abs(item) < 1e16) or item.is_integer():
+                simple = False
         else:
             return None
     return simple

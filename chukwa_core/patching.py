@@ -120,7 +120,8 @@ def _schema_problem(patch: Any) -> PatchRejected | None:
 
 
 def validate_patch(patch: Any, world: WorldState) -> None:
-    """Schema first, then the working world: exact ids, agents-only memory, known labels."""
+    """Schema first, then the working world: exact ids, agents-only memory, known labels. An
+    accepted patch is recorded on the world (see :func:`validate_patch_once`)."""
     problem = _schema_problem(patch)
     if problem is not None:
         raise problem
@@ -165,6 +166,18 @@ def validate_patch(patch: Any, world: WorldState) -> None:
                     f"environment. Valid environment labels:\n{environment_roster(world)}",
                     f"/effects/{index}/environment_label",
                 )
+    world.accepted_patches[id(patch)] = patch
+
+
+def validate_patch_once(patch: Any, world: WorldState) -> None:
+    """:func:`validate_patch` when the patch is applied, unless this very patch was accepted
+    for this world already — by an LLM node's judge, on the turn-start world or the working
+    world: what makes a patch valid (the world's entity ids, which of them are agents, its
+    environment labels) no patch changes, and nothing edits a patch between its judge and its
+    application. The record is taken, so it holds a patch until it is applied at most."""
+    if world.accepted_patches.pop(id(patch), None) is not patch:
+        validate_patch(patch, world)
+        del world.accepted_patches[id(patch)]
 
 
 def apply_patch(patch: dict[str, Any], world: WorldState) -> list[Transition]:

@@ -13,13 +13,20 @@ from chukwa_core.hashing import json_hash
 class WorldState:
     """Environments (label → text, label order) and entities (scenario order, by id).
 
-    No WorldPatch op moves an entity, adds or removes one, so which entities share an
-    environment never changes: the index by environment is built once, on first use."""
+    No WorldPatch op moves an entity, adds or removes one, or changes its kind, so which
+    entities share an environment never changes (the index by environment is built once, on
+    first use), and neither does whether a patch is valid for the world."""
 
     environments: dict[str, str]
     entities: dict[str, dict[str, Any]] = field(default_factory=dict)
     _by_environment: dict[str, list[dict[str, Any]]] | None = field(
         default=None, init=False, repr=False, compare=False
+    )
+    # The patches ``patching.validate_patch`` accepted for this world, by id (each held, so its
+    # id stays its own): a patch the judge of an LLM node accepted is not validated again when
+    # it is applied (``patching``).
+    accepted_patches: dict[int, Any] = field(
+        default_factory=dict, init=False, repr=False, compare=False
     )
 
     @classmethod

@@ -197,8 +197,9 @@ SPECTACULAR_SETTINGS = {
 CHUKWA_ATTEMPT_SOFT_TIME_LIMIT = 900
 CHUKWA_ATTEMPT_TIME_LIMIT = 960
 # A worker task that has run for less than this (seconds) when it commits a turn claims the
-# next attempt of the same batch itself instead of a broker round trip; 0 turns that off. The
-# time limits are the task's, so every attempt keeps at least the soft limit minus this to run.
+# next attempt of the same batch in that commit's transaction and runs it itself, instead of a
+# broker round trip; 0 turns that off. The time limits are the task's, so every attempt keeps at
+# least the soft limit minus this to run.
 CHUKWA_BATCH_CONTINUE_SECONDS = env.float("CHUKWA_BATCH_CONTINUE_SECONDS", 60)
 if not 0 <= CHUKWA_BATCH_CONTINUE_SECONDS <= CHUKWA_ATTEMPT_SOFT_TIME_LIMIT / 4:
     raise RuntimeError(
@@ -264,7 +265,7 @@ CHUKWA_ATTEMPT_LEASE_SECONDS = env.int("CHUKWA_ATTEMPT_LEASE_SECONDS", 60)
 # How many subjects of a turn's concurrent phase (SPEC §4) think at the same time in one worker
 # process (each on a thread with its own database connection); the rest wait for a free thread.
 CHUKWA_MAX_CONCURRENT_SUBJECTS = env.int(
-    "CHUKWA_MAX_CONCURRENT_SUBJECTS", 8, validate=Range(min=1, max=256)
+    "CHUKWA_MAX_CONCURRENT_SUBJECTS", 16, validate=Range(min=1, max=256)
 )
 
 # How long a conformance-check verdict on an LLM backend stands (SPEC §5): trusted for hours

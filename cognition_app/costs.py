@@ -11,19 +11,49 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
+
+from django.db import connection
 
 from cognition_app.models import ModelPrice
+from cognition_app.rows import Statement
 
 MILLION = Decimal(1_000_000)
 
 
 def price_at(*, url_env: str, model: str, at: datetime) -> ModelPrice | None:
     """The row in force at ``at`` (the newest ``valid_from`` not after it), or None."""
-    return (
-        ModelPrice.objects.filter(url_env=url_env, model=model, valid_from__lte=at)
-        .order_by("-valid_from")
-        .first()
+    sql, params = price_statement(url_env=url_env, model=model, at=at)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return price_from_rows(cursor.fetchall())
+
+
+def price_statement(*, url_env: str, model: str, at: datetime) -> Statement:
+    """The SELECT of :func:`price_at`, to be sent with other statements in one round trip
+    (its rows go to :func:`price_from_rows`)."""
+    meta = ModelPrice._meta
+    q = connection.ops.quote_name
+    columns = ", ".join(q(str(f.column)) for f in _PRICE_FIELDS)
+    table = q(meta.db_table)
+    url_env_c, model_c, valid_from_c = (
+        q(str(f.column))
+        for f in (ModelPrice.url_env.field, ModelPrice.model.field, ModelPrice.valid_from.field)
     )
+    where = f"{url_env_c} = %s AND {model_c} = %s AND {valid_from_c} <= %s"
+    # identifiers from the model's metadata, quoted; the values are parameters
+    sql = f"SELECT {columns} FROM {table} WHERE {where} ORDER BY {valid_from_c} DESC LIMIT 1"  # noqa: S608
+    return sql, [url_env, model, at]
+
+
+def price_from_rows(rows: list[tuple[Any, ...]] | None) -> ModelPrice | None:
+    if not rows:
+        return None
+    names = [f.attname for f in _PRICE_FIELDS]
+    return ModelPrice.from_db(connection.alias, names, list(rows[0]))
+
+
+_PRICE_FIELDS = [f for f in ModelPrice._meta.concrete_fields if f.column is not None]
 
 
 def usage_cost(

@@ -188,6 +188,12 @@ class LlmCall(models.Model):
 
     class Meta:
         ordering = ["started_at"]
+        indexes = [
+            # The LLM-call index (page and API) reads the newest calls first, overall and of
+            # one status (failed, running; accepted and rejected are both "succeeded").
+            models.Index(fields=["-started_at", "id"], name="llmcall_started_idx"),
+            models.Index(fields=["status", "-started_at", "id"], name="llmcall_status_started_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"LLM call {self.id} ({self.status})"

@@ -42,20 +42,23 @@ class RowTable:
     table: str
     columns: tuple[str, ...]
     json_indexes: frozenset[int]
+    types: tuple[str, ...]  # each column's type, for the casts of :meth:`guarded_statement`
 
     @classmethod
     def of(cls, model: type[models.Model], fields: Sequence[str]) -> RowTable:
         meta = model._meta
         columns: list[str] = []
+        types: list[str] = []
         json_indexes: set[int] = set()
         for index, name in enumerate(fields):
             field = meta.get_field(name)
             if not isinstance(field, models.Field) or field.column is None:
                 raise TypeError(f"{meta.label}.{name} is not a concrete column")
             columns.append(field.column)
+            types.append(str(field.cast_db_type(connection)))
             if isinstance(field, models.JSONField):
                 json_indexes.add(index)
-        return cls(meta.db_table, tuple(columns), frozenset(json_indexes))
+        return cls(meta.db_table, tuple(columns), frozenset(json_indexes), tuple(types))
 
     def _sql(self, count: int) -> str:
         group = "(" + ", ".join(["%s"] * len(self.columns)) + ")"
@@ -81,6 +84,28 @@ class RowTable:
             else:
                 params.extend(row)
         return params
+
+    def guarded_statement(
+        self, rows: Sequence[tuple[Any, ...]], condition: Statement
+    ) -> Statement | None:
+        """One INSERT of the rows that inserts none of them unless ``condition`` (an SQL boolean
+        expression and its parameters) holds when it runs; None when the rows need more
+        parameters than one statement carries."""
+        condition_sql, condition_params = condition
+        if not rows or len(rows) * len(self.columns) + len(condition_params) > MAX_PARAMS:
+            return None
+        # Each value cast to its column's type: rows selected from VALUES are not typed by the
+        # target table as the rows of INSERT … VALUES are.
+        group = "(" + ", ".join(f"%s::{t}" for t in self.types) + ")"
+        names = ", ".join(connection.ops.quote_name(c) for c in self.columns)
+        values = ", ".join([group] * len(rows))
+        table = connection.ops.quote_name(self.table)
+        # Identifiers and types from the model's metadata; every value is a parameter.
+        sql = (
+            f"INSERT INTO {table} ({names}) SELECT * FROM (VALUES {values}) AS v "  # noqa: S608
+            f"WHERE {condition_sql}"
+        )
+        return sql, [*self._params(rows), *condition_params]
 
     def statements(self, rows: Sequence[tuple[Any, ...]]) -> Iterable[Statement]:
         """(SQL, parameters) for the rows, as few statements as the parameter limit allows."""

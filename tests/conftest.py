@@ -42,6 +42,17 @@ def _migration_rows_in_transactional_tests(request: pytest.FixtureRequest) -> No
 
 
 @pytest.fixture(autouse=True)
+def _subject_threads_closed() -> Iterator[None]:
+    """The concurrent phase's thread pool outlives a turn, each thread keeping its database
+    connection; after a test that ran one in this process, its threads stop and close them
+    (no connection left on the test database)."""
+    yield
+    from worlds_app.services.subject_threads import close_pool
+
+    close_pool()
+
+
+@pytest.fixture(autouse=True)
 def _fast_password_hashing(settings: Any) -> None:
     # PBKDF2 costs ~0.5 s per user; tests don't need slow hashing.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

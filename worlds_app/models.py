@@ -179,7 +179,15 @@ class TurnAttempt(models.Model):
                 name="attempt_batch_index_range",
             ),
         ]
-        indexes = [models.Index(fields=["status", "lease_expires_at"], name="attempt_lease_idx")]
+        indexes = [
+            models.Index(fields=["status", "lease_expires_at"], name="attempt_lease_idx"),
+            # The attempt index (page and API) and the home page read the newest attempts
+            # first: overall, and of one status (running, failed lately). One world's attempts
+            # are found through the world's foreign-key index (the filter is by slug, a join,
+            # so an ordered (world, queued_at) index could not serve the order anyway).
+            models.Index(fields=["-queued_at", "-seq"], name="attempt_queued_idx"),
+            models.Index(fields=["status", "-queued_at", "-seq"], name="attempt_status_queued_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"attempt {self.id} ({self.status})"

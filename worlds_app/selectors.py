@@ -121,8 +121,11 @@ BUDGET_LIMITS = ("max_tokens_per_turn", "max_cost_per_turn", "max_tokens_total",
 def world_budget_limits(*, world_id: int) -> BudgetLimits | None:
     """The budget in force (the newest row), as the cognition layer checks it; None if none."""
     row = WorldBudget.objects.filter(world_id=world_id).order_by("-set_at", "-id").first()
-    if row is None:
-        return None
+    return None if row is None else budget_limits_of(row)
+
+
+def budget_limits_of(row: WorldBudget) -> BudgetLimits | None:
+    """A budget row's limits as the cognition layer checks them; None if it sets none."""
     limits = BudgetLimits(**{name: getattr(row, name) for name in BUDGET_LIMITS})
     return None if limits.is_empty() else limits
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from chukwa_core.json_values import loads_strict, storable_text
 from cognition_app.models import InvocationKind, InvocationStatus, SourceInvocation, SourceProbe
+from cognition_app.rows import insert_statement
 from cognition_app.sources.client import http_client
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.replay import request_key
@@ -24,7 +25,7 @@ from cognition_app.sources.tracing import (
     finish_invocation,
     finished_on_error,
     new_invocation,
-    trace_write,
+    open_rows,
 )
 from cognition_app.sources.variables import redact_headers, scrub
 
@@ -95,13 +96,11 @@ def ensure_schema_enforced(
             inv.status = InvocationStatus.FAILED
             inv.failure_class, inv.failure_message = "backend_not_enforcing", message
             inv.ended_at, inv.duration_ms = inv.started_at, 0
-            with trace_write():
-                inv.save(force_insert=True)
+            open_rows(ctx, [insert_statement(inv)])
             raise SourceFailure("backend_not_enforcing", message, invocation_id=inv.pk)
         payload = _probe_payload(model)
         inv.request = {**payload, "url_env": ctx_url_env(source), "path": "/chat/completions"}
-        with trace_write():  # the row exists before any byte is sent
-            inv.save(force_insert=True)
+        open_rows(ctx, [insert_statement(inv)])  # the row exists before any byte is sent
         with finished_on_error(inv):
             enforces, detail = _run_probe(inv, base_url, payload, headers, timeout)
             SourceProbe.objects.update_or_create(

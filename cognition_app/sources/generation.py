@@ -7,7 +7,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cognition_app.models import LlmCall, SourceInvocation
+from cognition_app.models import LlmCall, LlmChunk, SourceInvocation
+from cognition_app.rows import RowTable
+
+# A generation's streamed chunks, as tuples: one multi-row INSERT per flush.
+CHUNK_ROWS = RowTable.of(LlmChunk, ("call", "seq", "offset_ms", "text"))
 
 
 @dataclass

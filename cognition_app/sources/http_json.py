@@ -27,7 +27,7 @@ from cognition_app.sources.tracing import (
     finish_invocation,
     finished_on_error,
     new_invocation,
-    trace_batch,
+    open_rows,
 )
 from cognition_app.sources.variables import redact_headers, scrub, scrub_json, url_from_env
 
@@ -85,9 +85,9 @@ def invoke_http_json(
     try:
         base = url_from_env(iface["url_env"], "url_env")
     except SourceFailure as exc:
-        raise fail_unsent(inv, exc) from None
+        raise fail_unsent(ctx, inv, exc) from None
     inv.request["url"] = base + iface.get("path", "")
-    trace_batch([insert_statement(inv)])  # the row exists before any byte is sent
+    open_rows(ctx, [insert_statement(inv)])  # the row exists before any byte is sent
     with finished_on_error(inv):
         return _post_json(inv, iface, base, body, ctx, result_schema_hash)
 

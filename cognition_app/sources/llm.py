@@ -17,7 +17,7 @@ from httpx_sse import SSEError
 
 from chukwa_core.json_values import storable_text
 from cognition_app.budgets import Reservation, completion_cap, prompt_estimate
-from cognition_app.costs import price_at, usage_cost
+from cognition_app.costs import price_at, price_from_rows, price_statement, usage_cost
 from cognition_app.models import (
     InvocationKind,
     InvocationStatus,
@@ -27,7 +27,6 @@ from cognition_app.models import (
     SourceInvocation,
 )
 from cognition_app.rows import (
-    RowTable,
     Statement,
     delete_statement,
     insert_statement,
@@ -38,8 +37,15 @@ from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
 from cognition_app.sources.conformance import ensure_schema_enforced
 from cognition_app.sources.failure import SourceFailure
-from cognition_app.sources.generation import Generation, Judge, Judgement, verdict_fields
+from cognition_app.sources.generation import (
+    CHUNK_ROWS,
+    Generation,
+    Judge,
+    Judgement,
+    verdict_fields,
+)
 from cognition_app.sources.limits import source_slot
+from cognition_app.sources.llm_replay import replayed_generation
 from cognition_app.sources.replay import fail_miss, open_replayed, request_key
 from cognition_app.sources.stream_events import chunk_events
 from cognition_app.sources.tracing import (
@@ -48,6 +54,7 @@ from cognition_app.sources.tracing import (
     finished_on_error,
     log_finished,
     new_invocation,
+    open_rows,
     trace_batch,
 )
 from cognition_app.sources.variables import (
@@ -62,8 +69,6 @@ from cognition_app.sources.variables import (
 # length of its reply; CHUNK_BATCH only bounds the rows held in memory between flushes.
 CHUNK_BATCH = 512
 CHUNK_FLUSH_SECONDS = 0.25
-# Chunk rows are tuples, inserted with one multi-row INSERT per flush.
-CHUNK_ROWS = RowTable.of(LlmChunk, ("call", "seq", "offset_ms", "text"))
 
 
 def invoke_llm(
@@ -137,7 +142,7 @@ def invoke_llm(
                 record=record,
                 output_schema_hash=output_schema_hash,
             )
-            return _replayed(inv, record, payload, params, response_format, judge)
+            return replayed_generation(ctx, inv, record, payload, params, response_format, judge)
         if ctx.replay.strict:
             fail_miss(
                 ctx,
@@ -198,8 +203,12 @@ class _Send:
 
     def run(self, config_failure: SourceFailure | None) -> Generation:
         ctx, iface = self.ctx, self.source["interface"]
-        # The price in force when the call starts; the cost is computed from it at the end.
-        price = price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now())
+        # The price in force when the call starts; the cost is computed from it at the end. A
+        # budget needs it first (to reserve); otherwise it is read in the round trip that opens
+        # the rows.
+        price = None
+        if config_failure is not None or ctx.budget is not None:
+            price = price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now())
         reservation = Reservation()
         if config_failure is None and ctx.budget is not None:
             outcome = ctx.budget.reserve(
@@ -266,11 +275,22 @@ class _Send:
             inv.ended_at = call.ended_at = inv.started_at
             inv.duration_ms = 0
             call.error = config_failure.message
-            trace_batch([insert_statement(inv), insert_statement(call)])
+            open_rows(ctx, [insert_statement(inv), insert_statement(call)])
             config_failure.invocation_id = inv.pk
             raise config_failure
-        # Both rows exist before any byte is sent (one round trip).
-        trace_batch([insert_statement(inv), insert_statement(call)])
+        # Both rows exist before any byte is sent: one round trip with the attempt's pending
+        # events and, without a budget, the price lookup (the price row is stored when the
+        # call finishes).
+        opening = [insert_statement(inv), insert_statement(call)]
+        if ctx.budget is None:
+            opening.append(
+                price_statement(
+                    url_env=iface["base_url_env"], model=iface["model"], at=inv.started_at
+                )
+            )
+        results = open_rows(ctx, opening)
+        if ctx.budget is None:
+            call.price = price_from_rows(results[-1])
         with finished_on_error(inv, call):
             return _stream(
                 inv,
@@ -340,6 +360,7 @@ def _stream(
                         "error": message,
                         "raw_text": text,
                         "ttft_ms": ttft_ms,
+                        "price": call.price,
                     },
                 ),
                 finish_statement(
@@ -536,6 +557,7 @@ def _finish_generation(
             else None
         ),
         "cost_estimated": usage_source == "estimated",
+        "price": price,
     }
     return [
         update_statement(LlmCall, call.pk, call_fields),
@@ -543,78 +565,3 @@ def _finish_generation(
             inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
         ),
     ]
-
-
-def _replayed(
-    inv: SourceInvocation,
-    record: SourceInvocation,
-    payload: dict[str, Any],
-    params: dict[str, Any],
-    response_format: dict[str, Any] | None,
-    judge: Judge | None,
-) -> Generation:
-    """Serve a generation from ``record``: its text, chunks and usage copied into rows of this
-    call, judged afresh by this call's judge (pure), no byte sent. Nothing is open while it
-    runs, so both rows are written once, already finished, with the chunks."""
-    original: LlmCall = record.llm_call
-    text = original.raw_text
-    usage = {
-        name: value
-        for name, value in (
-            ("prompt_tokens", original.prompt_tokens),
-            ("completion_tokens", original.completion_tokens),
-            ("cached_tokens", original.cached_tokens),
-        )
-        if value is not None
-    }
-    call = LlmCall(
-        invocation=inv,
-        base_url=original.base_url,
-        requested_model=payload["model"],
-        messages=payload["messages"],
-        params=params,
-        response_format=response_format,
-        started_at=inv.started_at,
-    )
-    gen = Generation(
-        text=text, invocation=inv, call=call, finish_reason=original.finish_reason, usage=usage
-    )
-    gen.judgement = judge(text) if judge is not None else None
-    call_verdict, inv_verdict = verdict_fields(gen.judgement)
-    now = timezone.now()
-    for name, value in {
-        **call_verdict,
-        "status": InvocationStatus.SUCCEEDED,
-        "ended_at": now,
-        "ttft_ms": original.ttft_ms,
-        "raw_text": text,
-        "normalized_text": original.normalized_text,
-        "finish_reason": original.finish_reason,
-        "response_model": original.response_model,
-        "prompt_tokens": original.prompt_tokens,
-        "completion_tokens": original.completion_tokens,
-        "cached_tokens": original.cached_tokens,
-        "usage_source": original.usage_source,
-        # Served from the record: nothing was sent, nothing spent (a known zero, so replayed
-        # calls neither show as "unknown" cost nor count against a budget).
-        "cost": Decimal(0),
-    }.items():
-        setattr(call, name, value)
-    for name, value in {
-        **inv_verdict,
-        "status": InvocationStatus.SUCCEEDED,
-        "ended_at": now,
-        "duration_ms": int((now - inv.started_at).total_seconds() * 1000),
-        "response_text": text,
-        "http_status": record.http_status,
-        "response_headers": record.response_headers,
-    }.items():
-        setattr(inv, name, value)
-    chunks = [
-        (call.pk, seq, offset_ms, chunk)
-        for seq, offset_ms, chunk in LlmChunk.objects.filter(call_id=original.pk)
-        .order_by("seq")
-        .values_list("seq", "offset_ms", "text")
-    ]
-    trace_batch([insert_statement(inv), insert_statement(call), *CHUNK_ROWS.statements(chunks)])
-    return gen

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, storable_text
 from cognition_app.models import InvocationStatus, SourceInvocation
+from cognition_app.rows import insert_statement
 from cognition_app.sources.components import source_content
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.replay import request_key
@@ -33,7 +34,7 @@ from cognition_app.sources.tracing import (
     finish_invocation,
     finished_on_error,
     new_invocation,
-    trace_write,
+    open_rows,
 )
 from cognition_app.sources.variables import key_from_env, scrub, scrub_json, url_from_env
 
@@ -97,10 +98,9 @@ def invoke_mcp_tool(
                 "tool's arguments schema allows what MCP cannot carry)",
             )
     except SourceFailure as exc:
-        raise fail_unsent(inv, exc) from None
+        raise fail_unsent(ctx, inv, exc) from None
     inv.request["url"] = url
-    with trace_write():  # the row exists before any byte is sent
-        inv.save(force_insert=True)
+    open_rows(ctx, [insert_statement(inv)])  # the row exists before any byte is sent
     with finished_on_error(inv):
         return _call(inv, iface, url, {**ctx.headers(inv.pk), **auth}, body, result_schema_hash)
 

@@ -26,7 +26,7 @@ from chukwa_core.hashing import json_hash
 from cognition_app.models import InvocationStatus, SourceInvocation
 from cognition_app.rows import insert_statement
 from cognition_app.sources.failure import SourceFailure
-from cognition_app.sources.tracing import CallContext, new_invocation, trace_batch
+from cognition_app.sources.tracing import CallContext, new_invocation, open_rows
 
 REPLAY_THEN_LIVE = "replay_then_live"
 REPLAY_STRICT = "replay_strict"
@@ -117,5 +117,5 @@ def fail_miss(
     inv.status = InvocationStatus.FAILED
     inv.failure_class, inv.failure_message = "replay_miss", message
     inv.ended_at, inv.duration_ms = inv.started_at, 0
-    trace_batch([insert_statement(inv)])
+    open_rows(ctx, [insert_statement(inv)])
     raise SourceFailure("replay_miss", message, invocation_id=inv.pk)

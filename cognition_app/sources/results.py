@@ -10,10 +10,11 @@ from uuid import UUID
 from django.utils import timezone
 
 from cognition_app.models import InvocationStatus, SourceInvocation
+from cognition_app.rows import insert_statement
 from cognition_app.sources.components import schema_errors, schema_validator
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.replay import fail_miss, open_replayed
-from cognition_app.sources.tracing import CallContext, trace_write
+from cognition_app.sources.tracing import CallContext, open_rows
 
 
 @dataclass(frozen=True)
@@ -33,21 +34,20 @@ def result_schema_problem(value: Any, result_schema_hash: str) -> tuple[list[dic
     return errors, f"{errors[0]['pointer'] or '(root)'}: {errors[0]['message']}"
 
 
-def fail_unsent(inv: SourceInvocation, exc: SourceFailure) -> SourceFailure:
+def fail_unsent(ctx: CallContext, inv: SourceInvocation, exc: SourceFailure) -> SourceFailure:
     """A call refused before any byte was sent (a variable missing or malformed, arguments an
     interface cannot carry): its row is written once, already failed, and ``exc`` names it."""
     inv.status = InvocationStatus.FAILED
     inv.failure_class, inv.failure_message = exc.failure_class, exc.message
     inv.ended_at = inv.started_at
     inv.duration_ms = 0
-    with trace_write():
-        inv.save(force_insert=True)
+    open_rows(ctx, [insert_statement(inv)])
     exc.invocation_id = inv.pk
     return exc
 
 
 def serve_replayed(
-    inv: SourceInvocation, record: SourceInvocation, result_schema_hash: str
+    ctx: CallContext, inv: SourceInvocation, record: SourceInvocation, result_schema_hash: str
 ) -> JsonResult:
     """Serve the call from ``record``: its reply, traced as this call's, no byte sent, so the row
     is written once, already finished. The reply is checked against *this* call's result schema
@@ -73,8 +73,7 @@ def serve_replayed(
         inv.status = InvocationStatus.SUCCEEDED
     inv.ended_at = timezone.now()
     inv.duration_ms = int((inv.ended_at - inv.started_at).total_seconds() * 1000)
-    with trace_write():
-        inv.save(force_insert=True)
+    open_rows(ctx, [insert_statement(inv)])
     if errors:
         raise SourceFailure("schema_invalid", message, invocation_id=inv.pk)
     return JsonResult(value, inv.pk)
@@ -99,6 +98,7 @@ def from_recording(
     record = ctx.replay.take(key)
     if record is not None:
         return serve_replayed(
+            ctx,
             open_replayed(
                 ctx,
                 kind=kind,

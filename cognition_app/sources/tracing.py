@@ -25,6 +25,9 @@ from cognition_app.sources.variables import scrub
 
 logger = logging.getLogger(__name__)
 
+# Per statement of a batch: the rows it returned, or None when it returns none.
+BatchResults = list[list[tuple[Any, ...]] | None]
+
 
 class ReplaySource(Protocol):
     """What a call needs of its world's replay (``cognition_app.sources.replay.Replay``)."""
@@ -58,9 +61,10 @@ class CallContext:
     budget: BudgetLedger | None = None
     # stops the calls of subjects still thinking once another subject failed (SPEC §4)
     cancel: CancelScope | None = None
-    # writes the attempt's events so far (SPEC §6): called before a call opens its row, so a
-    # reader of the timeline never sees a call whose preceding events are missing
-    flush_events: Callable[[], None] | None = None
+    # writes the attempt's events so far (SPEC §6) and then the statements opening a call's
+    # rows, in one round trip (``open_rows``): a reader of the timeline never sees a call whose
+    # preceding events are missing
+    write_rows: Callable[[Sequence[Statement]], BatchResults] | None = None
 
     def check_cancelled(self, what: str) -> None:
         if self.cancel is not None:
@@ -87,8 +91,7 @@ def new_invocation(
     input_schema_hash: str = "",
     output_schema_hash: str = "",
 ) -> SourceInvocation:
-    if ctx.flush_events is not None:
-        ctx.flush_events()
+    """The (unsaved) row of a new call: write it with :func:`open_rows`."""
     return SourceInvocation(
         attempt_id=ctx.attempt_id,
         world_id=ctx.world_id,
@@ -129,22 +132,40 @@ def trace_write() -> Iterator[None]:
         yield
 
 
-def trace_batch(statements: Sequence[Statement]) -> None:
+def trace_batch(statements: Sequence[Statement]) -> BatchResults:
     """Trace writes in one round trip: ``SET LOCAL synchronous_commit TO OFF`` and the
     statements sent as one multi-statement query, which PostgreSQL runs as one transaction
     (all or nothing; the caller's, if one is open) — what :func:`trace_write` does in
     ``2 + len(statements)`` round trips. Needs client-side binding (Django's default cursor);
-    with server-side binding the statements go one by one inside :func:`trace_write`."""
+    with server-side binding the statements go one by one inside :func:`trace_write`.
+
+    Returns, per statement, the rows it returned (a SELECT, an ``… RETURNING``), else None."""
     if not statements:
-        return
+        return []
     with connection.cursor() as cursor:
         if isinstance(cursor.cursor, ClientCursor):
             sql = "; ".join(["SET LOCAL synchronous_commit TO OFF", *(s for s, _ in statements)])
             cursor.execute(sql, [p for _, params in statements for p in params])
-            return
+            results: BatchResults = []
+            for _ in statements:  # the result of SET first, then one per statement
+                cursor.cursor.nextset()
+                results.append(cursor.fetchall() if cursor.description is not None else None)
+            return results
     with trace_write(), connection.cursor() as cursor:
+        results = []
         for sql, params in statements:
             cursor.execute(sql, params)
+            results.append(cursor.fetchall() if cursor.description is not None else None)
+        return results
+
+
+def open_rows(ctx: CallContext, statements: Sequence[Statement]) -> BatchResults:
+    """Write the rows a call opens (or a call that never went out writes, already finished)
+    after the attempt's pending events, in one round trip: every first write of an invocation
+    goes through here, before any byte is sent."""
+    if ctx.write_rows is not None:
+        return ctx.write_rows(statements)
+    return trace_batch(statements)
 
 
 def finish_statement(inv: SourceInvocation, status: str, **fields: Any) -> Statement:

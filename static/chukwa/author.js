@@ -187,6 +187,7 @@
       doc: textarea.value,
       extensions: [
         CM.editorSetup,
+        CM.colorScheme(), // light or dark as the page is, and switching when the page does
         CM.json(),
         CM.linter(serverLint, { delay: 500 }),
         CM.autocompletion({ override: [hashCompletions] }),

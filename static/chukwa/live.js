@@ -56,8 +56,11 @@
   }
 
   function visibleRows() {
+    // The rows a reader sees: a row inside a folded <details> keeps a layout box (its content
+    // is only content-visibility: hidden), so offsetParent alone would count it.
     return Array.prototype.filter.call(document.querySelectorAll(".wf-tree .wf-row"), function (el) {
-      return el.offsetParent !== null;
+      if (el.checkVisibility) return el.checkVisibility();
+      return el.offsetParent !== null && !el.closest("details:not([open]) > :not(summary)");
     });
   }
 

@@ -194,8 +194,15 @@ def llm_call_page(request: HttpRequest, call_id: str) -> HttpResponse:
     last = chunks[-1]["offset_ms"] if chunks else 0
     span = max(last, 1)
     step = max(1, len(chunks) // CHUNK_MARKS)
+    # where the call sits, for the crumbs: world, attempt, invocation
+    where = (
+        SourceInvocation.objects.filter(pk=data["invocation_id"])
+        .values("world__slug", "attempt__seq", "seq")
+        .first()
+    )
     context = {
         "call": data,
+        "where": where,
         "running": running,
         "chunk_marks": [{**c, "left": c["offset_ms"] / span * 100} for c in chunks[::step]],
         "chunk_rows": chunks[:CHUNK_ROWS],

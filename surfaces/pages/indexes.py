@@ -18,7 +18,7 @@ from surfaces.pages.layout import page_links
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
 from worlds_app import selectors as world_selectors
-from worlds_app.models import AnnotationTarget
+from worlds_app.models import AnnotationTarget, World
 
 TIME_HINT = "2030-01-01T09:00:00Z"
 
@@ -146,6 +146,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "failed": failed,
         "queued_count": queued["count"],
         "rejected_calls_count": rejected["count"],
+        "worlds_count": World.objects.count(),
         "store": counts,
     }
     store = [{"title": title, "count": counts[key], "url": url} for key, title, url in STORE_LINKS]

@@ -152,6 +152,7 @@ class _Builder:
         kind = event["kind"]
         offset = _offset_ms(event["created_at"], self.start)
         commit_badge = None
+        rule = None
         if kind == "world_patch_applied":
             # provisional until the turn commits; never shown as applied when it did not
             state = event.get("commit_state") or self._commit_state()
@@ -165,6 +166,7 @@ class _Builder:
             )
             note = payload.get("patch", {}).get("narration", "")
         elif kind == "inner_monologue":
+            rule = payload.get("matched_rule")
             label = f"{event['node_id']} · rule policy"
             note = f"matched rule {payload.get('matched_rule')}: {payload.get('intent', '')}"
         elif kind == "turn_committed":
@@ -182,6 +184,7 @@ class _Builder:
         return {
             "id": f"e-{event['seq']}",
             "type": "marker",
+            "rule": rule,
             "kind": kind,
             "label": label,
             "commit_badge": commit_badge,
@@ -218,6 +221,8 @@ class _Builder:
             **self.span(offset, end - offset),
             "children": children,
             "calls": len(calls),
+            # the rules a rule policy matched below (a subject without LLM calls says these)
+            "rules": sorted({str(c["rule"]) for c in below if c.get("rule")}),
             "rejected": rejected,
             "tokens": (
                 sum((c["tokens"][0] or 0) for c in calls),
@@ -311,11 +316,14 @@ class _Builder:
             row["open"] = bool(row["children"]) and (
                 small or row["running"] or row["problem"] or bool(row.get("rejected"))
             )
+        ticks = nice_ticks(self.total)
         return {
             "tree": top,
             "rows": flat,
             "total_ms": round(self.total),
-            "ticks": nice_ticks(self.total),
+            "ticks": ticks,
+            # the rows' grid lines fall on the axis ticks: one every tick_pct % of the track
+            "tick_pct": ticks[1]["left"] if len(ticks) > 1 else 100.0,
             "folded": not small,
             "verdicts": self.verdicts,
         }

@@ -15,6 +15,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 PROJECT = Path(__file__).resolve().parents[2]
+CONTRAST = (Path(__file__).parent / "contrast.js").read_text()
 ARTIFACTS = PROJECT / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -61,3 +62,17 @@ def sign_in(driver: webdriver.Chrome, base: str, username: str, password: str) -
     driver.find_element(By.NAME, "password").send_keys(password)
     driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
     wait_for(lambda: "/accounts/login/" not in driver.current_url, 10, "the sign-in")
+
+
+def low_contrast(driver: webdriver.Chrome) -> list[Any]:
+    """Text below WCAG AA contrast on the current page (see contrast.js)."""
+    rows: list[Any] = driver.execute_script(CONTRAST)
+    return rows
+
+
+def prefer_colour_scheme(driver: webdriver.Chrome, scheme: str) -> None:
+    """Emulate the system's colour preference ("light" or "dark"); the open page follows it."""
+    driver.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia",
+        {"features": [{"name": "prefers-color-scheme", "value": scheme}]},
+    )

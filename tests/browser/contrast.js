@@ -1,6 +1,11 @@
 // Every visible text element whose contrast with its effective background is below WCAG AA
 // (4.5:1, or 3:1 for large text). Returns [selector-ish, ratio, color, background] rows.
-function parse(c) { var m = c.match(/[\d.]+/g) || []; return m.map(Number); }
+// rgb()/rgba() in 0-255, or color(srgb r g b / a) in 0-1 (what color-mix() computes to)
+function parse(c) {
+  var m = (c.match(/[\d.]+/g) || []).map(Number);
+  if (/^color\(srgb/.test(c)) return m.map(function (v, i) { return i < 3 ? v * 255 : v; });
+  return m;
+}
 function lum(rgb) {
   var a = rgb.slice(0, 3).map(function (v) { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); });
   return 0.2126 * a[0] + 0.7152 * a[1] + 0.0722 * a[2];

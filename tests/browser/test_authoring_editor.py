@@ -19,7 +19,14 @@ from selenium.webdriver.support.ui import Select
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.models import ScenarioCognitionProfile, WorkflowDerivation
 from scenarios_app.services import scenario_assemble
-from tests.browser.chromium import ARTIFACTS, chromium, sign_in, wait_for
+from tests.browser.chromium import (
+    ARTIFACTS,
+    chromium,
+    low_contrast,
+    prefer_colour_scheme,
+    sign_in,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 PASSWORD = "a-long-password-1"
@@ -49,6 +56,20 @@ def _set_doc(browser: webdriver.Chrome, find: str, replace: str) -> None:
     )
 
 
+def _editor_colours(browser: webdriver.Chrome) -> dict[str, str]:
+    """Computed colours of the code editor: its ground, its text, its gutter and a number."""
+    return browser.execute_script(
+        """const ed = document.querySelector('.cm-editor'), css = el => getComputedStyle(el);
+           const line = Array.from(ed.querySelectorAll('.cm-line'))
+             .find(l => l.textContent.includes('"max_generation_attempts": 3'));
+           const number = line && Array.from(line.querySelectorAll('span'))
+             .find(s => s.textContent === '3');
+           return {background: css(ed).backgroundColor, text: css(ed.querySelector('.cm-content')).color,
+                   gutter: css(ed.querySelector('.cm-gutters')).backgroundColor,
+                   number: number ? css(number).color : null};"""
+    )
+
+
 def test_an_operator_edits_reviews_and_saves_a_workflow(
     live_server: Any, browser: webdriver.Chrome
 ) -> None:
@@ -72,6 +93,29 @@ def test_an_operator_edits_reviews_and_saves_a_workflow(
         lambda: "valid" in browser.find_element(By.ID, "author-validation").text, 10, "validation"
     )
     assert "✓ valid" in browser.find_element(By.ID, "author-validation").text
+
+    # The editor follows the page into dark mode while it is open (no reload), and back; its
+    # text, gutter numbers and syntax colours stay legible (AA) in both.
+    light = _editor_colours(browser)
+    assert light["background"] == "rgb(255, 255, 255)"  # the page's card, --card
+    assert light["text"] == "rgb(29, 35, 48)"  # --fg
+    assert light["number"] and light["number"] != light["text"]  # syntax colours
+    assert low_contrast(browser) == []
+    browser.execute_script("window.__sameLoad = 'yes';")
+    prefer_colour_scheme(browser, "dark")
+    dark = wait_for(
+        lambda: (c := _editor_colours(browser))["background"] == "rgb(23, 28, 39)" and c,
+        10,
+        "the editor to turn dark",
+    )
+    assert dark["text"] == "rgb(227, 231, 241)"  # the dark --fg
+    assert dark["gutter"] == "rgb(15, 19, 27)"  # the dark --bg
+    assert dark["number"] not in (None, light["number"])  # the dark syntax colours
+    assert low_contrast(browser) == []
+    assert browser.execute_script("return window.__sameLoad") == "yes"
+    browser.save_screenshot(str(ARTIFACTS / "author-0-dark.png"))
+    prefer_colour_scheme(browser, "light")
+    wait_for(lambda: _editor_colours(browser) == light, 10, "the editor to turn light again")
 
     # An invalid value: the server's error is marked on that value's own line.
     _set_doc(browser, '"max_generation_attempts": 3', '"max_generation_attempts": 0')

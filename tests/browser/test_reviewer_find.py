@@ -14,7 +14,9 @@ from django.contrib.auth.models import User
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
+from cognition_app.models import LlmCall
 from scenarios_app.services import scenario_assemble, scenario_fork
+from tests.browser.chromium import low_contrast, prefer_colour_scheme
 from tests.browser.test_reviewer_flow import ARTIFACTS, _wait
 from tests.browser.test_reviewer_flow import browser as browser
 from tests.cognition_app.conftest import (  # noqa: F401 - fixtures
@@ -38,15 +40,6 @@ def sign_in(browser: webdriver.Chrome, base: str, username: str, target: str = "
     browser.find_element(By.NAME, "password").send_keys(PASSWORD)
     browser.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
     _wait(lambda: "/accounts/login/" not in browser.current_url, 10, "the sign-in")
-
-
-CONTRAST = (Path(__file__).parent / "contrast.js").read_text()
-
-
-def low_contrast(browser: webdriver.Chrome) -> list[Any]:
-    """Text below WCAG AA contrast on the current page (see contrast.js)."""
-    rows: list[Any] = browser.execute_script(CONTRAST)
-    return rows
 
 
 def shot(browser: webdriver.Chrome, name: str) -> None:
@@ -85,7 +78,17 @@ def test_the_failed_attempt_is_one_click_from_home(
     failed.click()  # the one click
     _wait(lambda: f"/attempts/{failed_world}/" in browser.current_url, 10, "the attempt page")
     assert "failed" in browser.find_element(By.CSS_SELECTOR, "h1").text.lower()
+    # the failure's title is words, not the stored step code
+    title = browser.find_element(By.CSS_SELECTOR, ".card.alert strong").text
+    assert title == "Failed at model output (ant):", title
+    assert low_contrast(browser) == []
     shot(browser, "failed-attempt")
+    call = LlmCall.objects.filter(invocation__attempt_id=failed_world).order_by("started_at").last()
+    assert call is not None
+    last_call = f"/llm-calls/{call.pk}/"
+    browser.get(f"{live_server.url}{last_call}")
+    assert browser.find_element(By.ID, "call-verdict").text.lower() == "rejected"
+    assert low_contrast(browser) == []
 
     # The world list says the world's last attempt failed, not "idle".
     browser.get(f"{live_server.url}/worlds/")
@@ -131,18 +134,27 @@ def test_the_failed_attempt_is_one_click_from_home(
 
     # Dark mode follows the system's preference.
     browser.set_window_size(1400, 1000)
-    browser.execute_cdp_cmd(
-        "Emulation.setEmulatedMedia",
-        {"features": [{"name": "prefers-color-scheme", "value": "dark"}]},
-    )
+    prefer_colour_scheme(browser, "dark")
     browser.get(f"{live_server.url}/")
     background = browser.execute_script("return getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(15, 19, 27)"
     assert low_contrast(browser) == []
     shot(browser, "home-dark")
-    for path in ("/worlds/", "/worlds/calm/", "/attempts/", "/llm-calls/", "/worlds/calm/turns/1/"):
+    for path in (
+        "/worlds/",
+        "/worlds/calm/",
+        "/attempts/",
+        "/llm-calls/",
+        "/worlds/calm/turns/1/",
+        f"/attempts/{failed_world}/",
+        last_call,
+    ):
         browser.get(f"{live_server.url}{path}")
         assert low_contrast(browser) == [], path
+    shot(browser, "failed-llm-call-dark")
+    browser.get(f"{live_server.url}/attempts/{failed_world}/")
+    full_height_shot(browser, "failed-attempt-dark", 1280)
+    browser.set_window_size(1400, 1000)
     browser.get(f"{live_server.url}/worlds/calm/")
     shot(browser, "world-dark")
 
@@ -177,6 +189,7 @@ def test_compare_two_worlds_and_annotate_in_place(
     sides = turn_one.find_elements(By.CSS_SELECTOR, ".side-by-side > div")
     assert len(sides) == 2 and all(s.text for s in sides)
     assert sides[0].text != sides[1].text  # the worlds did different things
+    assert browser.find_element(By.CSS_SELECTOR, "nav.pager").text == "turns 0–3 (4 of 4)"
     assert low_contrast(browser) == []
     full_height_shot(browser, "compare", 1400)
     browser.set_window_size(1400, 1000)

@@ -102,3 +102,41 @@ def test_a_value_postgresql_refuses_is_a_django_error_and_writes_nothing(
 def test_a_row_of_the_wrong_width_is_refused(attempt: TurnAttempt) -> None:
     with pytest.raises(ValueError, match="columns"):
         list(EVENT_ROWS.statements([(attempt.pk, 1)]))
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_a_guarded_insert_writes_the_same_rows_only_while_its_condition_holds(
+    attempt: TurnAttempt, holds: bool
+) -> None:
+    rows = _rows(attempt, 5)
+    condition = ("EXISTS (SELECT 1 FROM worlds_app_turnattempt WHERE id = %s)", [attempt.pk])
+    if not holds:
+        condition = ("NOT " + condition[0], condition[1])
+    statement = EVENT_ROWS.guarded_statement(rows, condition)
+    assert statement is not None
+    trace_batch([statement])
+    stored = list(
+        AttemptEvent.objects.filter(attempt=attempt)
+        .order_by("seq")
+        .values_list("attempt_id", "seq", "kind", "subject_id", "payload", "invocation_id")
+    )
+    assert stored == ([row[:6] for row in rows] if holds else [])
+
+
+def test_a_guarded_insert_too_big_for_one_statement_is_none(attempt: TurnAttempt) -> None:
+    rows = _rows(attempt, 1) * (65_535 // len(EVENT_ROWS.columns) + 1)
+    assert EVENT_ROWS.guarded_statement(rows, ("true", [])) is None
+
+
+def test_a_batch_returns_each_statements_rows(attempt: TurnAttempt) -> None:
+    results = trace_batch(
+        [
+            ("SELECT 1 WHERE false", []),
+            *EVENT_ROWS.statements(_rows(attempt, 2)),
+            (
+                "SELECT seq FROM worlds_app_attemptevent WHERE attempt_id = %s ORDER BY seq",
+                [attempt.pk],
+            ),
+        ]
+    )
+    assert results == [[], None, [(1,), (2,)]]

@@ -9,6 +9,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chukwa_core import hashing
 from chukwa_core.errors import ChukwaError
@@ -132,6 +135,20 @@ def test_canonical_bytes_follow_rfc8785() -> None:
     assert hashing.canonical_json_bytes(value) == (
         '{"a":[1,"é",null,true,1e-7,0.5],"b":1,"c":{"y":0,"z":"x"}}'.encode()
     )
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.floats(
+        allow_nan=False, allow_infinity=False, min_value=-(2.0**53 - 1), max_value=2.0**53 - 1
+    )
+    | st.sampled_from([1e-4, 0.0001000001, 4503599627370495.5, 0.1, 0.7, 1.5, 2.5e-4, 123.456])
+)
+def test_floats_written_by_the_fast_path_are_exactly_rfc8785(number: float) -> None:
+    # Non-integral floats of magnitude 1e-4 to 1e16 take json.dumps (Python's shortest repr),
+    # the rest the rfc8785 library; either way the bytes are the library's.
+    value = {"n": number, "list": [number, -number], "s": "x"}
+    assert hashing.canonical_json_bytes(value) == rfc8785.dumps(value)
 
 
 @pytest.mark.parametrize("number", [1e21, 2.0**53, -1e300, 9007199254740992.0])
@@ -462,8 +479,11 @@ def test_simple_values_take_the_fast_path_with_the_exact_rfc8785_bytes() -> None
         }
         assert simple_json(value) is True
         assert hashing.canonical_json_bytes(value) == rfc8785.dumps(value)
-    # what is not simple goes through the library: floats, non-ASCII keys (UTF-16 order)
-    assert simple_json({"x": 1.5}) is False
+    # what is not simple goes through the library: floats ECMAScript writes otherwise than
+    # Python's repr (integral, tiny, huge), non-ASCII keys (UTF-16 order)
+    assert simple_json({"x": 1.5}) is True
+    for number in (1.0, -0.0, 1e-7, 5e-5, 2.0**52):
+        assert simple_json({"x": number}) is False
     assert simple_json({"\ue000": 1, "😀": 2}) is False
     assert hashing.canonical_json_bytes({"\ue000": 1, "😀": 2}) == rfc8785.dumps(
         {"\ue000": 1, "😀": 2}

@@ -1,14 +1,19 @@
-"""The next turn of a batch claimed by the task that committed the previous one (no broker
-round trip), within SPEC §6: each attempt is claimed like any other, and one that the task did
-not get to is sent by the periodic re-drive."""
+"""The next turn of a batch claimed by the task that committed the previous one, in the commit's
+transaction (no broker round trip, no gap), within SPEC §6: each attempt is claimed like any
+other (its own lease and attempt_started event), and one the task claimed but never ran is
+interrupted by the reaper like any attempt of a dead worker."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
@@ -16,8 +21,8 @@ from tests.support.worker import delete_queue, routed_to
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt
 from worlds_app.services import (
     attempts,
-    turn_attempt_claim,
     turn_attempt_enqueue,
+    turn_attempt_reap,
     turn_attempt_redrive,
     turn_attempt_run,
     world_create,
@@ -106,47 +111,71 @@ def test_the_continuation_stops_at_the_end_of_the_batch(queue: str) -> None:
     assert _sent(queue) == [second[0]]
 
 
-def test_a_follower_claimed_elsewhere_is_left_alone(
+def test_the_commit_claims_the_next_attempt_in_its_own_transaction(queue: str) -> None:
+    """No gap between the turns of a batch: the next attempt is running (under this task's
+    lease) from the instant the previous one committed, with its attempt_started event."""
+    _world("gapless")
+    ids = turn_attempt_enqueue(slug="gapless", count=3)["attempt_ids"]
+    assert turn_attempt_run(attempt_id=ids[0], owner="w1", continue_for=60) == "committed"
+    rows = list(TurnAttempt.objects.filter(pk__in=ids).order_by("seq"))
+    for before, after in itertools.pairwise(rows):
+        assert after.started_at == before.ended_at
+        assert after.lease_owner == "w1"
+    # each attempt's own timeline: started first, committed last, numbered from 1
+    for row in rows:
+        kinds = list(
+            AttemptEvent.objects.filter(attempt=row).order_by("seq").values_list("seq", "kind")
+        )
+        assert kinds[0] == (1, "attempt_started")
+        assert kinds[-1] == (len(kinds), "turn_committed")
+
+
+def test_a_follower_no_longer_queued_is_not_claimed_and_the_commit_stands(
     queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _world("raced")
     ids = turn_attempt_enqueue(slug="raced", count=2)["attempt_ids"]
-    claim = attempts._claim_follower
+    _sent(queue)
+    commit = attempts.commit_turn
 
-    def other_worker_first(**kwargs: object) -> object:
-        assert kwargs["attempt_id"] == ids[1]
-        # the re-drive handed it to another worker, which claimed it first
-        assert turn_attempt_claim(attempt_id=ids[1], owner="w2") is not None
-        return claim(**kwargs)  # type: ignore[arg-type]
+    def follower_gone_first(*args: object, **kwargs: object) -> object:
+        TurnAttempt.objects.filter(pk=ids[1]).update(status=AttemptStatus.CANCELLED)
+        return commit(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(attempts, "_claim_follower", other_worker_first)
+    monkeypatch.setattr(attempts, "commit_turn", follower_gone_first)
     assert turn_attempt_run(attempt_id=ids[0], owner="w1", continue_for=60) == "committed"
-    second = TurnAttempt.objects.get(pk=ids[1])
-    assert (second.status, second.lease_owner) == ("running", "w2")
+    assert _statuses(ids) == ["committed", "cancelled"]
+    assert TurnAttempt.objects.get(pk=ids[1]).lease_owner == ""
+    # nothing of the world is queued: the kick after the commit hands out nothing
+    assert _sent(queue) == []
 
 
-def test_a_follower_the_task_never_claimed_is_sent_by_the_redrive(
+def test_a_task_that_dies_after_claiming_the_next_attempt_leaves_it_to_the_reaper(
     queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The process dies between the commit and the claim of the next attempt: no kick was
-    sent for it, and the periodic re-drive sends it (at most one reaper period late)."""
+    """The process dies between the commit (which claimed the next attempt) and running it:
+    that attempt is running under the dead task's lease, like any attempt of a dead worker;
+    the reaper interrupts it when the lease expires and cancels the rest of the batch."""
     _world("died")
-    ids = turn_attempt_enqueue(slug="died", count=2)["attempt_ids"]
+    ids = turn_attempt_enqueue(slug="died", count=3)["attempt_ids"]
     _sent(queue)
 
     class Died(BaseException):
         pass
 
-    def die_before_the_follower(**kwargs: object) -> object:
-        assert kwargs["attempt_id"] == ids[1]
-        raise Died
+    run = attempts._run_claimed
 
-    monkeypatch.setattr(attempts, "_claim_follower", die_before_the_follower)
+    def die_before_the_follower(claim: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(claim.attempt.pk) == ids[1]:
+            raise Died
+        return run(claim, *args, **kwargs)
+
+    monkeypatch.setattr(attempts, "_run_claimed", die_before_the_follower)
     with pytest.raises(Died):
         turn_attempt_run(attempt_id=ids[0], owner="w1", continue_for=60)
-    assert _statuses(ids) == ["committed", "queued"]
+    assert _statuses(ids) == ["committed", "running", "queued"]
     assert _sent(queue) == []
-    assert turn_attempt_redrive() == [ids[1]]
-    assert _sent(queue) == [ids[1]]
-    monkeypatch.undo()
-    assert turn_attempt_run(attempt_id=ids[1], owner="w3") == AttemptStatus.COMMITTED
+    assert turn_attempt_redrive() == []  # nothing of the world is queued with nothing running
+    assert turn_attempt_reap(now=timezone.now() + timedelta(hours=1)) == [ids[1]]
+    assert _statuses(ids) == ["committed", "interrupted", "cancelled"]
+    assert Turn.objects.filter(world__slug="died").count() == 2  # turn 0 and turn 1

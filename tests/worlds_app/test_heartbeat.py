@@ -1,5 +1,5 @@
 """The lease heartbeat survives a transient database error (its connection killed by the server)
-and keeps renewing; only a lost lease stops it."""
+and keeps renewing; it reports a lost lease, and follows the attempts a task runs in a row."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from scenarios_app.services import scenario_assemble
 from tests.support.worker import delete_queue, routed_to
 from worlds_app.models import AttemptStatus, TurnAttempt
 from worlds_app.services import turn_attempt_claim, turn_attempt_enqueue, world_create
-from worlds_app.services.attempts import _Heartbeat
+from worlds_app.services.claims import Heartbeat
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -74,7 +74,7 @@ def _kill_heartbeat_connection() -> int:
 def test_heartbeat_keeps_renewing_after_its_connection_is_killed(
     claimed: TurnAttempt, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with _Heartbeat(claimed) as heartbeat:
+    with Heartbeat(claimed) as heartbeat:
         assert _renewed_after(claimed, _lease(claimed))  # it beats
         assert _kill_heartbeat_connection() == 1
         killed_at = _lease(claimed)
@@ -85,10 +85,28 @@ def test_heartbeat_keeps_renewing_after_its_connection_is_killed(
     assert TurnAttempt.objects.get(pk=claimed.pk).status == AttemptStatus.RUNNING
 
 
-def test_heartbeat_stops_when_the_lease_is_lost(claimed: TurnAttempt) -> None:
-    with _Heartbeat(claimed) as heartbeat:
+def test_heartbeat_reports_a_lost_lease(claimed: TurnAttempt) -> None:
+    with Heartbeat(claimed) as heartbeat:
         TurnAttempt.objects.filter(pk=claimed.pk).update(lease_owner="the-reaper-took-it")
         deadline = time.monotonic() + 30
         while not heartbeat.lost and time.monotonic() < deadline:
             time.sleep(0.1)
         assert heartbeat.lost
+
+
+def test_one_heartbeat_follows_the_attempts_a_task_runs_in_a_row(claimed: TurnAttempt) -> None:
+    """The next attempt of a batch (claimed by the commit of the one before) is renewed by the
+    same thread; the lost lease of the attempt it followed before is not the new one's."""
+    with Heartbeat(claimed) as heartbeat:
+        assert _renewed_after(claimed, _lease(claimed))
+        # the attempt committed: the lease of whatever the heartbeat renews next is the follower's
+        TurnAttempt.objects.filter(pk=claimed.pk).update(status=AttemptStatus.COMMITTED)
+        with routed_to(f"heartbeat-{os.getpid()}"):
+            follower_id = turn_attempt_enqueue(slug="beat")["attempt_ids"][0]
+        follower = turn_attempt_claim(attempt_id=follower_id, owner="heartbeat-test")
+        assert follower is not None
+        heartbeat.follow(follower)
+        assert _renewed_after(follower, _lease(follower))
+        assert not heartbeat.lost
+        committed_lease = _lease(claimed)
+    assert _lease(claimed) == committed_lease

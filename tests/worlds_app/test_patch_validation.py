@@ -367,3 +367,38 @@ def test_the_quick_schema_check_agrees_with_the_validator() -> None:
     verdicts = [(_plainly_valid(p), _VALIDATOR.is_valid(p)) for p in patches]
     assert all(quick == full for quick, full in verdicts)
     assert sum(full for _, full in verdicts) > 3  # valid patches were among them
+
+
+def test_a_patch_accepted_for_the_world_is_not_validated_again_when_applied(
+    world: WorldState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judge of an LLM node validated it; its application does not check it twice."""
+    from chukwa_core import patching
+
+    patch = {
+        "narration": "Ant rests.",
+        "effects": [{"op": "set_entity_state", "entity_id": "ant", "state": "resting"}],
+    }
+    validate_patch(patch, world)  # the judge
+    checks: list[Any] = []
+    monkeypatch.setattr(patching, "_schema_problem", lambda p: checks.append(p))
+    patching.validate_patch_once(patch, world)  # the application
+    assert checks == []
+    assert world.accepted_patches == {}
+    # an equal patch that was never accepted is validated; so is this one a second time
+    patching.validate_patch_once(copy.deepcopy(patch), world)
+    patching.validate_patch_once(patch, world)
+    assert len(checks) == 2
+    assert world.accepted_patches == {}
+
+
+def test_a_patch_never_accepted_is_validated_when_applied(world: WorldState) -> None:
+    from chukwa_core import patching
+
+    bad = {
+        "narration": "Ant eats.",
+        "effects": [{"op": "set_entity_state", "entity_id": "Ant", "state": "eating"}],
+    }
+    with pytest.raises(PatchRejected, match="did you mean"):
+        patching.validate_patch_once(bad, world)
+    assert world.accepted_patches == {}

@@ -4,89 +4,42 @@ Ordering: attempts of a world carry a per-world ``seq`` assigned under the world
 only the lowest queued ``seq`` may be claimed while no attempt of the world is running (a partial
 unique index backs the "one running attempt per world" rule). Finishing an attempt kicks the next.
 Patches touch only an in-memory working copy; the database sees the turn at commit, in one
-transaction, or not at all. Events are written as they happen (``services/events.py``); the
-outcome event is written with the commit or the failure.
+transaction, or not at all (``services/turn_commit.py``). Claims and the lease are in
+``services/claims.py``. Events are written as they happen (``services/events.py``); the outcome
+event is written with the commit or the failure.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
-import threading
 import time
 import uuid
-from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from datetime import datetime
+from typing import TypedDict
 
-from django.conf import settings
-from django.db import (
-    DatabaseError,
-    IntegrityError,
-    InterfaceError,
-    OperationalError,
-    connection,
-    transaction,
-)
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from chukwa_core import log_context
 from chukwa_core.errors import NotFoundError, invalid
-from chukwa_core.hashing import json_hash
 from chukwa_core.json_values import storable_text
-from chukwa_core.world_state import WorldState
-from cognition_app.rows import RowTable, insert_rows
 from cognition_app.sources import (
     finish_running,
     interrupt_running,
     scrub,
 )
 from cognition_app.subject_run import AttemptFailure, StagedEvent
-from worlds_app.models import (
-    AttemptEvent,
-    AttemptStatus,
-    PatchTransition,
-    Turn,
-    TurnAttempt,
-    World,
-)
+from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt, World
 from worlds_app.selectors import require_slug
+from worlds_app.services.claims import Claim, Heartbeat, LeaseLost, claim_attempt
 from worlds_app.services.dispatch import export_on_commit, kick_on_commit
 from worlds_app.services.events import EventLog
-from worlds_app.services.execution import StagedTransition, turn_attempt_execute
+from worlds_app.services.execution import turn_attempt_execute
+from worlds_app.services.turn_commit import commit_turn
 
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = 100
-
-# Transition rows as tuples, in this column order (a plain multi-row INSERT, not bulk_create).
-TRANSITION_ROWS = RowTable.of(
-    PatchTransition,
-    (
-        "attempt",
-        "world",
-        "turn_number",
-        "patch_seq",
-        "effect_index",
-        "subject_id",
-        "node_id",
-        "workflow_hash",
-        "op",
-        "target_kind",
-        "target_id",
-        "before",
-        "after",
-        "invocation_id",
-        "llm_call_id",
-    ),
-)
-
-
-class LeaseLost(Exception):
-    """Another party (the reaper) took the attempt away; nothing may be written for it."""
-
-
-def _lease_seconds() -> int:
-    return int(getattr(settings, "CHUKWA_ATTEMPT_LEASE_SECONDS", 60))
 
 
 def _now() -> datetime:
@@ -136,253 +89,8 @@ def turn_attempt_enqueue(*, slug: str, count: int = 1, requested_by: str = "") -
 def turn_attempt_claim(*, attempt_id: str, owner: str) -> TurnAttempt | None:
     """queued → running with a lease, if this attempt is the world's next and nothing runs.
     Returns None (and claims nothing) otherwise."""
-    with transaction.atomic(durable=True):
-        attempt = TurnAttempt.objects.filter(pk=attempt_id).values("world_id", "status").first()
-        if attempt is None or attempt["status"] != AttemptStatus.QUEUED:
-            return None
-        # Claims of one world are serialized by its row lock. Only the columns the claim
-        # needs: the scenario snapshot (up to 256 KiB of JSON) is read once, below.
-        world_row = (
-            World.objects.select_for_update()
-            .only("pk", "slug", "current_turn", "replay_source_id")
-            .get(pk=attempt["world_id"])
-        )
-        if TurnAttempt.objects.filter(world=world_row, status=AttemptStatus.RUNNING).exists():
-            return None
-        head = (
-            TurnAttempt.objects.filter(world=world_row, status=AttemptStatus.QUEUED)
-            .order_by("seq")
-            .values_list("id", flat=True)
-            .first()
-        )
-        if str(head) != str(attempt_id):
-            kick_on_commit(world_row.pk)  # the head's message may be lost: hand it out again
-            return None
-        now = _now()
-        claimed = TurnAttempt.objects.filter(pk=attempt_id, status=AttemptStatus.QUEUED).update(
-            status=AttemptStatus.RUNNING,
-            attempted_turn=world_row.current_turn + 1,
-            lease_owner=owner,
-            lease_expires_at=now + timedelta(seconds=_lease_seconds()),
-            started_at=now,
-        )
-        if not claimed:
-            return None
-    return TurnAttempt.objects.select_related("world").get(pk=attempt_id)
-
-
-_ATTEMPT_FIELDS = [f for f in TurnAttempt._meta.concrete_fields if f.column is not None]
-# The claim of the next attempt of a batch by the task that committed the previous one: the
-# same conditions as turn_attempt_claim (queued, the world's head, nothing running, under the
-# world's row lock), in one statement and one round trip. The partial unique index still
-# refuses a second running attempt of a world.
-_CLAIM_FOLLOWER_SQL = """
-WITH w AS (
-    SELECT id, current_turn, slug, replay_source_id FROM {world} WHERE id = %s FOR UPDATE
-)
-UPDATE {attempt} AS a
-SET status = 'running', attempted_turn = w.current_turn + 1, lease_owner = %s,
-    lease_expires_at = %s, started_at = %s
-FROM w
-WHERE a.id = %s AND a.world_id = w.id AND a.status = 'queued'
-  AND NOT EXISTS (
-    SELECT 1 FROM {attempt} r WHERE r.world_id = w.id AND r.status = 'running')
-  AND NOT EXISTS (
-    SELECT 1 FROM {attempt} q WHERE q.world_id = w.id AND q.status = 'queued' AND q.seq < a.seq)
-RETURNING w.slug, w.replay_source_id, {returning}
-""".format(  # noqa: S608 - table and column names from the models, quoted
-    world=connection.ops.quote_name(World._meta.db_table),
-    attempt=connection.ops.quote_name(TurnAttempt._meta.db_table),
-    returning=", ".join(f"a.{connection.ops.quote_name(f.column or '')}" for f in _ATTEMPT_FIELDS),
-)
-
-
-def _claim_follower(*, attempt_id: str, owner: str, world: World) -> TurnAttempt | None:
-    """Claim the next attempt of a batch for ``owner`` (see turn_attempt_run), reusing the
-    world the previous attempt ran with: its scenario snapshot, written once at creation, is
-    not read again; its changeable columns come back with the claim. None if not claimed."""
-    now = _now()
-    params: list[Any] = [
-        world.pk,
-        owner,
-        now + timedelta(seconds=_lease_seconds()),
-        now,
-        attempt_id,
-    ]
-    try:
-        with transaction.atomic(savepoint=connection.in_atomic_block):
-            with connection.cursor() as cursor:
-                cursor.execute(_CLAIM_FOLLOWER_SQL, params)
-                row = cursor.fetchone()
-    except IntegrityError:  # another attempt of the world got running first
-        return None
-    if row is None:
-        return None
-    world.slug, world.replay_source_id = row[0], row[1]
-    attempt = TurnAttempt.from_db(
-        connection.alias, [f.attname for f in _ATTEMPT_FIELDS], list(row[2:])
-    )
-    world.current_turn = (attempt.attempted_turn or 1) - 1
-    attempt.world = world
-    return attempt
-
-
-def _renew_lease(attempt: TurnAttempt) -> None:
-    renewed = TurnAttempt.objects.filter(
-        pk=attempt.pk, status=AttemptStatus.RUNNING, lease_owner=attempt.lease_owner
-    ).update(lease_expires_at=_now() + timedelta(seconds=_lease_seconds()))
-    if not renewed:
-        raise LeaseLost(str(attempt.pk))
-
-
-# --- run -----------------------------------------------------------------------------------
-
-
-class _Heartbeat:
-    """Renews the attempt's lease from a background thread while the attempt works (LLM calls
-    can take longer than a lease); stops when the attempt ends. If the worker dies, so does
-    the heartbeat, and the reaper takes over once the lease expires."""
-
-    def __init__(self, attempt: TurnAttempt) -> None:
-        self.attempt = attempt
-        self.lost = False
-        self._stop = threading.Event()
-        # In a copy of the caller's context, so its log lines carry the attempt's ids too.
-        self._thread = threading.Thread(
-            target=contextvars.copy_context().run,
-            args=(self._beat,),
-            name=f"lease-{attempt.pk}",
-            daemon=True,
-        )
-
-    def _beat(self) -> None:
-        try:
-            while not self._stop.wait(max(1.0, _lease_seconds() / 3)):
-                try:
-                    _renew_lease(self.attempt)
-                except LeaseLost:
-                    self.lost = True
-                    return
-                except (OperationalError, InterfaceError) as exc:
-                    # A database blip must not silence the heartbeat: the attempt may well
-                    # survive it, and a dead heartbeat would let the reaper interrupt a live
-                    # attempt. Drop the broken connection so the next beat opens a fresh one.
-                    logger.warning(
-                        "attempt %s: lease renewal failed (%s); retrying at the next beat",
-                        self.attempt.pk,
-                        type(exc).__name__,
-                    )
-                    connection.close()
-        finally:
-            connection.close()  # this thread's own connection
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-
-def _commit(
-    attempt: TurnAttempt,
-    previous: Turn,
-    working: WorldState,
-    staged: list[StagedTransition],
-    events: EventLog,
-    started: float,
-    *,
-    continue_batch: bool = False,
-) -> tuple[Turn, str | None]:
-    """Commit the turn. With ``continue_batch``, the next attempt of the batch (if queued) is
-    returned for the caller to claim itself, and no kick is sent for it; otherwise the world's
-    next attempt is kicked as always."""
-    world = attempt.world
-    number = previous.number + 1
-    with transaction.atomic(durable=True):
-        World.objects.select_for_update().filter(pk=world.pk).values_list("pk").get()
-        current = TurnAttempt.objects.filter(pk=attempt.pk).values("status", "lease_owner").get()
-        if (
-            current["status"] != AttemptStatus.RUNNING
-            or current["lease_owner"] != attempt.lease_owner
-        ):
-            raise LeaseLost(str(attempt.pk))
-        if (
-            World.objects.filter(pk=world.pk, current_turn=previous.number).update(
-                current_turn=number
-            )
-            != 1
-        ):
-            raise AttemptFailure(
-                "commit", f"world {world.slug!r} moved past turn {previous.number}"
-            )
-        # The working world is done with: its snapshot shares its entities (no copy), and
-        # is hashed once.
-        state = working.to_snapshot(share=True)
-        turn = Turn.objects.create(
-            world_id=world.pk,
-            number=number,
-            simulation_time=previous.simulation_time + timedelta(seconds=world.chronon_seconds),
-            state=state,
-            state_hash=json_hash(state),
-            attempt_id=attempt.pk,
-        )
-        # The last events and the outcome, in the transaction that makes the patches real.
-        events.finish(
-            StagedEvent("turn_committed", {"turn": number, "state_hash": turn.state_hash})
-        )
-        insert_rows(
-            TRANSITION_ROWS,
-            [
-                (
-                    attempt.pk,
-                    world.pk,
-                    number,
-                    seq,
-                    t.effect_index,
-                    subject_id,
-                    node_id,
-                    workflow_hash,
-                    t.op,
-                    t.target_kind,
-                    t.target_id,
-                    t.before,
-                    t.after,
-                    invocation_id,
-                    llm_call_id,
-                )
-                for seq, subject_id, node_id, workflow_hash, t, invocation_id, llm_call_id in staged
-            ],
-        )
-        TurnAttempt.objects.filter(pk=attempt.pk).update(
-            status=AttemptStatus.COMMITTED,
-            produced_turn=number,
-            ended_at=_now(),
-            duration_ms=int((time.monotonic() - started) * 1000),
-        )
-        follower = (
-            _next_of_batch(attempt)
-            if continue_batch and attempt.batch_index + 1 < attempt.batch_size
-            else None
-        )
-        if follower is None:
-            kick_on_commit(world.pk)
-        export_on_commit(attempt.pk)
-    return turn, follower
-
-
-def _next_of_batch(attempt: TurnAttempt) -> str | None:
-    pk = (
-        TurnAttempt.objects.filter(
-            batch_id=attempt.batch_id,
-            batch_index=attempt.batch_index + 1,
-            status=AttemptStatus.QUEUED,
-        )
-        .values_list("pk", flat=True)
-        .first()
-    )
-    return str(pk) if pk is not None else None
+    claim = claim_attempt(attempt_id=attempt_id, owner=owner)
+    return None if claim is None else claim.attempt
 
 
 def _cancel_rest_of_batch(attempt: TurnAttempt, reason: str) -> int:
@@ -473,43 +181,41 @@ def turn_attempt_run(*, attempt_id: str, owner: str, continue_for: float = 0) ->
     """Claim and run one attempt to its end. Returns its final status, or None when this call
     claimed nothing (another worker has it, it already ended, or it is not next).
 
-    ``continue_for`` (seconds; the Celery task passes ``CHUKWA_BATCH_CONTINUE_SECONDS``): after
-    a commit, while this call has run for less than that, it claims the next attempt of the
-    same batch itself and runs it, instead of a broker round trip to a worker. Each is claimed
-    like any other (a conditional UPDATE, a lease, its heartbeat); no kick is sent for the one
-    it continues with, so if this process dies in between, the periodic re-drive sends it (SPEC
-    §6: at most one reaper period late). The bound keeps every attempt well inside the task's
-    time limits. The status returned is the first attempt's."""
+    ``continue_for`` (seconds; the Celery task passes ``CHUKWA_BATCH_CONTINUE_SECONDS``): while
+    this call has run for less than that, each commit also claims the next attempt of the same
+    batch for this call, in the commit's transaction (a conditional UPDATE and a lease, like any
+    claim), and this call runs it — no broker round trip, no gap between the turns. No kick is
+    sent for an attempt claimed that way; should this process die before it ends, its lease
+    expires and the reaper interrupts it as any attempt of a dead worker (SPEC §6). The bound
+    keeps every attempt well inside the task's time limits. One heartbeat thread keeps the lease
+    of whichever attempt runs. The status returned is the first attempt's."""
     continue_until = time.monotonic() + continue_for
-    attempt = turn_attempt_claim(attempt_id=attempt_id, owner=owner)
-    if attempt is None:
+    claim = claim_attempt(attempt_id=attempt_id, owner=owner)
+    if claim is None:
         return None
     first: str | None = None
-    while True:
-        with log_context.bound(world=attempt.world.slug, attempt=str(attempt.pk)):
-            logger.info(
-                "attempt claimed",
-                extra={"turn": attempt.attempted_turn, "worker": owner},
-            )
-            status, follower = _run_claimed(attempt, owner, continue_until=continue_until)
-        first = first or status
-        if follower is None:
-            return first
-        world = attempt.world
-        try:
-            attempt = _claim_follower(attempt_id=follower, owner=owner, world=world)
-        except Exception:
-            kick_on_commit(world.pk)  # not claimed here: hand it out (runs at once, no atomic)
-            raise
-        if attempt is None:  # another worker has it (a re-drive), or it was cancelled
-            return first
+    with Heartbeat(claim.attempt) as heartbeat:
+        while claim is not None:
+            attempt = claim.attempt
+            heartbeat.follow(attempt)
+            with log_context.bound(world=attempt.world.slug, attempt=str(attempt.pk)):
+                logger.info(
+                    "attempt claimed",
+                    extra={"turn": attempt.attempted_turn, "worker": owner},
+                )
+                status, claim = _run_claimed(
+                    claim, owner, heartbeat, claim_next_until=continue_until
+                )
+            first = first or status
+    return first
 
 
 def _run_claimed(
-    attempt: TurnAttempt, owner: str, *, continue_until: float = 0
-) -> tuple[str, str | None]:
+    claim: Claim, owner: str, heartbeat: Heartbeat, *, claim_next_until: float = 0
+) -> tuple[str, Claim | None]:
     """Run a claimed attempt; its final status, and the next attempt of its batch when the
-    commit (before ``continue_until``, a monotonic time) left it for this caller."""
+    commit (before ``claim_next_until``, a monotonic time) claimed it for this caller."""
+    attempt = claim.attempt
     started = time.monotonic()
     events = EventLog(attempt)
     events.append(
@@ -523,31 +229,26 @@ def _run_claimed(
         )
     )
     try:
-        previous = Turn.objects.get(
-            world_id=attempt.world_id, number=(attempt.attempted_turn or 1) - 1
-        )
-        with _Heartbeat(attempt) as heartbeat:
-            working, staged, _count = turn_attempt_execute(
-                attempt=attempt, previous=previous, events=events
+        if claim.previous is None:  # the world lost its turn N-1: an error, reported as one
+            claim.previous = Turn.objects.get(
+                world_id=attempt.world_id, number=(attempt.attempted_turn or 1) - 1
             )
+        working, staged, _count = turn_attempt_execute(
+            attempt=attempt, previous=claim.previous, events=events, limits=claim.limits
+        )
         if heartbeat.lost or events.lease_lost:
             raise LeaseLost(str(attempt.pk))
         if events.failure:
             raise AttemptFailure("events", events.failure)
-        turn, follower = _commit(
-            attempt,
-            previous,
+        turn, follower = commit_turn(
+            claim,
             working,
             staged,
             events,
             started,
-            continue_batch=time.monotonic() < continue_until,
+            owner=owner,
+            claim_next=time.monotonic() < claim_next_until,
         )
-        logger.info(
-            "attempt committed",
-            extra={"turn": turn.number, "duration_ms": _ms_since(started)},
-        )
-        return AttemptStatus.COMMITTED, follower
     except LeaseLost:
         logger.warning("attempt %s lost its lease; its outcome is the reaper's", attempt.pk)
         return AttemptStatus.INTERRUPTED, None
@@ -577,6 +278,8 @@ def _run_claimed(
             extra={"step": "internal_error", "duration_ms": _ms_since(started)},
         )
         raise
+    logger.info("attempt committed", extra={"turn": turn.number, "duration_ms": _ms_since(started)})
+    return AttemptStatus.COMMITTED, follower
 
 
 def _ms_since(started: float) -> int:

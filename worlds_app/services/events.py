@@ -2,9 +2,9 @@
 
 Each event gets its sequence number when it happens and is written soon after, readable while
 the attempt runs: by the thread it happened on, in small batches — at once when the last write
-is older than ``EVENT_FLUSH_SECONDS``, and always before the next source call opens its trace
-row (so a reader never sees a call whose preceding events are missing), at the end of each
-subject, and with the outcome (``turn_committed`` / ``attempt_failed``) in the final
+is older than ``EVENT_FLUSH_SECONDS``, and always with the rows the next source call opens, in
+the same round trip (so a reader never sees a call whose preceding events are missing), at the
+end of each subject, and with the outcome (``turn_committed`` / ``attempt_failed``) in the final
 transaction. ``world_patch_applied`` rows are provisional until ``turn_committed``: their
 commit state is derived from the attempt's outcome (``worlds_app.selectors``), never rewritten.
 
@@ -19,12 +19,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 from uuid import UUID
 
 from django.db import DatabaseError, connection, transaction
 
+from cognition_app.rows import RowTable, Statement, insert_rows
+from cognition_app.sources.tracing import BatchResults, trace_batch
 from cognition_app.subject_run import StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
 
@@ -45,22 +48,38 @@ def _event_write() -> Iterator[None]:
         yield
 
 
-def _lease_held(attempt_id: UUID, lease_owner: str) -> bool:
-    """Share-lock the attempt row if it still runs under this lease (the reaper's update waits
-    for this transaction, then sees every event it wrote)."""
+def _lease_statement(attempt_id: UUID, lease_owner: str, *, lock: bool) -> Statement:
+    """Is the attempt still running under this lease: a SELECT that share-locks its row (the
+    reaper's update waits for this transaction, then sees every event it wrote), or (``lock``
+    false) the same test as an SQL condition."""
     table = connection.ops.quote_name(TurnAttempt._meta.db_table)
+    # the table name is the model's own, quoted; the values are parameters
+    query = f"SELECT 1 FROM {table} WHERE id = %s AND status = %s AND lease_owner = %s"  # noqa: S608
+    params = [attempt_id, AttemptStatus.RUNNING.value, lease_owner]
+    return (f"{query} FOR SHARE", params) if lock else (f"EXISTS ({query})", params)
+
+
+def _lease_held(attempt_id: UUID, lease_owner: str) -> bool:
+    sql, params = _lease_statement(attempt_id, lease_owner, lock=True)
     with connection.cursor() as cursor:
-        cursor.execute(
-            # the table name is the model's own, quoted; the values are parameters
-            f"SELECT 1 FROM {table} WHERE id = %s AND status = %s AND lease_owner = %s "  # noqa: S608
-            "FOR SHARE",
-            [attempt_id, AttemptStatus.RUNNING.value, lease_owner],
-        )
+        cursor.execute(sql, params)
         return cursor.fetchone() is not None
 
 
+# The columns of an event row, for writing events with a call's rows in one statement.
+_EVENT_FIELDS = [f for f in AttemptEvent._meta.concrete_fields if not f.primary_key and f.column]
+EVENT_ROWS = RowTable.of(AttemptEvent, [f.name for f in _EVENT_FIELDS])
+_EVENT_ATTNAMES = tuple(f.attname for f in _EVENT_FIELDS)
+
+
 def _insert(rows: list[AttemptEvent]) -> None:
-    AttemptEvent.objects.bulk_create(rows)
+    """By COPY (``cognition_app.rows``): Django's bulk_create escapes every JSON payload
+    through a regular expression, most of a big LLM-free turn's event writes."""
+    insert_rows(EVENT_ROWS, [_event_tuple(row) for row in rows])
+
+
+def _event_tuple(row: AttemptEvent) -> tuple[Any, ...]:
+    return tuple(getattr(row, name) for name in _EVENT_ATTNAMES)
 
 
 class EventLog:
@@ -82,10 +101,44 @@ class EventLog:
             if time.monotonic() - self._last_write >= EVENT_FLUSH_SECONDS:
                 self._write_locked()
 
-    def flush(self) -> None:
-        """Write every event so far (before a source call)."""
+    def write_with(self, statements: Sequence[Statement]) -> BatchResults:
+        """Write every event so far, then ``statements`` (the rows a source call opens), in one
+        round trip and one transaction; returns the statements' results. The events are written
+        only while the attempt still runs under this lease (the share lock every write takes);
+        the call's rows either way."""
         with self._lock:
+            rows = self._pending
+            guarded = None
+            if rows and not self.lease_lost:
+                guarded = EVENT_ROWS.guarded_statement(
+                    [_event_tuple(r) for r in rows],
+                    _lease_statement(self.attempt_id, self.lease_owner, lock=False),
+                )
+            if guarded is None:  # nothing to write with them, or too many for one statement
+                self._write_locked()
+            else:
+                return self._write_with_locked(rows, guarded, statements)
+        # No event to order them after: other subjects' writes need not wait for these rows.
+        return trace_batch(statements)
+
+    def _write_with_locked(
+        self, rows: list[AttemptEvent], guarded: Statement, statements: Sequence[Statement]
+    ) -> BatchResults:
+        self._pending = []
+        self._last_write = time.monotonic()
+        lease = _lease_statement(self.attempt_id, self.lease_owner, lock=True)
+        try:
+            results = trace_batch([lease, guarded, *statements])
+        except DatabaseError:
+            # Written apart as before: the events (one by one if they are refused), then the
+            # call's rows, whose own error propagates.
+            connection.close_if_unusable_or_obsolete()
+            self._pending = rows
             self._write_locked()
+            return trace_batch(statements)
+        if not results[0]:
+            self.lease_lost = True
+        return results[2:]
 
     def flush_if_due(self) -> None:
         """Write what is pending if the last write is older than the batching window (at the end
@@ -103,6 +156,22 @@ class EventLog:
             self._pending.append(self._row(event))
             rows, self._pending = self._pending, []
             _insert(rows)
+
+    @contextmanager
+    def finishing(self, event: StagedEvent) -> Iterator[list[tuple[Any, ...]]]:
+        """``finish`` for a caller that writes the rows in statements of its own (the commit, in
+        one round trip): yields everything not yet written and the outcome event, as
+        ``EVENT_ROWS`` tuples; if the caller fails, they stay pending (the outcome's number free
+        again) for the failure to write."""
+        with self._lock:
+            seq = self._next_seq
+            rows = [*self._pending, self._row(event)]
+            try:
+                yield [_event_tuple(r) for r in rows]
+            except BaseException:
+                self._next_seq = seq
+                raise
+            self._pending = []
 
     def discard_pending(self) -> int:
         """Drop what is not written yet (it could not be written); returns how many."""

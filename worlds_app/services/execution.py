@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from chukwa_core import clock, log_context
-from chukwa_core.patching import PatchRejected, Transition, apply_patch, validate_patch
+from chukwa_core.patching import PatchRejected, Transition, apply_patch, validate_patch_once
 from chukwa_core.world_state import WorldState
 from cognition_app.ambient import (
     AmbientResult,
@@ -27,7 +27,7 @@ from cognition_app.ambient import (
     runs_for_subject,
     visible_tree,
 )
-from cognition_app.budgets import BudgetLedger
+from cognition_app.budgets import BudgetLedger, BudgetLimits
 from cognition_app.models import SourceInvocation
 from cognition_app.runner import run_subject_workflow
 from cognition_app.sources import REPLAY_STRICT, CallContext, CancelScope, Replay, SourceFailure
@@ -39,7 +39,6 @@ from cognition_app.subject_run import (
     failure_step,
 )
 from worlds_app.models import AttemptStatus, Turn, TurnAttempt, World
-from worlds_app.selectors import world_budget_limits
 from worlds_app.services.events import EventLog
 from worlds_app.services.subject_threads import think_concurrently
 
@@ -108,7 +107,13 @@ def _replay_for(world: World) -> Replay | None:
 class _TurnRun:
     """One attempt's execution: the working world, the request context, the trace context."""
 
-    def __init__(self, attempt: TurnAttempt, previous: Turn, events: EventLog) -> None:
+    def __init__(
+        self,
+        attempt: TurnAttempt,
+        previous: Turn,
+        events: EventLog,
+        limits: BudgetLimits | None,
+    ) -> None:
         world = self.world = attempt.world
         self.attempt = attempt
         self.events = events
@@ -130,8 +135,8 @@ class _TurnRun:
         self._counter = itertools.count(1)
         self._counter_lock = threading.Lock()
         self.replay = _replay_for(world)
-        # Read once: a budget changed while the attempt runs applies from the next attempt.
-        limits = world_budget_limits(world_id=world.pk)
+        # Read once, by the claim: a budget changed while the attempt runs applies from the next
+        # attempt.
         self.budget = BudgetLedger(limits) if limits is not None else None
         self.cancel = CancelScope()
         self.request_context: dict[str, Any] = {
@@ -161,7 +166,7 @@ class _TurnRun:
             replay=self.replay,
             budget=self.budget,
             cancel=self.cancel,
-            flush_events=self.events.flush,
+            write_rows=self.events.write_with,
             **fields,
         )
 
@@ -286,7 +291,7 @@ class _TurnRun:
         """Validate the patch against the working world, apply it, give it the next patch_seq.
         ``setters`` (phase 1): who set each target this turn, to record contested effects."""
         try:
-            validate_patch(thought.patch, self.working)
+            validate_patch_once(thought.patch, self.working)
         except PatchRejected as exc:
             raise AttemptFailure(
                 "patch_validation",
@@ -369,11 +374,12 @@ class _TurnRun:
 
 
 def turn_attempt_execute(
-    *, attempt: TurnAttempt, previous: Turn, events: EventLog
+    *, attempt: TurnAttempt, previous: Turn, events: EventLog, limits: BudgetLimits | None
 ) -> tuple[WorldState, list[StagedTransition], int]:
-    """Run ambient sources and every subject against the working copy. Returns the working
-    world, the staged transitions and the patch count. Nothing here writes world state."""
-    turn = _TurnRun(attempt, previous, events)
+    """Run ambient sources and every subject against the working copy, under the budget
+    ``limits`` in force (read with the claim). Returns the working world, the staged
+    transitions and the patch count. Nothing here writes world state."""
+    turn = _TurnRun(attempt, previous, events, limits)
     agents = turn.working.agents()
     turn.run_once_per_turn_sources(agents)
     concurrent = [s for s in agents if _workflow_for(turn.world, s)[0]["execution"] == CONCURRENT]

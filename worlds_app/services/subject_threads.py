@@ -1,23 +1,27 @@
 """Running a turn's `concurrent` subjects at the same time (SPEC §4, phase 1): on at most
 ``CHUKWA_MAX_CONCURRENT_SUBJECTS`` threads, stopped together when one fails.
 
-Threads, because a subject spends its time waiting on sync HTTP (the source calls). Each thread
-has its own database connection (Django's are per thread) and closes it when it ends. The first
+Threads, because a subject spends its time waiting on sync HTTP (the source calls). They belong
+to a pool that outlives the turn, so each keeps its own database connection (Django's are per
+thread; ``CONN_MAX_AGE`` and health checks apply as to a request) instead of opening one per
+subject per turn (the pool is per process, created at first use, dropped in a forked child). The first
 subject to fail cancels the attempt's scope: the others stop at their next source call, their
 open LLM streams are cut (their rows finished ``cancelled``), and no new subject starts. Every
 thread has ended before this returns or raises, so nothing still writes for the attempt when it
-is committed or failed.
+is committed or failed: this waits for every one of its tasks.
 """
 
 from __future__ import annotations
 
 import contextvars
+import os
+import queue
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import connection
+from django.db import close_old_connections, connection
 
 from cognition_app.sources import CANCELLED, CancelScope
 from cognition_app.subject_run import AttemptFailure
@@ -26,7 +30,87 @@ R = TypeVar("R")
 
 
 def max_concurrent_subjects() -> int:
-    return int(getattr(settings, "CHUKWA_MAX_CONCURRENT_SUBJECTS", 8))
+    return int(getattr(settings, "CHUKWA_MAX_CONCURRENT_SUBJECTS", 16))
+
+
+class _Thread:
+    """One thread of the pool: runs the tasks it is given, one at a time, on its own database
+    connection, until told to stop (then it closes that connection)."""
+
+    def __init__(self, number: int) -> None:
+        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=f"subjects-{number}", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            task()
+        connection.close()
+
+    def submit(self, task: Callable[[], None]) -> None:
+        self._tasks.put(task)
+
+    def stop(self) -> None:
+        self._tasks.put(None)
+        self._thread.join()
+
+
+class _Pool:
+    """Threads kept between turns; a turn takes as many as it needs and gives them back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_Thread] = []
+        self._count = 0
+
+    def run(self, tasks: Sequence[Callable[[], None]]) -> None:
+        """Run every task on its own thread; return when all have ended."""
+        with self._lock:
+            taken = [self._idle.pop() for _ in range(min(len(tasks), len(self._idle)))]
+            while len(taken) < len(tasks):
+                self._count += 1
+                taken.append(_Thread(self._count))
+        done = [threading.Event() for _ in tasks]
+        for thread, task, event in zip(taken, tasks, done, strict=True):
+            thread.submit(_signalling(task, event))
+        for event in done:
+            event.wait()
+        with self._lock:
+            self._idle.extend(taken)
+
+    def close(self) -> None:
+        """Stop the idle threads; each closes its connection (tests, before the test database
+        is dropped)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for thread in idle:
+            thread.stop()
+
+
+def _signalling(task: Callable[[], None], event: threading.Event) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            task()
+        finally:
+            event.set()
+
+    return run
+
+
+_pool = _Pool()
+
+
+def close_pool() -> None:
+    _pool.close()
+
+
+def _forget_pool_in_child() -> None:
+    # A forked child (a prefork Celery worker) has none of the parent's threads.
+    global _pool
+    _pool = _Pool()
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def think_concurrently(
@@ -65,25 +149,23 @@ def think_concurrently(
                 with lock:
                     results[index] = result
         finally:
-            connection.close()  # this thread's own connection
+            # As after a request: this thread's connection is kept for its next task unless
+            # it broke or is older than CONN_MAX_AGE.
+            close_old_connections()
 
-    # Each thread in its own copy of the caller's context: log lines carry the attempt's ids.
-    threads = [
-        threading.Thread(
-            target=contextvars.copy_context().run,
-            args=(work,),
-            name=f"subjects-{n}",
-            daemon=True,
-        )
-        for n in range(limit)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    def task() -> None:
+        close_old_connections()  # as before a request: a broken or old connection is replaced
+        work()
+
+    # Each task in its own copy of the caller's context: log lines carry the attempt's ids.
+    _pool.run([_in_context(contextvars.copy_context(), task) for _ in range(limit)])
     if failures:
         raise _first_cause(failures)
     return [results[i] for i in range(len(subjects))]
+
+
+def _in_context(context: contextvars.Context, task: Callable[[], None]) -> Callable[[], None]:
+    return lambda: context.run(task)
 
 
 def _reason(subject_id: str, exc: BaseException) -> str:
