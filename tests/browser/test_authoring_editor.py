@@ -103,10 +103,16 @@ def test_an_operator_edits_reviews_and_saves_a_workflow(
     assert low_contrast(browser) == []
     browser.execute_script("window.__sameLoad = 'yes';")
     prefer_colour_scheme(browser, "dark")
+    # The ground follows the page's CSS at once; the syntax colours follow when the editor's
+    # media-query listener reconfigures it: wait for both.
     dark = wait_for(
-        lambda: (c := _editor_colours(browser))["background"] == "rgb(23, 28, 39)" and c,
+        lambda: (
+            (c := _editor_colours(browser))["background"] == "rgb(23, 28, 39)"
+            and c["number"] not in (None, light["number"])
+            and c
+        ),
         10,
-        "the editor to turn dark",
+        "the editor and its syntax colours to turn dark",
     )
     assert dark["text"] == "rgb(227, 231, 241)"  # the dark --fg
     assert dark["gutter"] == "rgb(15, 19, 27)"  # the dark --bg
