@@ -18,7 +18,7 @@ from cognition_app.sources.replay import request_key
 from cognition_app.sources.results import (
     JsonResult,
     fail_unsent,
-    from_recording,
+    replayed_or_new,
     result_schema_problem,
 )
 from cognition_app.sources.tracing import (
@@ -26,7 +26,6 @@ from cognition_app.sources.tracing import (
     fail_invocation,
     finish_invocation,
     finished_on_error,
-    new_invocation,
     open_rows,
 )
 from cognition_app.sources.variables import redact_headers, scrub, scrub_json, url_from_env
@@ -59,7 +58,7 @@ def invoke_http_json(
     # The X-Chukwa-* headers carry per-call ids (and the turn, which the k-th-use rule covers):
     # not part of the key, nor is the URL the variable points at.
     key = request_key(source_hash, {"method": "POST", "path": request["path"], "body": body})
-    replayed = from_recording(
+    inv = replayed_or_new(
         ctx,
         kind=kind,
         source_hash=source_hash,
@@ -70,18 +69,8 @@ def invoke_http_json(
         result_schema_hash=result_schema_hash,
         what=f"{kind} {ctx.ambient_source_id or ctx.tool_name} of {ctx.subject_id or 'the turn'}",
     )
-    if replayed is not None:
-        return replayed
-    inv = new_invocation(
-        ctx,
-        kind=kind,
-        source_hash=source_hash,
-        source=source,
-        request=request,
-        request_key=key,
-        input_schema_hash=input_schema_hash,
-        output_schema_hash=result_schema_hash,
-    )
+    if isinstance(inv, JsonResult):  # served from the recording
+        return inv
     try:
         base = url_from_env(iface["url_env"], "url_env")
     except SourceFailure as exc:

@@ -25,7 +25,7 @@ from cognition_app.sources.replay import request_key
 from cognition_app.sources.results import (
     JsonResult,
     fail_unsent,
-    from_recording,
+    replayed_or_new,
     result_schema_problem,
 )
 from cognition_app.sources.tracing import (
@@ -33,7 +33,6 @@ from cognition_app.sources.tracing import (
     fail_invocation,
     finish_invocation,
     finished_on_error,
-    new_invocation,
     open_rows,
 )
 from cognition_app.sources.variables import key_from_env, scrub, scrub_json, url_from_env
@@ -62,7 +61,7 @@ def invoke_mcp_tool(
     request = {"url_env": iface["url_env"], "tool": iface["tool"], "arguments": body}
     # Neither the URL nor the key (nor the X-Chukwa-* per-call ids) is part of the key.
     key = request_key(source_hash, {"tool": iface["tool"], "arguments": body})
-    replayed = from_recording(
+    inv = replayed_or_new(
         ctx,
         kind=kind,
         source_hash=source_hash,
@@ -73,18 +72,8 @@ def invoke_mcp_tool(
         result_schema_hash=result_schema_hash,
         what=f"{kind} {ctx.tool_name} of {ctx.subject_id or 'the turn'}",
     )
-    if replayed is not None:
-        return replayed
-    inv = new_invocation(
-        ctx,
-        kind=kind,
-        source_hash=source_hash,
-        source=source,
-        request=request,
-        request_key=key,
-        input_schema_hash=input_schema_hash,
-        output_schema_hash=result_schema_hash,
-    )
+    if isinstance(inv, JsonResult):  # served from the recording
+        return inv
     try:
         url = url_from_env(iface["url_env"], "url_env")
         auth = {}

@@ -14,7 +14,7 @@ from cognition_app.rows import insert_statement
 from cognition_app.sources.components import schema_errors, schema_validator
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.replay import fail_miss, open_replayed
-from cognition_app.sources.tracing import CallContext, open_rows
+from cognition_app.sources.tracing import CallContext, new_invocation, open_rows
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def serve_replayed(
     return JsonResult(value, inv.pk)
 
 
-def from_recording(
+def replayed_or_new(
     ctx: CallContext,
     *,
     kind: str,
@@ -90,12 +90,11 @@ def from_recording(
     input_schema_hash: str,
     result_schema_hash: str,
     what: str,
-) -> JsonResult | None:
+) -> JsonResult | SourceInvocation:
     """Serve the call from the world's recording when it replays one: the recorded reply, or
-    a traced miss in strict mode (which raises). None when the call must be sent live."""
-    if ctx.replay is None:
-        return None
-    record = ctx.replay.take(key)
+    a traced miss in strict mode (which raises). Otherwise the call goes live: its new row,
+    not yet written (the caller opens it with ``open_rows`` before sending)."""
+    record = ctx.replay.take(key) if ctx.replay is not None else None
     if record is not None:
         return serve_replayed(
             ctx,
@@ -113,7 +112,7 @@ def from_recording(
             record,
             result_schema_hash,
         )
-    if ctx.replay.strict:
+    if ctx.replay is not None and ctx.replay.strict:
         fail_miss(
             ctx,
             kind=kind,
@@ -123,4 +122,13 @@ def from_recording(
             key=key,
             what=what,
         )
-    return None
+    return new_invocation(
+        ctx,
+        kind=kind,
+        source_hash=source_hash,
+        source=source,
+        request=request,
+        request_key=key,
+        input_schema_hash=input_schema_hash,
+        output_schema_hash=result_schema_hash,
+    )
