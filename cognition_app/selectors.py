@@ -203,6 +203,21 @@ def _problem(row: Mapping[str, Any]) -> str:
     return text if len(text) <= PROBLEM_CHARS else text[: PROBLEM_CHARS - 1] + "…"
 
 
+# The LLM call index's columns read as stored (besides those it derives or renames).
+_CALL_INDEX_FIELDS = (
+    "requested_model",
+    "response_model",
+    "started_at",
+    "ended_at",
+    "ttft_ms",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost",
+    "cost_estimated",
+    "finish_reason",
+)
+
+
 def llm_call_list(*, filters: LlmCallFilters, limit: int, offset: int) -> dict[str, Any]:
     """LLM calls of every world, newest first: two queries whatever the page size."""
     qs = LlmCall.objects.all()
@@ -223,16 +238,7 @@ def llm_call_list(*, filters: LlmCallFilters, limit: int, offset: int) -> dict[s
     rows = qs.order_by("-started_at", "id").values(
         "id",
         "status",
-        "requested_model",
-        "response_model",
-        "started_at",
-        "ended_at",
-        "ttft_ms",
-        "prompt_tokens",
-        "completion_tokens",
-        "cost",
-        "cost_estimated",
-        "finish_reason",
+        *_CALL_INDEX_FIELDS,
         "parse_error",
         "validation_errors",
         "error",
@@ -261,21 +267,7 @@ def llm_call_list(*, filters: LlmCallFilters, limit: int, offset: int) -> dict[s
                 "subject_id": row["invocation__subject_id"],
                 "node_id": row["invocation__node_id"],
                 "generation_attempt": row["invocation__generation_attempt"],
-                **{
-                    k: row[k]
-                    for k in (
-                        "requested_model",
-                        "response_model",
-                        "started_at",
-                        "ended_at",
-                        "ttft_ms",
-                        "prompt_tokens",
-                        "completion_tokens",
-                        "cost",
-                        "cost_estimated",
-                        "finish_reason",
-                    )
-                },
+                **{k: row[k] for k in _CALL_INDEX_FIELDS},
             }
         )
     return {"count": qs.count(), "limit": limit, "offset": offset, "results": results}
