@@ -41,10 +41,17 @@ class InvocationStatus(models.TextChoices):
 
 class SourceInvocation(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # No index of their own: invocation_attempt_seq_unique and invocation_request_key_idx lead
+    # with them (each index more is written by every call's insert and finish).
     attempt = models.ForeignKey(
-        "worlds_app.TurnAttempt", on_delete=models.CASCADE, related_name="invocations"
+        "worlds_app.TurnAttempt",
+        on_delete=models.CASCADE,
+        related_name="invocations",
+        db_index=False,
     )
-    world = models.ForeignKey("worlds_app.World", on_delete=models.CASCADE, related_name="+")
+    world = models.ForeignKey(
+        "worlds_app.World", on_delete=models.CASCADE, related_name="+", db_index=False
+    )
     attempted_turn = models.IntegerField()
     seq = models.IntegerField()
     workflow_hash = models.CharField(max_length=64, blank=True)
@@ -203,7 +210,10 @@ class LlmCall(models.Model):
 
 
 class LlmChunk(models.Model):
-    call = models.ForeignKey(LlmCall, on_delete=models.CASCADE, related_name="chunks")
+    # No index of its own: chunk_call_seq_unique leads with it.
+    call = models.ForeignKey(
+        LlmCall, on_delete=models.CASCADE, related_name="chunks", db_index=False
+    )
     seq = models.IntegerField()
     offset_ms = models.IntegerField()
     text = models.TextField()

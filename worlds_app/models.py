@@ -217,7 +217,10 @@ class EventKind(models.TextChoices):
 
 
 class AttemptEvent(models.Model):
-    attempt = models.ForeignKey(TurnAttempt, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: event_attempt_seq_unique leads with it.
+    attempt = models.ForeignKey(
+        TurnAttempt, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     seq = models.IntegerField()
     kind = models.CharField(max_length=40, choices=EventKind.choices)
     subject_id = models.CharField(max_length=200, blank=True)
@@ -250,8 +253,13 @@ class TransitionTarget(models.TextChoices):
 class PatchTransition(models.Model):
     """One applied effect: who changed what, from what, to what, in which patch of which turn."""
 
-    attempt = models.ForeignKey(TurnAttempt, on_delete=models.CASCADE, related_name="transitions")
-    world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="transitions")
+    # No index of their own: transition_unique_effect and transition_target_idx lead with them.
+    attempt = models.ForeignKey(
+        TurnAttempt, on_delete=models.CASCADE, related_name="transitions", db_index=False
+    )
+    world = models.ForeignKey(
+        World, on_delete=models.CASCADE, related_name="transitions", db_index=False
+    )
     turn_number = models.IntegerField()
     patch_seq = models.IntegerField()
     effect_index = models.IntegerField()

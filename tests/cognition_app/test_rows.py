@@ -1,5 +1,6 @@
-"""Rows written as tuples (cognition_app/rows.py): COPY for many rows, multi-row INSERT
-statements sent in one round trip; the same values and the same errors as the ORM."""
+"""Rows written as tuples (cognition_app/rows.py): COPY for many rows, statements whose rows are
+one JSON parameter (``jsonb_populate_record(set)``) sent in one round trip; the same values and
+the same errors as the ORM."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import uuid
 import pytest
 from django.db import DataError, transaction
 
-from cognition_app.rows import RowTable, insert_rows
+from cognition_app.rows import RowTable, insert_rows, insert_statement, update_statement
 from cognition_app.sources.tracing import trace_batch
 from worlds_app.models import AttemptEvent, TurnAttempt, World
 from worlds_app.services import turn_attempt_enqueue
@@ -123,9 +124,115 @@ def test_a_guarded_insert_writes_the_same_rows_only_while_its_condition_holds(
     assert stored == ([row[:6] for row in rows] if holds else [])
 
 
-def test_a_guarded_insert_too_big_for_one_statement_is_none(attempt: TurnAttempt) -> None:
-    rows = _rows(attempt, 1) * (65_535 // len(EVENT_ROWS.columns) + 1)
-    assert EVENT_ROWS.guarded_statement(rows, ("true", [])) is None
+def test_a_guarded_insert_of_more_rows_than_one_statement_had_parameters_is_one_statement(
+    attempt: TurnAttempt,
+) -> None:
+    # 7,000 rows of 10 columns: more than the 65,535 parameters a statement of values carries.
+    rows = [(*row[:1], i + 1, *row[2:]) for i, row in enumerate(_rows(attempt, 1) * 7_000)]
+    statement = EVENT_ROWS.guarded_statement(rows, ("true", []))
+    assert statement is not None and len(statement[1]) == 1
+    trace_batch([statement])
+    assert AttemptEvent.objects.filter(attempt=attempt).count() == 7_000
+
+
+def test_the_statements_text_does_not_depend_on_the_rows(attempt: TurnAttempt) -> None:
+    (one,) = EVENT_ROWS.statements(_rows(attempt, 1))
+    (many,) = EVENT_ROWS.statements(_rows(attempt, 40))
+    assert one[0] == many[0] and len(one[1]) == len(many[1]) == 1
+    assert list(EVENT_ROWS.statements([])) == []
+
+
+def test_an_invocation_inserted_and_updated_by_statements_reads_back_as_the_orm_wrote_it(
+    attempt: TurnAttempt,
+) -> None:
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from cognition_app.models import LlmCall, SourceInvocation
+
+    started = timezone.now()
+
+    def invocation(seq: int) -> SourceInvocation:
+        return SourceInvocation(
+            attempt_id=attempt.pk,
+            world_id=attempt.world_id,
+            attempted_turn=1,
+            seq=seq,
+            node_id=HOSTILE,
+            subject_id="bob",
+            source_hash="h" * 64,
+            kind="llm_generation",
+            started_at=started,
+            request={"messages": [{"role": "user", "content": HOSTILE}], "n": None, "f": 0.5},
+            request_key="k" * 64,
+            generation_attempt=1,
+        )
+
+    by_orm, by_statement = invocation(1), invocation(2)
+    by_orm.save()
+    call = LlmCall(
+        invocation_id=by_statement.pk,
+        base_url="http://x",
+        requested_model="m",
+        messages=[{"role": "user", "content": HOSTILE}],
+        params={"temperature": 0.25},
+        response_format={"type": "json_schema"},
+        started_at=by_statement.started_at,
+    )
+    trace_batch([insert_statement(by_statement), insert_statement(call)])
+    fields = [f.attname for f in SourceInvocation._meta.concrete_fields if f.attname != "id"]
+    stored = SourceInvocation.objects.values(*fields)
+    assert {**stored.get(pk=by_statement.pk), "seq": 1} == stored.get(pk=by_orm.pk)
+    assert LlmCall.objects.get(pk=call.pk).messages == call.messages
+
+    ended = timezone.now()
+    trace_batch(
+        [
+            update_statement(
+                LlmCall,
+                call.pk,
+                {
+                    "status": "succeeded",
+                    "ended_at": ended,
+                    "raw_text": HOSTILE,
+                    "cost": Decimal("0.000123"),
+                    "prompt_tokens": 12,
+                    "cost_estimated": True,
+                    "response_format": None,
+                },
+            )
+        ]
+    )
+    updated = LlmCall.objects.get(pk=call.pk)
+    assert (updated.status, updated.ended_at, updated.raw_text) == ("succeeded", ended, HOSTILE)
+    assert (updated.cost, updated.prompt_tokens, updated.cost_estimated) == (
+        Decimal("0.000123"),
+        12,
+        True,
+    )
+    assert updated.response_format is None
+
+
+def test_a_json_column_holding_a_string_or_null_keeps_it(attempt: TurnAttempt) -> None:
+    rows = _rows(attempt, 2)
+    rows[0] = (*rows[0][:4], "just a string", *rows[0][5:])
+    trace_batch(list(EVENT_ROWS.statements(rows)))
+    payloads = list(
+        AttemptEvent.objects.filter(attempt=attempt)
+        .order_by("seq")
+        .values_list("payload", flat=True)
+    )
+    assert payloads == ["just a string", rows[1][4]]
+
+
+def test_a_value_with_no_record_form_is_refused_before_anything_is_sent(
+    attempt: TurnAttempt,
+) -> None:
+    rows = _rows(attempt, 1)
+    rows[0] = (*rows[0][:3], b"bytes", *rows[0][4:])
+    with pytest.raises(TypeError, match="bytes"):
+        list(EVENT_ROWS.statements(rows))
 
 
 def test_a_batch_returns_each_statements_rows(attempt: TurnAttempt) -> None:

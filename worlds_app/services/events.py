@@ -114,7 +114,7 @@ class EventLog:
                     [_event_tuple(r) for r in rows],
                     _lease_statement(self.attempt_id, self.lease_owner, lock=False),
                 )
-            if guarded is None:  # nothing to write with them, or too many for one statement
+            if guarded is None:  # no event to write with them
                 self._write_locked()
             else:
                 return self._write_with_locked(rows, guarded, statements)
