@@ -18,15 +18,18 @@ from psycopg import ClientCursor
 from chukwa_core.json_values import storable_text
 from cognition_app.budgets import BudgetLedger
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
-from cognition_app.rows import Statement, update_statement
+from cognition_app.rows import (
+    BatchResults,
+    Statement,
+    pipeline_fits,
+    send_pipelined,
+    update_statement,
+)
 from cognition_app.sources.cancel import CancelScope
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.variables import scrub
 
 logger = logging.getLogger(__name__)
-
-# Per statement of a batch: the rows it returned, or None when it returns none.
-BatchResults = list[list[tuple[Any, ...]] | None]
 
 
 class ReplaySource(Protocol):
@@ -128,23 +131,25 @@ def trace_write() -> Iterator[None]:
     """
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            cursor.execute(_SYNC_COMMIT_OFF)
         yield
 
 
 def trace_batch(statements: Sequence[Statement]) -> BatchResults:
-    """Trace writes in one round trip: ``SET LOCAL synchronous_commit TO OFF`` and the
-    statements sent as one multi-statement query, which PostgreSQL runs as one transaction
-    (all or nothing; the caller's, if one is open) — what :func:`trace_write` does in
-    ``2 + len(statements)`` round trips. Needs client-side binding (Django's default cursor);
-    with server-side binding the statements go one by one inside :func:`trace_write`.
+    """Trace writes in one round trip and one transaction (the caller's, if one is open):
+    ``SET LOCAL synchronous_commit TO OFF`` and the statements, sent as one pipeline
+    (``cognition_app.rows.send_pipelined``), or as one multi-statement query when too big for
+    one — what :func:`trace_write` does in ``2 + len(statements)`` round trips.
 
     Returns, per statement, the rows it returned (a SELECT, an ``… RETURNING``), else None."""
     if not statements:
         return []
+    if pipeline_fits(statements):
+        return send_pipelined([(_SYNC_COMMIT_OFF, []), *statements])[1:]
     with connection.cursor() as cursor:
         if isinstance(cursor.cursor, ClientCursor):
-            sql = "; ".join(["SET LOCAL synchronous_commit TO OFF", *(s for s, _ in statements)])
+            # One multi-statement query, which PostgreSQL also runs as one transaction.
+            sql = "; ".join([_SYNC_COMMIT_OFF, *(s for s, _ in statements)])
             cursor.execute(sql, [p for _, params in statements for p in params])
             results: BatchResults = []
             for _ in statements:  # the result of SET first, then one per statement
@@ -157,6 +162,9 @@ def trace_batch(statements: Sequence[Statement]) -> BatchResults:
             cursor.execute(sql, params)
             results.append(cursor.fetchall() if cursor.description is not None else None)
         return results
+
+
+_SYNC_COMMIT_OFF = "SET LOCAL synchronous_commit TO OFF"
 
 
 def open_rows(ctx: CallContext, statements: Sequence[Statement]) -> BatchResults:

@@ -247,3 +247,38 @@ def test_a_batch_returns_each_statements_rows(attempt: TurnAttempt) -> None:
         ]
     )
     assert results == [[], None, [(1,), (2,)]]
+
+
+def test_a_batch_is_one_query_not_waiting_for_the_wal_and_prepared_once_used_often(
+    attempt: TurnAttempt,
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        results = trace_batch(
+            [("SHOW synchronous_commit", []), *EVENT_ROWS.statements(_rows(attempt, 2))]
+        )
+    assert results == [[("off",)], None]
+    assert len(captured.captured_queries) == 1  # one round trip: Django sees one query
+    probe = "SELECT count(*) FROM worlds_app_attemptevent WHERE attempt_id = %s"
+    for _ in range(6):  # prepare_threshold (settings) is 5
+        trace_batch([(probe, [attempt.pk])])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ["SELECT count(*) FROM worlds_app_attemptevent WHERE attempt_id = $1%"],
+        )
+        assert cursor.fetchone() == (1,)
+
+
+def test_a_refused_statement_refuses_the_whole_batch(attempt: TurnAttempt) -> None:
+    from django.db import IntegrityError
+
+    rows = _rows(attempt, 3)
+    with pytest.raises(IntegrityError), transaction.atomic():  # a savepoint in the test's
+        trace_batch([*EVENT_ROWS.statements(rows[:2]), *EVENT_ROWS.statements(rows[1:])])
+    assert not AttemptEvent.objects.filter(attempt=attempt).exists()
+    # the connection is usable at once (in a savepoint: the test runs in a transaction)
+    trace_batch(list(EVENT_ROWS.statements(rows)))
+    assert AttemptEvent.objects.filter(attempt=attempt).count() == 3

@@ -37,7 +37,9 @@ RUNNING = "attempt_one_running_per_world"  # the partial unique index: exactly t
 OF_WORLD = "worlds_app_turnattempt_world_id_"
 CALLS_BY_TIME = "llmcall_started_idx"
 CALLS_BY_STATUS = "llmcall_status_started_idx"
-CALLS_OF_WORLD = "cognition_app_sourceinvocation_world_id_"
+# one world's calls: through the replay index, which leads with the world (the invocation's
+# world has no index of its own)
+CALLS_OF_WORLD = "invocation_request_key_idx"
 # each page's ordered reads of attempts or LLM calls, in the order it makes them, and the index
 # each one must use
 URLS = {

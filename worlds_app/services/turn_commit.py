@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from chukwa_core.hashing import json_hash
 from chukwa_core.world_state import WorldState
-from cognition_app.rows import RowTable, Statement, insert_rows
+from cognition_app.rows import RowTable, Statement, insert_rows, pipeline_fits, send_pipelined
 from cognition_app.subject_run import AttemptFailure, StagedEvent
 from worlds_app.models import PatchTransition, Turn, TurnAttempt, World
 from worlds_app.services.claims import Claim, LeaseLost, follower_claim, follower_statement
@@ -181,8 +181,11 @@ def _client_side_binding() -> bool:
 
 
 def _send(statements: list[Statement]) -> Any:
-    """Run the statements (one query when binding is client-side); the row the last one
-    returned, if it returns rows and returned one."""
+    """Run the statements in one round trip (a pipeline, else one query when binding is
+    client-side); the row the last one returned, if it returns rows and returned one."""
+    if pipeline_fits(statements):
+        last = send_pipelined(statements)[-1]
+        return last[0] if last else None
     with connection.cursor() as cursor:
         if _client_side_binding():
             sql = "; ".join(s for s, _ in statements)
