@@ -31,7 +31,7 @@ from typing import Any, cast
 from uuid import UUID
 
 import psycopg
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.db.backends.utils import CursorDebugWrapper
 from psycopg.types.json import Jsonb
 
@@ -44,7 +44,7 @@ BatchResults = list[list[tuple[Any, ...]] | None]
 # Pipelines carry batches up to this size (SQL and text parameters): psycopg 3.3 can stop
 # sending a big pipeline part-way, each side then waiting for the other (seen here with a 3 MB
 # parameter, not with 200 kB; psycopg#685 was of the same kind). Below the socket's buffer a
-# batch goes out whole at once. Callers send bigger batches another way.
+# batch goes out whole at once; :func:`send_batch` sends bigger ones another way.
 PIPELINE_MAX_BYTES = 32_768
 
 
@@ -274,7 +274,32 @@ def delete_statement(model: type[models.Model], field: str, value: Any) -> State
     return sql, [column.get_db_prep_save(value, connection)]
 
 
-def pipeline_fits(statements: Sequence[Statement]) -> bool:
+def send_batch(statements: Sequence[Statement]) -> BatchResults:
+    """Run the statements in one round trip and one transaction (all or nothing; inside the
+    caller's transaction if one is open): as a pipeline (:func:`send_pipelined`), else — too
+    big for one — as one multi-statement query when Django's cursor binds client-side (its
+    default), else one by one in an atomic block. Returns, per statement, the rows it returned
+    (a SELECT, an ``… RETURNING``), else None."""
+    if _pipeline_fits(statements):
+        return send_pipelined(statements)
+    results: BatchResults = []
+    with connection.cursor() as cursor:
+        if isinstance(cursor.cursor, psycopg.ClientCursor):
+            sql = "; ".join(s for s, _ in statements)
+            cursor.execute(sql, [p for _, params in statements for p in params])
+            for index in range(len(statements)):
+                if index:
+                    cursor.cursor.nextset()
+                results.append(cursor.fetchall() if cursor.description is not None else None)
+            return results
+    with transaction.atomic(), connection.cursor() as cursor:
+        for sql, params in statements:
+            cursor.execute(sql, params)
+            results.append(cursor.fetchall() if cursor.description is not None else None)
+    return results
+
+
+def _pipeline_fits(statements: Sequence[Statement]) -> bool:
     """Can :func:`send_pipelined` send these statements (libpq supports pipelines and they are
     under ``PIPELINE_MAX_BYTES``)?"""
     size = sum(

@@ -13,18 +13,11 @@ from uuid import UUID
 
 from django.db import connection, transaction
 from django.utils import timezone
-from psycopg import ClientCursor
 
 from chukwa_core.json_values import storable_text
 from cognition_app.budgets import BudgetLedger
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
-from cognition_app.rows import (
-    BatchResults,
-    Statement,
-    pipeline_fits,
-    send_pipelined,
-    update_statement,
-)
+from cognition_app.rows import BatchResults, Statement, send_batch, update_statement
 from cognition_app.sources.cancel import CancelScope
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.variables import scrub
@@ -137,31 +130,13 @@ def trace_write() -> Iterator[None]:
 
 def trace_batch(statements: Sequence[Statement]) -> BatchResults:
     """Trace writes in one round trip and one transaction (the caller's, if one is open):
-    ``SET LOCAL synchronous_commit TO OFF`` and the statements, sent as one pipeline
-    (``cognition_app.rows.send_pipelined``), or as one multi-statement query when too big for
-    one — what :func:`trace_write` does in ``2 + len(statements)`` round trips.
+    ``SET LOCAL synchronous_commit TO OFF`` and the statements (``cognition_app.rows.
+    send_batch``) — what :func:`trace_write` does in ``2 + len(statements)`` round trips.
 
     Returns, per statement, the rows it returned (a SELECT, an ``… RETURNING``), else None."""
     if not statements:
         return []
-    if pipeline_fits(statements):
-        return send_pipelined([(_SYNC_COMMIT_OFF, []), *statements])[1:]
-    with connection.cursor() as cursor:
-        if isinstance(cursor.cursor, ClientCursor):
-            # One multi-statement query, which PostgreSQL also runs as one transaction.
-            sql = "; ".join([_SYNC_COMMIT_OFF, *(s for s, _ in statements)])
-            cursor.execute(sql, [p for _, params in statements for p in params])
-            results: BatchResults = []
-            for _ in statements:  # the result of SET first, then one per statement
-                cursor.cursor.nextset()
-                results.append(cursor.fetchall() if cursor.description is not None else None)
-            return results
-    with trace_write(), connection.cursor() as cursor:
-        results = []
-        for sql, params in statements:
-            cursor.execute(sql, params)
-            results.append(cursor.fetchall() if cursor.description is not None else None)
-        return results
+    return send_batch([(_SYNC_COMMIT_OFF, []), *statements])[1:]
 
 
 _SYNC_COMMIT_OFF = "SET LOCAL synchronous_commit TO OFF"

@@ -1,14 +1,15 @@
 """Committing a turn (SPEC §6): turn N's snapshot, the attempt's last events (the outcome
 ``turn_committed`` among them), its transitions and the attempt committed, in one transaction.
 
-The transaction is one multi-statement query — one round trip, its commit included — when the
-rows are few (an LLM turn); PostgreSQL runs such a query as one transaction, all or nothing.
+The transaction is one batch (``cognition_app.rows.send_batch``: a pipeline, or one
+multi-statement query) — one round trip, its commit included — when the rows are few (an LLM
+turn); PostgreSQL runs such a batch as one transaction, all or nothing.
 The checks it depends on come first in it and abort it when they fail
 (``worlds_app_refuse_unless``, migration 0010): the attempt still running under this worker's
 lease (else ``LeaseLost``: the reaper owns its outcome) and the world still at turn N-1. When
 the rows are many (a big rule-policy turn) they are sent by ``COPY`` after that query, in an
-explicit transaction: quoting thousands of parameters client-side costs more than the extra
-round trips.
+explicit transaction. (Rows travel as one JSON parameter per statement now, so the
+threshold is kept as it was measured, not re-measured: two side-by-side runs were too noisy.)
 
 With ``claim_next``, the next attempt of the batch is claimed in the same transaction
 (``claims.py``), so the task goes on with it without a broker round trip and without a gap:
@@ -27,7 +28,7 @@ from django.utils import timezone
 
 from chukwa_core.hashing import json_hash
 from chukwa_core.world_state import WorldState
-from cognition_app.rows import RowTable, Statement, insert_rows, pipeline_fits, send_pipelined
+from cognition_app.rows import RowTable, Statement, insert_rows, send_batch
 from cognition_app.subject_run import AttemptFailure, StagedEvent
 from worlds_app.models import PatchTransition, Turn, TurnAttempt, World
 from worlds_app.services.claims import Claim, LeaseLost, follower_claim, follower_statement
@@ -60,8 +61,8 @@ TURN_ROWS = RowTable.of(
     Turn, ("world", "number", "simulation_time", "state", "state_hash", "attempt", "created_at")
 )
 
-# Event and transition rows of at most this many parameters in all go with the commit's query;
-# more are sent by COPY (each parameter quoted client-side costs ~2.5 µs, a round trip ~0.3 ms).
+# Event and transition rows of at most this many values (rows times columns) in all go with the
+# commit's batch; more are sent by COPY after it.
 INLINE_PARAMS = 600
 
 _WORLD = connection.ops.quote_name(World._meta.db_table)
@@ -126,9 +127,7 @@ def commit_turn(
         params = len(event_rows) * len(EVENT_ROWS.columns)
         params += len(transitions) * len(TRANSITION_ROWS.columns)
         # One round trip is one transaction of its own (not inside a caller's, e.g. a test's).
-        inline = (
-            params <= INLINE_PARAMS and _client_side_binding() and not connection.in_atomic_block
-        )
+        inline = params <= INLINE_PARAMS and not connection.in_atomic_block
         # The attempt ends (and its follower starts) when the commit is sent.
         turn.created_at = now = timezone.now()
         duration_ms = int((time.monotonic() - started) * 1000)
@@ -174,28 +173,11 @@ def commit_turn(
     return turn, follower
 
 
-def _client_side_binding() -> bool:
-    """Django's default cursor binds parameters client-side, which lets one query carry many
-    statements; a deployment may turn on server-side binding (one statement per query)."""
-    return not connection.settings_dict.get("OPTIONS", {}).get("server_side_binding")
-
-
 def _send(statements: list[Statement]) -> Any:
-    """Run the statements in one round trip (a pipeline, else one query when binding is
-    client-side); the row the last one returned, if it returns rows and returned one."""
-    if pipeline_fits(statements):
-        last = send_pipelined(statements)[-1]
-        return last[0] if last else None
-    with connection.cursor() as cursor:
-        if _client_side_binding():
-            sql = "; ".join(s for s, _ in statements)
-            cursor.execute(sql, [p for _, params in statements for p in params])
-            while cursor.nextset():  # on to the last statement's result
-                pass
-        else:
-            for sql, params in statements:
-                cursor.execute(sql, params)
-        return cursor.fetchone() if cursor.description is not None else None
+    """Run the statements in one round trip (``cognition_app.rows.send_batch``); the row the
+    last one returned, if it returns rows and returned one."""
+    last = send_batch(statements)[-1]
+    return last[0] if last else None
 
 
 def _refusal(exc: DatabaseError) -> str:
