@@ -86,6 +86,18 @@ def routed_to(queue: str) -> Iterator[None]:
         settings.CELERY_TASK_DEFAULT_QUEUE = previous
 
 
+@contextmanager
+def unread_queue(name: str) -> Iterator[str]:
+    """Attempt tasks queued meanwhile go to ``name``, a queue no worker reads (emptied before
+    and deleted after), so a test sees every kick."""
+    delete_queue(name)
+    try:
+        with routed_to(name):
+            yield name
+    finally:
+        delete_queue(name)
+
+
 def delete_queue(queue: str) -> None:
     """Remove a test queue, its messages and its bindings from the shared broker."""
     from chukwa_site.celery import app

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
-from tests.support.worker import delete_queue, routed_to
+from tests.support.worker import unread_queue
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt
 from worlds_app.services import (
     attempts,
@@ -33,14 +33,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def queue() -> Iterator[str]:
-    """Attempt tasks go to a queue no worker reads, so the test sees every kick."""
-    name = f"continuation-{os.getpid()}"
-    delete_queue(name)
-    try:
-        with routed_to(name):
-            yield name
-    finally:
-        delete_queue(name)
+    with unread_queue(f"continuation-{os.getpid()}") as name:
+        yield name
 
 
 def _sent(queue: str) -> list[str]:

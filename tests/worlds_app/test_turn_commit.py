@@ -18,7 +18,7 @@ from cognition_app.budgets import BudgetLimits
 from cognition_app.subject_run import AttemptFailure
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
-from tests.support.worker import delete_queue, routed_to
+from tests.support.worker import unread_queue
 from worlds_app.models import AttemptEvent, AttemptStatus, PatchTransition, Turn, TurnAttempt, World
 from worlds_app.services import turn_attempt_enqueue, world_budget_set, world_create
 from worlds_app.services import turn_commit as commit_module
@@ -31,14 +31,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def queue() -> Iterator[str]:
-    """Dispatches go to a queue no worker reads."""
-    name = f"turn-commit-{os.getpid()}"
-    delete_queue(name)
-    try:
-        with routed_to(name):
-            yield name
-    finally:
-        delete_queue(name)
+    with unread_queue(f"turn-commit-{os.getpid()}") as name:
+        yield name
 
 
 def _world(slug: str) -> None:
