@@ -34,8 +34,14 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_STRICT = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def loads_strict(text: str | bytes) -> Any:
-    """``json.loads`` without the NaN / Infinity extensions Python accepts by default."""
+    """``json.loads`` without the NaN / Infinity extensions Python accepts by default (a text
+    is decoded by one decoder made once: a stream's chunks are many small texts)."""
+    if isinstance(text, str) and not text.startswith("\ufeff"):  # json.loads refuses a BOM
+        return _STRICT.decode(text)
     return json.loads(text, parse_constant=_refuse_constant)
 
 

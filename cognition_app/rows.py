@@ -31,7 +31,7 @@ from typing import Any, cast
 from uuid import UUID
 
 import psycopg
-from django.db import connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.backends.utils import CursorDebugWrapper
 from psycopg.types.json import Jsonb
 
@@ -213,11 +213,66 @@ def _quote(name: str | None) -> str:
 def insert_statement(obj: models.Model) -> Statement:
     """The INSERT of one model instance (every concrete field, prepared as ``save`` prepares
     it), to be sent with others in one round trip: the row is one JSON parameter."""
+    conn = connections[DEFAULT_DB_ALIAS]
     record = {
-        str(f.column): _plain(f.get_db_prep_save(f.pre_save(obj, add=True), connection))
-        for f in _concrete_fields(type(obj))
+        column: _column_value(field, direct, field.pre_save(obj, add=True), conn)
+        for column, field, direct in _insert_plan(type(obj))
     }
     return _insert_one_sql(type(obj)), [_dumps(record)]
+
+
+def _column_value(field: models.Field[Any, Any], direct: bool, value: Any, conn: Any) -> Any:
+    """A field's value as :func:`_plain` makes of what the field prepares for saving; for the
+    common cases (``direct``: see :func:`_is_direct`) without the field's preparation, which
+    would give the same value back."""
+    if direct:
+        kind = type(value)
+        if kind in _SAME:
+            if value is not None or not isinstance(field, models.JSONField):
+                return value
+        elif kind is UUID:
+            return str(value)
+        elif kind is datetime and value.tzinfo is not None:
+            return value.isoformat()
+        elif kind in (dict, list) and isinstance(field, models.JSONField):
+            return value
+    return _plain(field.get_db_prep_save(value, conn))
+
+
+# Values that fields of :func:`_is_direct` classes prepare as they are (a JSON field's None
+# excepted: SQL NULL or JSON null, the field decides).
+_SAME = frozenset({str, int, bool, type(None)})
+
+
+def _is_direct(field: models.Field[Any, Any]) -> bool:
+    """Does preparing this field's ``str``/``int``/``bool``/``None``, ``UUID``, aware
+    ``datetime`` or (a JSON field, no custom encoder) ``dict``/``list`` value give it back
+    unchanged (up to :func:`_plain`)? Only for the stock field classes listed here; ``pre_save``
+    still runs (``auto_now``)."""
+    target = field.target_field if isinstance(field, models.ForeignKey) else field
+    if isinstance(target, models.JSONField):
+        return target.encoder is None
+    return type(target) in (
+        models.CharField,
+        models.TextField,
+        models.IntegerField,
+        models.BigIntegerField,
+        models.SmallIntegerField,
+        models.PositiveIntegerField,
+        models.PositiveSmallIntegerField,
+        models.BooleanField,
+        models.UUIDField,
+        models.DateTimeField,
+        models.BigAutoField,
+        models.AutoField,
+    )
+
+
+@functools.cache
+def _insert_plan(
+    model: type[models.Model],
+) -> tuple[tuple[str, models.Field[Any, Any], bool], ...]:
+    return tuple((str(f.column), f, _is_direct(f)) for f in _concrete_fields(model))
 
 
 @functools.cache
@@ -236,18 +291,28 @@ def update_statement(model: type[models.Model], pk: Any, values: dict[str, Any])
     prepares them; they travel as one JSON parameter, so the statement's text depends only on
     which columns it sets."""
     meta = model._meta
+    conn = connections[DEFAULT_DB_ALIAS]
     record: dict[str, Any] = {}
     for name, value in values.items():
-        field = meta.get_field(name)
-        if not isinstance(field, models.Field) or field.column is None:
-            raise TypeError(f"{meta.label}.{name} is not a concrete column")
+        column, field, direct = _update_column(model, name)
         if isinstance(value, models.Model):
             value = value.pk
-        record[field.column] = _plain(field.get_db_prep_save(value, connection))
+        record[column] = _column_value(field, direct, value, conn)
     pk_field = meta.pk
     assert pk_field is not None
     sql = _update_sql(model, tuple(record))
-    return sql, [_dumps(record), pk_field.get_db_prep_save(pk, connection)]
+    return sql, [_dumps(record), pk_field.get_db_prep_save(pk, conn)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _update_column(
+    model: type[models.Model], name: str
+) -> tuple[str, models.Field[Any, Any], bool]:
+    meta = model._meta
+    field = meta.get_field(name)
+    if not isinstance(field, models.Field) or field.column is None:
+        raise TypeError(f"{meta.label}.{name} is not a concrete column")
+    return str(field.column), field, _is_direct(field)
 
 
 @functools.lru_cache(maxsize=256)

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, storable_text
-from cognition_app.models import InvocationStatus, SourceInvocation
+from cognition_app.models import SourceInvocation
 from cognition_app.rows import insert_statement
 from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
@@ -24,7 +24,7 @@ from cognition_app.sources.results import (
 from cognition_app.sources.tracing import (
     CallContext,
     fail_invocation,
-    finish_invocation,
+    finish_succeeded,
     finished_on_error,
     open_rows,
 )
@@ -141,5 +141,5 @@ def _post_json(
         )
     if result_schema_hash:
         recorded["validation_status"] = "valid"
-    finish_invocation(inv, InvocationStatus.SUCCEEDED, **recorded)
+    finish_succeeded(ctx, inv, **recorded)
     return JsonResult(value, inv.pk)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,7 +17,7 @@ from django.utils import timezone
 from httpx_sse import SSEError
 
 from chukwa_core.json_values import storable_text
-from cognition_app.budgets import Reservation, completion_cap, prompt_estimate
+from cognition_app.budgets import BudgetLedger, Reservation, completion_cap, prompt_estimate
 from cognition_app.costs import price_at, price_from_rows, price_statement, usage_cost
 from cognition_app.models import (
     InvocationKind,
@@ -50,6 +51,7 @@ from cognition_app.sources.replay import fail_miss, open_replayed, request_key
 from cognition_app.sources.stream_events import chunk_events
 from cognition_app.sources.tracing import (
     CallContext,
+    finish_rows,
     finish_statement,
     finished_on_error,
     log_finished,
@@ -223,15 +225,15 @@ class _Send:
                 config_failure = SourceFailure("budget_exhausted", outcome)
             else:
                 reservation = outcome
+        release = _Release(ctx.budget, reservation)
         try:
-            return self._open_and_stream(config_failure, price)
+            return self._open_and_stream(config_failure, price, release)
         finally:
-            # After the finished rows were committed: their real usage counts from now on.
-            if ctx.budget is not None:
-                ctx.budget.release(reservation)
+            if not release.handed_over:
+                release()
 
     def _open_and_stream(
-        self, config_failure: SourceFailure | None, price: ModelPrice | None
+        self, config_failure: SourceFailure | None, price: ModelPrice | None, release: _Release
     ) -> Generation:
         ctx, iface = self.ctx, self.source["interface"]
         timeout = iface["timeout_ms"] / 1000
@@ -291,6 +293,11 @@ class _Send:
         results = open_rows(ctx, opening)
         if ctx.budget is None:
             call.price = price_from_rows(results[-1])
+
+        def finish(statements: list[Statement]) -> None:
+            release.handed_over = True  # given back once the rows are written
+            finish_rows(ctx, statements, after=release)
+
         with finished_on_error(inv, call):
             return _stream(
                 inv,
@@ -301,7 +308,22 @@ class _Send:
                 timeout,
                 self.judge,
                 ctx.cancel,
+                finish,
             )
+
+
+@dataclass
+class _Release:
+    """Gives the budget's reservation back, once the call's finished rows are written: its real
+    usage counts from then on (SPEC §12)."""
+
+    ledger: BudgetLedger | None
+    reservation: Reservation
+    handed_over: bool = False  # to whoever writes the finished rows
+
+    def __call__(self) -> None:
+        if self.ledger is not None:
+            self.ledger.release(self.reservation)
 
 
 def _stream(
@@ -313,7 +335,10 @@ def _stream(
     timeout: float,
     judge: Judge | None = None,
     cancel: CancelScope | None = None,
+    finish: Callable[[list[Statement]], None] = trace_batch,
 ) -> Generation:
+    """``finish`` writes the statements finishing a generation that succeeded (the caller's
+    ``finish_rows``: possibly on the writer thread); failures are written here and now."""
     started = time.monotonic()
     pending: list[tuple[Any, ...]] = []  # chunk rows: (call_id, seq, offset_ms, text)
     secrets = secret_values()  # read once per generation, not once per chunk
@@ -477,10 +502,12 @@ def _stream(
         }
         usage_source = "estimated"
     gen = Generation(text=text, invocation=inv, call=call, finish_reason=finish_reason, usage=usage)
+    judged = False
     try:
         # The judge reads the reply without any key in it (an echoed key must not reach a
         # parsed artifact or the world), but with everything else as the model sent it.
         gen.judgement = judge(scrubbed) if judge is not None else None
+        judged = True
     finally:
         # One transaction, one round trip: the last chunks, the finished rows and the verdict.
         finished_at = timezone.now()
@@ -506,7 +533,8 @@ def _stream(
             gen.judgement,
             call.price,
         )
-        trace_batch(statements)
+        # A judge that raised (a bug) propagates to ``finished_on_error``: written now, first.
+        (finish if judged else trace_batch)(statements)
         log_finished(inv)
     call.raw_text, call.finish_reason = text, finish_reason
     return gen

@@ -61,6 +61,9 @@ class CallContext:
     # rows, in one round trip (``open_rows``): a reader of the timeline never sees a call whose
     # preceding events are missing
     write_rows: Callable[[Sequence[Statement]], BatchResults] | None = None
+    # finishes a call's rows on the writer thread while the subject goes on
+    # (``write_behind.TraceWriter.submit``; the attempt waits for them before it ends)
+    write_behind: Callable[[Sequence[Statement], Callable[[], None] | None], None] | None = None
 
     def check_cancelled(self, what: str) -> None:
         if self.cancel is not None:
@@ -180,6 +183,29 @@ def log_finished(inv: SourceInvocation) -> None:
 
 def finish_invocation(inv: SourceInvocation, status: str, **fields: Any) -> None:
     trace_batch([finish_statement(inv, status, **fields)])
+    log_finished(inv)
+
+
+def finish_rows(
+    ctx: CallContext, statements: Sequence[Statement], after: Callable[[], None] | None = None
+) -> None:
+    """The statements finishing a call that succeeded, then ``after``: handed to the attempt's
+    writer thread when it has one (``write_behind``; the subject does not wait for the round
+    trip), else sent now. Inside a transaction they are sent now, in it: another connection
+    could not see the rows they finish."""
+    if ctx.write_behind is not None and not connection.in_atomic_block:
+        ctx.write_behind(statements, after)
+        return
+    try:
+        trace_batch(statements)
+    finally:
+        if after is not None:
+            after()
+
+
+def finish_succeeded(ctx: CallContext, inv: SourceInvocation, **fields: Any) -> None:
+    """:func:`finish_invocation` as ``succeeded``, through :func:`finish_rows`."""
+    finish_rows(ctx, [finish_statement(inv, InvocationStatus.SUCCEEDED, **fields)])
     log_finished(inv)
 
 

@@ -26,6 +26,10 @@ def _env_value(name: str, field_name: str) -> str:
     return value
 
 
+# Variable values found to be good base URLs, and the URL each gives.
+_checked_urls: dict[str, str] = {}
+
+
 def url_from_env(name: str, field_name: str) -> str:
     """The base URL a source's URL variable holds, checked to be an absolute http(s) URL with
     no credentials, query or fragment. Failures name the variable, never its value (a
@@ -33,7 +37,11 @@ def url_from_env(name: str, field_name: str) -> str:
     # Validated at put; re-checked because these names guard secrets.
     if not is_url_env_name(name):
         raise SourceFailure("config", f"{field_name} {name!r} is not an allowed URL variable name")
-    value = _env_value(name, field_name).strip()
+    raw = _env_value(name, field_name)
+    checked = _checked_urls.get(raw)  # a value found good once is good (read on every call)
+    if checked is not None:
+        return checked
+    value = raw.strip()
     problem = "is not an absolute http(s) URL"
     try:
         url = httpx.URL(value)
@@ -45,6 +53,8 @@ def url_from_env(name: str, field_name: str) -> str:
             elif url.query or url.fragment:
                 problem = "carries a query or fragment"
             else:
+                if len(_checked_urls) < 256:
+                    _checked_urls[raw] = value.rstrip("/")
                 return value.rstrip("/")
     except (httpx.InvalidURL, ValueError, TypeError):
         pass

@@ -282,3 +282,55 @@ def test_a_refused_statement_refuses_the_whole_batch(attempt: TurnAttempt) -> No
     # the connection is usable at once (in a savepoint: the test runs in a transaction)
     trace_batch(list(EVENT_ROWS.statements(rows)))
     assert AttemptEvent.objects.filter(attempt=attempt).count() == 3
+
+
+def _samples(field: object) -> list[object]:
+    """Values of the kinds the hot path's rows hold, for a field of this class."""
+    from datetime import UTC, datetime
+
+    from django.db import models
+
+    target = field.target_field if isinstance(field, models.ForeignKey) else field
+    if isinstance(target, models.JSONField):
+        return [None, {"k": [HOSTILE, 1, None, 0.5]}, [1, "two"], HOSTILE, 7, True]
+    if isinstance(target, models.UUIDField):
+        return [None, uuid.uuid4()]
+    if isinstance(target, models.DateTimeField):
+        return [None, datetime(2026, 11, 24, 19, 30, 1, 123456, tzinfo=UTC)]
+    if isinstance(target, models.BooleanField):
+        return [None, True, False]
+    if isinstance(target, models.IntegerField):
+        return [None, 0, 2**31 - 1]
+    return [None, "", HOSTILE]
+
+
+@pytest.mark.parametrize(
+    "model_path",
+    [
+        "cognition_app.models.SourceInvocation",
+        "cognition_app.models.LlmCall",
+        "cognition_app.models.LlmChunk",
+        "worlds_app.models.AttemptEvent",
+        "worlds_app.models.TurnAttempt",
+    ],
+)
+def test_a_column_prepared_directly_is_what_its_field_prepares(model_path: str) -> None:
+    """The hot path skips a stock field's preparation for the usual kinds of value: for every
+    column of the models it writes, the value is the one the field's own preparation gives."""
+    from importlib import import_module
+
+    from django.db import connection
+
+    from cognition_app.rows import _column_value, _concrete_fields, _is_direct, _plain
+
+    module, name = model_path.rsplit(".", 1)
+    model = getattr(import_module(module), name)
+    checked = 0
+    for field in _concrete_fields(model):
+        if not _is_direct(field):
+            continue
+        for value in _samples(field):
+            expected = _plain(field.get_db_prep_save(value, connection))
+            assert _column_value(field, True, value, connection) == expected, (field, value)
+            checked += 1
+    assert checked >= 6

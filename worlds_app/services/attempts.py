@@ -123,6 +123,8 @@ def _cancel_rest_of_batch(attempt: TurnAttempt, reason: str) -> int:
 
 
 def _fail(attempt: TurnAttempt, failure: AttemptFailure, events: EventLog, started: float) -> None:
+    # The calls' last finishing rows first: closing what still runs must not overwrite them.
+    events.traces.drain()
     with transaction.atomic(durable=True):
         World.objects.select_for_update().filter(pk=attempt.world_id).values_list("pk").get()
         updated = TurnAttempt.objects.filter(
@@ -250,6 +252,7 @@ def _run_claimed(
             claim_next=time.monotonic() < claim_next_until,
         )
     except LeaseLost:
+        events.traces.drain()  # nothing of this attempt is written after it ends here
         logger.warning("attempt %s lost its lease; its outcome is the reaper's", attempt.pk)
         return AttemptStatus.INTERRUPTED, None
     except AttemptFailure as failure:

@@ -28,6 +28,7 @@ from django.db import DatabaseError, connection, transaction
 
 from cognition_app.rows import RowTable, Statement, insert_rows
 from cognition_app.sources.tracing import BatchResults, trace_batch
+from cognition_app.sources.write_behind import TraceWriter
 from cognition_app.subject_run import StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
 
@@ -94,6 +95,9 @@ class EventLog:
         self._pending: list[AttemptEvent] = []
         self._next_seq = 1
         self._last_write = time.monotonic()
+        # Finishes the rows of the attempt's calls while their subjects go on; the commit and
+        # the failure wait for it (``cognition_app.sources.write_behind``).
+        self.traces = TraceWriter()
 
     def append(self, event: StagedEvent, /) -> None:
         with self._lock:

@@ -167,6 +167,7 @@ class _TurnRun:
             budget=self.budget,
             cancel=self.cancel,
             write_rows=self.events.write_with,
+            write_behind=self.events.traces.submit,
             **fields,
         )
 

@@ -100,6 +100,10 @@ def commit_turn(
     attempt, previous = claim.attempt, claim.previous
     if previous is None:
         raise RuntimeError("the claim's turn N-1 is loaded before the commit")
+    # A committed turn's calls are finished rows: wait for the writer thread's last ones.
+    unwritten = events.traces.drain()
+    if unwritten:
+        raise AttemptFailure("traces", unwritten)
     world = attempt.world
     number = previous.number + 1
     # The working world is done with: its snapshot shares its entities (no copy) and is hashed

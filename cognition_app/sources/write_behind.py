@@ -1,0 +1,178 @@
+"""Finishing a call's rows while its subject goes on (SPEC §7: written as soon as today, waited
+for later).
+
+A call's finishing statements (its rows ``succeeded``, the last chunks, the verdict) are handed
+to the process's writer thread the moment they are built, and the subject goes on with what it
+does next (applying the patch, the next tool call) instead of waiting for the round trip. The
+rows are written exactly when they would have been (the writer starts at once, on its own
+database connection, in one transaction per batch, ``synchronous_commit`` off like every trace
+write), so a crash loses nothing it would not have lost before; only the wait moved. Whoever
+needs them written waits for them: an attempt :meth:`TraceWriter.drain`\\ s before it commits
+its turn or records its failure, so a committed turn's calls are all finished rows, and a failed
+attempt's "close what is still running" never overwrites a call that succeeded.
+
+Writes that arrive together (concurrent subjects) go in one round trip. A batch the database
+refuses is sent again job by job, each once more after a reconnect; a job that still fails is
+the attempt's failure (its rows stay ``running`` until the failure closes them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from django.db import DatabaseError, connection
+
+from cognition_app.rows import Statement
+from cognition_app.sources.tracing import trace_batch
+
+logger = logging.getLogger(__name__)
+
+# Jobs written in one round trip at most (what queued up while the last batch was written).
+MAX_JOBS_PER_BATCH = 64
+
+
+@dataclass
+class _Job:
+    owner: TraceWriter
+    statements: list[Statement]
+    after: Callable[[], None] | None
+
+
+class TraceWriter:
+    """One attempt's finishing writes, on the process's writer thread; thread-safe."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending = 0
+        self.failure = ""  # why some finishing rows could not be written ("" if all were)
+
+    def submit(self, statements: Sequence[Statement], after: Callable[[], None] | None) -> None:
+        """Write ``statements`` (one transaction) on the writer thread, then call ``after``
+        there (whether or not the write succeeded)."""
+        with self._cond:
+            self._pending += 1
+        _writer().put(_Job(self, list(statements), after))
+
+    def drain(self) -> str:
+        """Wait until everything submitted is written; returns why something could not be
+        (``""`` when all was)."""
+        with self._cond:
+            while self._pending:
+                self._cond.wait(timeout=1.0)
+                if self._pending and not _writer().is_alive():  # never expected: the thread
+                    self.failure = self.failure or "the trace writer thread stopped"  # catches all
+                    break
+            return self.failure
+
+    def _done(self, failure: str) -> None:
+        with self._cond:
+            self._pending -= 1
+            if failure and not self.failure:
+                self.failure = failure
+            self._cond.notify_all()
+
+
+class _Writer:
+    """The writer thread of this process, started at the first job, on its own database
+    connection until :func:`close` (a forked child starts its own: threads do not survive a
+    fork)."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="chukwa-trace-writer", daemon=True)
+        self.thread.start()
+
+    def put(self, job: _Job) -> None:
+        self.jobs.put(job)
+
+    def is_alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def stop(self) -> None:
+        self.jobs.put(None)
+        self.thread.join()
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            jobs: list[_Job] = []
+            first = self.jobs.get()
+            while first is not None:
+                jobs.append(first)
+                if len(jobs) == MAX_JOBS_PER_BATCH:
+                    break
+                try:
+                    first = self.jobs.get_nowait()
+                except queue.Empty:
+                    break
+            stopping = first is None
+            if jobs:
+                self._write(jobs)
+        connection.close()
+
+    def _write(self, jobs: list[_Job]) -> None:
+        failures = dict.fromkeys(range(len(jobs)), "")
+        try:
+            if len(jobs) == 1 or not _send([s for job in jobs for s in job.statements]):
+                for index, job in enumerate(jobs):  # alone, so one refused job fails alone
+                    if not _send(job.statements) and not _send(job.statements):
+                        failures[index] = (
+                            "the finishing trace rows of a source call could not be written"
+                        )
+        except Exception as exc:  # a bug must not stop the thread: its jobs fail instead
+            logger.exception("trace writer: %s", type(exc).__name__)
+            failures = dict.fromkeys(failures, f"the trace writer failed: {type(exc).__name__}")
+        for index, job in enumerate(jobs):
+            try:
+                if job.after is not None:
+                    job.after()
+            except Exception:
+                logger.exception("trace writer: a job's completion failed")
+            finally:
+                job.owner._done(failures[index])
+
+
+def _send(statements: list[Statement]) -> bool:
+    """One transaction; False (logged, the connection reset if it broke) when it failed."""
+    try:
+        trace_batch(statements)
+        return True
+    except DatabaseError as exc:
+        logger.warning("trace writer: a batch was refused (%s)", type(exc).__name__)
+        connection.close_if_unusable_or_obsolete()
+        return False
+
+
+_lock = threading.Lock()
+_current: _Writer | None = None
+
+
+def _writer() -> _Writer:
+    global _current
+    with _lock:
+        if _current is None:
+            _current = _Writer()
+        return _current
+
+
+def close() -> None:
+    """Stop the writer thread once it has written what it was given, closing its connection
+    (the next job starts a new one)."""
+    global _current
+    with _lock:
+        writer, _current = _current, None
+    if writer is not None:
+        writer.stop()
+
+
+def _forget_writer_in_child() -> None:
+    global _current
+    _current = None
+
+
+os.register_at_fork(after_in_child=_forget_writer_in_child)

@@ -1,0 +1,142 @@
+"""Finishing a call's rows on the writer thread (cognition_app/sources/write_behind.py): the
+subject does not wait for the round trip, the commit and the failure do, and a finishing write
+the database refuses fails the attempt with every row it opened finished (SPEC §7).
+
+Transactional: the writer thread writes on its own connection, which sees only committed rows
+(inside a test's transaction the rows are written in it, at once)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.db import DatabaseError
+
+from cognition_app.models import LlmCall, SourceInvocation
+from cognition_app.sources import write_behind
+from tests.cognition_app.conftest import create_world, run_turn
+from tests.support.scripted_llm import ScriptedLLM
+from worlds_app.models import AttemptStatus, TurnAttempt
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TOOL_CALL = {
+    "kind": "tool_call",
+    "tool_call": {"name": "buy_candy", "arguments": {"item": "candy_bar"}},
+    "patch": None,
+}
+FINAL = {
+    "kind": "final_patch",
+    "tool_call": None,
+    "patch": {
+        "narration": "Bob buys a candy bar.",
+        "effects": [{"op": "set_entity_state", "entity_id": "bob", "state": "eating"}],
+    },
+}
+
+
+class _Spy:
+    """Counts the jobs handed to the writer and its writes, by thread; can slow or refuse
+    them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.threads: list[str] = []
+        self.jobs = 0
+        self.delay = 0.0
+        self.refuse = False
+        original = write_behind.trace_batch
+        submit = write_behind.TraceWriter.submit
+
+        def counted(writer: Any, *args: Any) -> None:
+            self.jobs += 1
+            submit(writer, *args)
+
+        monkeypatch.setattr(write_behind.TraceWriter, "submit", counted)
+
+        def trace_batch(statements: Any) -> Any:
+            self.threads.append(threading.current_thread().name)
+            if self.delay:
+                time.sleep(self.delay)
+            if self.refuse:
+                raise DatabaseError("refused by the test")
+            return original(statements)
+
+        monkeypatch.setattr(write_behind, "trace_batch", trace_batch)
+
+
+def _rows(attempt: TurnAttempt) -> list[tuple[str, str, str]]:
+    return list(
+        SourceInvocation.objects.filter(attempt=attempt)
+        .order_by("seq")
+        .values_list("kind", "status", "failure_class")
+    )
+
+
+def test_a_turns_calls_are_finished_by_the_writer_thread_before_the_commit(
+    scripted_llm: ScriptedLLM, toy_sources: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = _Spy(monkeypatch)
+    spy.delay = 0.3  # the commit must wait for these, not find them running
+    create_world("park", "behind")
+    scripted_llm.script(TOOL_CALL, FINAL)
+    attempt = run_turn("behind")
+
+    assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
+    rows = _rows(attempt)
+    assert [status for _kind, status, _failure in rows] == ["succeeded"] * len(rows)
+    generations = [r for r in rows if r[0] == "llm_generation"]
+    assert len(generations) == 2 and ("model_elected_tool", "succeeded", "") in rows
+    # every call (ambient sources, the two generations, the tool; the backend's conformance
+    # check aside) was finished there, not by the subject, and what queued up while a write
+    # was slow went in one round trip
+    assert spy.jobs == len([r for r in rows if r[0] != "conformance_check"]) == 6
+    assert set(spy.threads) == {"chukwa-trace-writer"}
+    assert len(spy.threads) < spy.jobs
+    calls = LlmCall.objects.filter(invocation__attempt=attempt)
+    assert {c.status for c in calls} == {"succeeded"}
+    assert all(c.raw_text and c.finish_reason for c in calls)
+
+
+def test_a_finishing_write_the_database_refuses_fails_the_attempt_with_every_row_finished(
+    scripted_llm: ScriptedLLM, toy_sources: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = _Spy(monkeypatch)
+    spy.refuse = True
+    create_world("park", "refused")
+    scripted_llm.script(TOOL_CALL, FINAL)
+    attempt = run_turn("refused")
+
+    assert attempt.status == AttemptStatus.FAILED
+    assert attempt.failure_step == "traces"
+    assert "could not be written" in attempt.failure_reason
+    # the rows the writer could not finish were closed by the failure, none left running
+    rows = [r for r in _rows(attempt) if r[0] != "conformance_check"]
+    assert len(rows) == spy.jobs == 6
+    assert set(rows) == {(kind, "failed", "attempt_ended") for kind, _s, _f in rows}
+    assert not LlmCall.objects.filter(invocation__attempt=attempt, status="running").exists()
+    # each refused job was tried again alone (after a reconnect), then given up
+    assert len(spy.threads) >= spy.jobs * 2
+
+
+def test_the_writer_thread_survives_a_refused_job_and_a_fork_gets_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    writer = write_behind.TraceWriter()
+    done: list[str] = []
+    monkeypatch.setattr(
+        write_behind, "trace_batch", lambda _s: (_ for _ in ()).throw(DatabaseError("no"))
+    )
+    writer.submit([("SELECT 1", [])], lambda: done.append("after"))
+    assert "could not be written" in writer.drain()
+    assert done == ["after"]  # called even when the write failed (a budget's reservation)
+    monkeypatch.undo()
+    second = write_behind.TraceWriter()
+    second.submit([("SELECT 1", [])], None)
+    assert second.drain() == ""
+    # a forked child has no thread of its parent's: it starts its own
+    current = write_behind._writer()
+    write_behind._forget_writer_in_child()
+    assert write_behind._writer() is not current
+    current.stop()
