@@ -335,7 +335,7 @@ def _stream(
     timeout: float,
     judge: Judge | None = None,
     cancel: CancelScope | None = None,
-    finish: Callable[[list[Statement]], None] = trace_batch,
+    finish: Callable[[list[Statement]], object] = trace_batch,
 ) -> Generation:
     """``finish`` writes the statements finishing a generation that succeeded (the caller's
     ``finish_rows``: possibly on the writer thread); failures are written here and now."""
