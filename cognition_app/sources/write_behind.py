@@ -4,12 +4,14 @@ for later).
 A call's finishing statements (its rows ``succeeded``, the last chunks, the verdict) are handed
 to the process's writer thread the moment they are built, and the subject goes on with what it
 does next (applying the patch, the next tool call) instead of waiting for the round trip. The
-rows are written exactly when they would have been (the writer starts at once, on its own
-database connection, in one transaction per batch, ``synchronous_commit`` off like every trace
-write), so a crash loses nothing it would not have lost before; only the wait moved. Whoever
-needs them written waits for them: an attempt :meth:`TraceWriter.drain`\\ s before it commits
-its turn or records its failure, so a committed turn's calls are all finished rows, and a failed
-attempt's "close what is still running" never overwrites a call that succeeded.
+thread writes them as soon as it runs — at once when the subject waits on I/O (its next call),
+else within CPython's switch interval (5 ms) — on its own database connection, in one
+transaction per batch, ``synchronous_commit`` off like every trace write; a worker crash can
+lose only what was built in those few milliseconds, as it could lose a write in flight before.
+Whoever needs them written waits for them, and writes itself what the thread has not taken yet:
+an attempt :meth:`TraceWriter.drain`\\ s before it commits its turn or records its failure, so
+a committed turn's calls are all finished rows, and a failed attempt's "close what is still
+running" never overwrites a call that succeeded.
 
 Writes that arrive together (concurrent subjects) go in one round trip. A batch the database
 refuses is sent again job by job, each once more after a reconnect; a job that still fails is
@@ -48,19 +50,27 @@ class TraceWriter:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._pending = 0
+        self._queued: list[_Job] = []  # submitted, not yet taken by a writer
+        self._pending = 0  # submitted, not yet written
         self.failure = ""  # why some finishing rows could not be written ("" if all were)
 
     def submit(self, statements: Sequence[Statement], after: Callable[[], None] | None) -> None:
         """Write ``statements`` (one transaction) on the writer thread, then call ``after``
         there (whether or not the write succeeded)."""
+        job = _Job(self, list(statements), after)
         with self._cond:
             self._pending += 1
-        _writer().put(_Job(self, list(statements), after))
+            self._queued.append(job)
+        _writer().put(job)
 
     def drain(self) -> str:
         """Wait until everything submitted is written; returns why something could not be
-        (``""`` when all was)."""
+        (``""`` when all was). Jobs the writer thread has not taken yet are written here, by
+        the caller, at once (the thread may not have been scheduled since they came)."""
+        with self._cond:
+            mine, self._queued = self._queued, []
+        if mine:
+            _write(mine)
         with self._cond:
             while self._pending:
                 self._cond.wait(timeout=1.0)
@@ -68,6 +78,15 @@ class TraceWriter:
                     self.failure = self.failure or "the trace writer thread stopped"  # catches all
                     break
             return self.failure
+
+    def _take(self, job: _Job) -> bool:
+        """Is ``job`` the writer thread's to write (not taken by :meth:`drain`)?"""
+        with self._cond:
+            try:
+                self._queued.remove(job)
+            except ValueError:
+                return False
+            return True
 
     def _done(self, failure: str) -> None:
         with self._cond:
@@ -111,30 +130,35 @@ class _Writer:
                 except queue.Empty:
                     break
             stopping = first is None
-            if jobs:
-                self._write(jobs)
+            mine = [job for job in jobs if job.owner._take(job)]
+            if mine:
+                _write(mine)
         connection.close()
 
-    def _write(self, jobs: list[_Job]) -> None:
-        failures = dict.fromkeys(range(len(jobs)), "")
+
+def _write(jobs: list[_Job]) -> None:
+    """The jobs in one transaction (on the calling thread's connection), else one by one, each
+    once more if it failed (after a reconnect, if the connection broke); then each job's
+    ``after`` and its writer told."""
+    failures = dict.fromkeys(range(len(jobs)), "")
+    try:
+        if len(jobs) == 1 or not _send([s for job in jobs for s in job.statements]):
+            for index, job in enumerate(jobs):  # alone, so one refused job fails alone
+                if not _send(job.statements) and not _send(job.statements):
+                    failures[index] = (
+                        "the finishing trace rows of a source call could not be written"
+                    )
+    except Exception as exc:  # a bug must not stop the thread: its jobs fail instead
+        logger.exception("trace writer: %s", type(exc).__name__)
+        failures = dict.fromkeys(failures, f"the trace writer failed: {type(exc).__name__}")
+    for index, job in enumerate(jobs):
         try:
-            if len(jobs) == 1 or not _send([s for job in jobs for s in job.statements]):
-                for index, job in enumerate(jobs):  # alone, so one refused job fails alone
-                    if not _send(job.statements) and not _send(job.statements):
-                        failures[index] = (
-                            "the finishing trace rows of a source call could not be written"
-                        )
-        except Exception as exc:  # a bug must not stop the thread: its jobs fail instead
-            logger.exception("trace writer: %s", type(exc).__name__)
-            failures = dict.fromkeys(failures, f"the trace writer failed: {type(exc).__name__}")
-        for index, job in enumerate(jobs):
-            try:
-                if job.after is not None:
-                    job.after()
-            except Exception:
-                logger.exception("trace writer: a job's completion failed")
-            finally:
-                job.owner._done(failures[index])
+            if job.after is not None:
+                job.after()
+        except Exception:
+            logger.exception("trace writer: a job's completion failed")
+        finally:
+            job.owner._done(failures[index])
 
 
 def _send(statements: list[Statement]) -> bool:
