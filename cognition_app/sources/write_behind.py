@@ -55,8 +55,9 @@ class TraceWriter:
         self.failure = ""  # why some finishing rows could not be written ("" if all were)
 
     def submit(self, statements: Sequence[Statement], after: Callable[[], None] | None) -> None:
-        """Write ``statements`` (one transaction) on the writer thread, then call ``after``
-        there (whether or not the write succeeded)."""
+        """Write ``statements`` (one transaction) on the writer thread — or in :meth:`drain`, if
+        the thread has not taken them by then — then call ``after`` on the thread that wrote
+        them (whether or not the write succeeded)."""
         job = _Job(self, list(statements), after)
         with self._cond:
             self._pending += 1
