@@ -221,58 +221,59 @@ def insert_statement(obj: models.Model) -> Statement:
     return _insert_one_sql(type(obj)), [_dumps(record)]
 
 
-def _column_value(field: models.Field[Any, Any], direct: bool, value: Any, conn: Any) -> Any:
-    """A field's value as :func:`_plain` makes of what the field prepares for saving; for the
-    common cases (``direct``: see :func:`_is_direct`) without the field's preparation, which
-    would give the same value back."""
-    if direct:
-        kind = type(value)
-        if kind in _SAME:
-            if value is not None or not isinstance(field, models.JSONField):
-                return value
-        elif kind is UUID:
+def _column_value(
+    field: models.Field[Any, Any], direct: frozenset[type], value: Any, conn: Any
+) -> Any:
+    """A field's value as :func:`_plain` makes of what the field prepares for saving; for a
+    value of one of the types the field takes as they are (``direct``, :func:`_direct_types`)
+    without the field's preparation, which would give the same value back."""
+    kind = type(value)
+    if kind in direct:
+        if kind is UUID:
             return str(value)
-        elif kind is datetime and value.tzinfo is not None:
-            return value.isoformat()
-        elif kind in (dict, list) and isinstance(field, models.JSONField):
+        if kind is not datetime:
             return value
+        if value.tzinfo is not None:  # a naive one: the field warns and makes it aware
+            return value.isoformat()
     return _plain(field.get_db_prep_save(value, conn))
 
 
-# Values that fields of :func:`_is_direct` classes prepare as they are (a JSON field's None
-# excepted: SQL NULL or JSON null, the field decides).
-_SAME = frozenset({str, int, bool, type(None)})
+_TEXT: frozenset[type] = frozenset({str, type(None)})
+_INTEGER: frozenset[type] = frozenset(
+    {int, type(None)}
+)  # exactly int: the field makes a bool 0 or 1
 
 
-def _is_direct(field: models.Field[Any, Any]) -> bool:
-    """Does preparing this field's ``str``/``int``/``bool``/``None``, ``UUID``, aware
-    ``datetime`` or (a JSON field, no custom encoder) ``dict``/``list`` value give it back
-    unchanged (up to :func:`_plain`)? Only for the stock field classes listed here; ``pre_save``
-    still runs (``auto_now``)."""
+def _direct_types(field: models.Field[Any, Any]) -> frozenset[type]:
+    """The types of value that preparing this field gives back unchanged (up to
+    :func:`_plain`): only for the stock field classes listed here, each its own kind of value
+    (``pre_save`` still runs, for ``auto_now``). A JSON field's None is not among them (SQL NULL
+    or JSON null: the field decides), nor a float (:func:`_plain` has its own cases)."""
     target = field.target_field if isinstance(field, models.ForeignKey) else field
     if isinstance(target, models.JSONField):
-        return target.encoder is None
-    return type(target) in (
-        models.CharField,
-        models.TextField,
-        models.IntegerField,
-        models.BigIntegerField,
-        models.SmallIntegerField,
-        models.PositiveIntegerField,
-        models.PositiveSmallIntegerField,
-        models.BooleanField,
-        models.UUIDField,
-        models.DateTimeField,
-        models.BigAutoField,
-        models.AutoField,
-    )
+        return frozenset({dict, list, str, int, bool}) if target.encoder is None else frozenset()
+    kinds: dict[type, frozenset[type]] = {
+        models.CharField: _TEXT,
+        models.TextField: _TEXT,
+        models.IntegerField: _INTEGER,
+        models.BigIntegerField: _INTEGER,
+        models.SmallIntegerField: _INTEGER,
+        models.PositiveIntegerField: _INTEGER,
+        models.PositiveSmallIntegerField: _INTEGER,
+        models.AutoField: _INTEGER,
+        models.BigAutoField: _INTEGER,
+        models.BooleanField: frozenset({bool, type(None)}),
+        models.UUIDField: frozenset({UUID, type(None)}),
+        models.DateTimeField: frozenset({datetime, type(None)}),
+    }
+    return kinds.get(type(target), frozenset())
 
 
 @functools.cache
 def _insert_plan(
     model: type[models.Model],
-) -> tuple[tuple[str, models.Field[Any, Any], bool], ...]:
-    return tuple((str(f.column), f, _is_direct(f)) for f in _concrete_fields(model))
+) -> tuple[tuple[str, models.Field[Any, Any], frozenset[type]], ...]:
+    return tuple((str(f.column), f, _direct_types(f)) for f in _concrete_fields(model))
 
 
 @functools.cache
@@ -307,12 +308,12 @@ def update_statement(model: type[models.Model], pk: Any, values: dict[str, Any])
 @functools.lru_cache(maxsize=1024)
 def _update_column(
     model: type[models.Model], name: str
-) -> tuple[str, models.Field[Any, Any], bool]:
+) -> tuple[str, models.Field[Any, Any], frozenset[type]]:
     meta = model._meta
     field = meta.get_field(name)
     if not isinstance(field, models.Field) or field.column is None:
         raise TypeError(f"{meta.label}.{name} is not a concrete column")
-    return str(field.column), field, _is_direct(field)
+    return str(field.column), field, _direct_types(field)
 
 
 @functools.lru_cache(maxsize=256)

@@ -333,9 +333,9 @@ def _stream(
     headers: dict[str, str],
     payload: dict[str, Any],
     timeout: float,
-    judge: Judge | None = None,
-    cancel: CancelScope | None = None,
-    finish: Callable[[list[Statement]], object] = trace_batch,
+    judge: Judge | None,
+    cancel: CancelScope | None,
+    finish: Callable[[list[Statement]], None],
 ) -> Generation:
     """``finish`` writes the statements finishing a generation that succeeded (the caller's
     ``finish_rows``: possibly on the writer thread); failures are written here and now."""
@@ -534,7 +534,10 @@ def _stream(
             call.price,
         )
         # A judge that raised (a bug) propagates to ``finished_on_error``: written now, first.
-        (finish if judged else trace_batch)(statements)
+        if judged:
+            finish(statements)
+        else:
+            trace_batch(statements)
         log_finished(inv)
     call.raw_text, call.finish_reason = text, finish_reason
     return gen

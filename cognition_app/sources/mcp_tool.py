@@ -17,7 +17,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, storable_text
-from cognition_app.models import InvocationStatus, SourceInvocation
+from cognition_app.models import SourceInvocation
 from cognition_app.rows import insert_statement
 from cognition_app.sources.components import source_content
 from cognition_app.sources.failure import SourceFailure
@@ -31,7 +31,7 @@ from cognition_app.sources.results import (
 from cognition_app.sources.tracing import (
     CallContext,
     fail_invocation,
-    finish_invocation,
+    finish_succeeded,
     finished_on_error,
     open_rows,
 )
@@ -91,10 +91,13 @@ def invoke_mcp_tool(
     inv.request["url"] = url
     open_rows(ctx, [insert_statement(inv)])  # the row exists before any byte is sent
     with finished_on_error(inv):
-        return _call(inv, iface, url, {**ctx.headers(inv.pk), **auth}, body, result_schema_hash)
+        return _call(
+            ctx, inv, iface, url, {**ctx.headers(inv.pk), **auth}, body, result_schema_hash
+        )
 
 
 def _call(
+    ctx: CallContext,
     inv: SourceInvocation,
     iface: dict[str, Any],
     url: str,
@@ -141,7 +144,7 @@ def _call(
         )
     if result_schema_hash:
         recorded["validation_status"] = "valid"
-    finish_invocation(inv, InvocationStatus.SUCCEEDED, **recorded)
+    finish_succeeded(ctx, inv, **recorded)
     return JsonResult(value, inv.pk)
 
 

@@ -75,7 +75,8 @@ class TraceWriter:
         with self._cond:
             while self._pending:
                 self._cond.wait(timeout=1.0)
-                if self._pending and not _writer().is_alive():  # never expected: the thread
+                writer = _current
+                if self._pending and (writer is None or not writer.is_alive()):  # never: the thread
                     self.failure = self.failure or "the trace writer thread stopped"  # catches all
                     break
             return self.failure
