@@ -101,7 +101,7 @@ class RowTable:
     table: str
     columns: tuple[str, ...]
     json_indexes: frozenset[int]
-    insert_sql: str  # ``INSERT … SELECT … FROM jsonb_populate_recordset(…, %s)``
+    insert_sql: str  # ``INSERT … SELECT … FROM jsonb_array_elements(%s) …`` (:func:`_rows_sql`)
     converted: tuple[int, ...]  # the columns whose values :func:`_plain` converts
 
     @classmethod
@@ -124,25 +124,25 @@ class RowTable:
             meta.db_table,
             tuple(columns),
             frozenset(json_indexes),
-            _insert_sql(meta.db_table, columns),
+            _rows_sql(meta.db_table, columns),
             tuple(converted),
         )
 
     def records(self, rows: Sequence[tuple[Any, ...]]) -> str:
-        """The rows as one JSON array of records, the parameter of :attr:`insert_sql`. A JSON
-        column's value is nested as it is (dumped as Django's JSONField dumps it)."""
+        """The rows as one JSON array of arrays (values in column order), the parameter of
+        :attr:`insert_sql`. A JSON column's value is nested as it is (dumped as Django's
+        JSONField dumps it). Arrays, not objects: dumping a column name into every row was most
+        of the time (50 chunk rows: 87 µs as objects, 27 µs as arrays, on this machine)."""
         width = len(self.columns)
         for row in rows:
             if len(row) != width:
                 raise ValueError(f"{self.table}: a row of {len(row)} values for {width} columns")
         if not self.converted:
-            return _dumps([dict(zip(self.columns, row, strict=True)) for row in rows])
+            return _dumps(rows)
         by_column: list[Sequence[Any]] = list(zip(*rows, strict=True))
         for index in self.converted:
-            by_column[index] = [_FAST.get(type(v), _plain)(v) for v in by_column[index]]
-        return _dumps(
-            [dict(zip(self.columns, row, strict=True)) for row in zip(*by_column, strict=True)]
-        )
+            by_column[index] = _converted(by_column[index])
+        return _dumps(list(zip(*by_column, strict=True)))
 
     def guarded_statement(
         self, rows: Sequence[tuple[Any, ...]], condition: Statement
@@ -161,19 +161,57 @@ class RowTable:
             yield self.insert_sql, [self.records(rows)]
 
 
-def _insert_sql(
-    table: str, columns: Sequence[str], function: str = "jsonb_populate_recordset"
-) -> str:
-    """``INSERT INTO t (c…) SELECT c… FROM jsonb_populate_recordset(NULL::t, %s::jsonb)``: the
-    rows travel as one JSON parameter, so the statement's text is the same whatever the number
-    of rows (psycopg parses it once) and no value is quoted one by one; each column's type is
-    the table's own."""
+def _converted(values: Sequence[Any]) -> list[Any]:
+    """A column's values as :func:`_plain` makes them, converting a value once for a run of
+    the same object (a batch's rows mostly share their call or attempt id)."""
+    out: list[Any] = []
+    last: Any = _NOTHING
+    plain: Any = None
+    for value in values:
+        if value is not last:
+            last, plain = value, _FAST.get(type(value), _plain)(value)
+        out.append(plain)
+    return out
+
+
+_NOTHING = object()
+
+
+def _rows_sql(table: str, columns: Sequence[str]) -> str:
+    """``INSERT INTO t (c…) SELECT … FROM jsonb_array_elements(%s::jsonb) …``: each row is a
+    JSON array of its values in column order, made into a record server-side
+    (``jsonb_build_object``, then ``jsonb_populate_record`` as for one row), so each value
+    goes to its column's type exactly as the object form did; the statement's text is the
+    same whatever the number of rows (psycopg parses it once)."""
+    if not 0 < len(columns) <= 50:  # jsonb_build_object takes at most 100 arguments
+        raise ValueError(f"{table}: {len(columns)} columns; a RowTable takes 1 to 50")
+    names = ", ".join(_quote(c) for c in columns)
+    quoted = _quote(table)
+    pairs = ", ".join(f"{_literal(c)}, _e.r -> {index}" for index, c in enumerate(columns))
+    values = ", ".join(f"_x.{_quote(c)}" for c in columns)
+    # Identifiers from the model's metadata, quoted; every value is in the parameter.
+    return (
+        f"INSERT INTO {quoted} ({names}) SELECT {values} "  # noqa: S608
+        f"FROM jsonb_array_elements(%s::jsonb) AS _e(r) CROSS JOIN LATERAL "
+        f"jsonb_populate_record(NULL::{quoted}, jsonb_build_object({pairs})) AS _x"
+    )
+
+
+def _literal(name: str) -> str:
+    """A column name as an SQL string literal (names come from the model's metadata)."""
+    return "'" + name.replace("'", "''") + "'"
+
+
+def _insert_one_sql_of(table: str, columns: Sequence[str]) -> str:
+    """``INSERT INTO t (c…) SELECT c… FROM jsonb_populate_record(NULL::t, %s::jsonb)``: the row
+    travels as one JSON object, so no value is quoted one by one; each column's type is the
+    table's own."""
     names = ", ".join(_quote(c) for c in columns)
     quoted = _quote(table)
     # Identifiers from the model's metadata, quoted; every value is in the parameter.
     return (
         f"INSERT INTO {quoted} ({names}) SELECT {names} "  # noqa: S608
-        f"FROM {function}(NULL::{quoted}, %s::jsonb)"
+        f"FROM jsonb_populate_record(NULL::{quoted}, %s::jsonb)"
     )
 
 
@@ -284,7 +322,7 @@ def _concrete_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any],
 @functools.cache
 def _insert_one_sql(model: type[models.Model]) -> str:
     columns = [str(f.column) for f in _concrete_fields(model)]
-    return _insert_sql(model._meta.db_table, columns, "jsonb_populate_record")
+    return _insert_one_sql_of(model._meta.db_table, columns)
 
 
 def update_statement(model: type[models.Model], pk: Any, values: dict[str, Any]) -> Statement:

@@ -341,6 +341,7 @@ def _stream(
     ``finish_rows``: possibly on the writer thread); failures are written here and now."""
     started = time.monotonic()
     pending: list[tuple[Any, ...]] = []  # chunk rows: (call_id, seq, offset_ms, text)
+    call_id = str(call.pk)  # as the row's JSON holds it, made once
     secrets = secret_values()  # read once per generation, not once per chunk
     seq = 0
     last_flush = started
@@ -441,37 +442,25 @@ def _stream(
                     status,
                     body,
                 )
-            for event in chunk_events(response):
+            for chunk in chunk_events(response):
                 if cancel is not None and cancel.cancelled:
                     raise fail(CANCELLED, "stopped")
-                if isinstance(event.get("model"), str) and event["model"]:
-                    response_model = storable_text(event["model"])[:200]
-                if event.get("usage"):
-                    usage = {
-                        k: v
-                        for k, v in event["usage"].items()
-                        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31
-                    }
-                    details = event["usage"].get("prompt_tokens_details") or {}
-                    if (
-                        isinstance(details.get("cached_tokens"), int)
-                        and 0 <= details["cached_tokens"] < 2**31
-                    ):
-                        usage["cached_tokens"] = details["cached_tokens"]
-                for choice in event.get("choices") or []:
-                    delta = (choice.get("delta") or {}).get("content")
-                    if delta:
-                        now = time.monotonic()
-                        offset = int((now - started) * 1000)
-                        if ttft_ms is None:
-                            ttft_ms = offset  # stored at the end; live, it is chunk 0's offset
-                        parts.append(delta)
-                        pending.append((call.pk, seq, offset, storable_text(scrub(delta, secrets))))
-                        seq += 1
-                        if len(pending) >= CHUNK_BATCH or now - last_flush >= CHUNK_FLUSH_SECONDS:
-                            flush()
-                    if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
-                        finish_reason = storable_text(choice["finish_reason"])[:40]
+                if chunk.model:
+                    response_model = chunk.model
+                if chunk.usage:
+                    usage = _usage(chunk.usage)
+                for delta in chunk.deltas:
+                    now = time.monotonic()
+                    offset = int((now - started) * 1000)
+                    if ttft_ms is None:
+                        ttft_ms = offset  # stored at the end; live, it is chunk 0's offset
+                    parts.append(delta)
+                    pending.append((call_id, seq, offset, storable_text(scrub(delta, secrets))))
+                    seq += 1
+                    if len(pending) >= CHUNK_BATCH or now - last_flush >= CHUNK_FLUSH_SECONDS:
+                        flush()
+                if chunk.finish_reason:
+                    finish_reason = storable_text(chunk.finish_reason)[:40]
     except SourceFailure as exc:
         if exc.invocation_id is None:  # from chunk_events: finish the rows like any failure
             raise fail(exc.failure_class, exc.message) from None
@@ -501,6 +490,7 @@ def _stream(
             "completion_tokens": max(1, len(text) // 4),
         }
         usage_source = "estimated"
+    response_model = storable_text(response_model)[:200]
     gen = Generation(text=text, invocation=inv, call=call, finish_reason=finish_reason, usage=usage)
     judged = False
     try:
@@ -541,6 +531,19 @@ def _stream(
         log_finished(inv)
     call.raw_text, call.finish_reason = text, finish_reason
     return gen
+
+
+def _usage(reported: dict[str, Any]) -> dict[str, int]:
+    """The token counts a provider reported that can be stored (non-negative int4)."""
+    usage = {
+        k: v
+        for k, v in reported.items()
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31
+    }
+    cached = (reported.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached < 2**31:
+        usage["cached_tokens"] = cached
+    return usage
 
 
 def _watched(cancel: CancelScope | None, response: httpx.Response) -> AbstractContextManager[None]:

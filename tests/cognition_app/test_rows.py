@@ -101,6 +101,18 @@ def test_a_value_postgresql_refuses_is_a_django_error_and_writes_nothing(
     assert not AttemptEvent.objects.filter(attempt=attempt).exists()
 
 
+@pytest.mark.parametrize("how", ["copy", "statements"])
+def test_a_text_too_long_for_its_column_is_refused_not_cut(attempt: TurnAttempt, how: str) -> None:
+    rows = _rows(attempt, 2)
+    rows[1] = (*rows[1][:7], "n" * 65, *rows[1][8:])  # node_id is a varchar(64)
+    with pytest.raises(DataError, match="too long"), transaction.atomic():
+        if how == "copy":
+            insert_rows(EVENT_ROWS, rows)
+        else:
+            trace_batch(list(EVENT_ROWS.statements(rows)))
+    assert not AttemptEvent.objects.filter(attempt=attempt).exists()
+
+
 def test_a_row_of_the_wrong_width_is_refused(attempt: TurnAttempt) -> None:
     with pytest.raises(ValueError, match="columns"):
         list(EVENT_ROWS.statements([(attempt.pk, 1)]))
