@@ -126,7 +126,7 @@ class NodeProbe:
             self._sql_s += time.perf_counter() - t0
             self._sql_count += 1
             if self.record:  # keyed by the statement's start (a batch: its first statements)
-                key = sql.replace("SET LOCAL synchronous_commit TO OFF; ", "")[:60]
+                key = sql.replace("SELECT set_config('synchronous_commit', 'off', true); ", "")[:60]
                 self.statement_ms.setdefault(key, []).append((time.perf_counter() - t0) * 1000)
 
     def wrap_invoke(self, inner: Callable[..., Any]) -> Callable[..., Any]:

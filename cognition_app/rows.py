@@ -251,11 +251,19 @@ def _quote(name: str | None) -> str:
 def insert_statement(obj: models.Model) -> Statement:
     """The INSERT of one model instance (every concrete field, prepared as ``save`` prepares
     it), to be sent with others in one round trip: the row is one JSON parameter."""
-    conn = connections[DEFAULT_DB_ALIAS]
-    record = {
-        column: _column_value(field, direct, field.pre_save(obj, add=True), conn)
-        for column, field, direct in _insert_plan(type(obj))
-    }
+    values = obj.__dict__
+    record: dict[str, Any] = {}
+    conn = None
+    for column, field, direct, attname in _insert_plan(type(obj)):
+        # ``Field.pre_save`` reads the attribute; a field that overrides it (auto_now…) runs it
+        value = values[attname] if attname in values else field.pre_save(obj, add=True)
+        kind = type(value)
+        if kind in direct and kind is not UUID and kind is not datetime:
+            record[column] = value  # str, int, bool, None, dict, list: given back as they are
+        else:
+            if conn is None:
+                conn = connections[DEFAULT_DB_ALIAS]
+            record[column] = _column_value(field, direct, value, conn)
     return _insert_one_sql(type(obj)), [_dumps(record)]
 
 
@@ -310,8 +318,18 @@ def _direct_types(field: models.Field[Any, Any]) -> frozenset[type]:
 @functools.cache
 def _insert_plan(
     model: type[models.Model],
-) -> tuple[tuple[str, models.Field[Any, Any], frozenset[type]], ...]:
-    return tuple((str(f.column), f, _direct_types(f)) for f in _concrete_fields(model))
+) -> tuple[tuple[str, models.Field[Any, Any], frozenset[type], str], ...]:
+    """Per concrete field: its column, the field, :func:`_direct_types`, and its attribute's
+    name when its ``pre_save`` is ``Field``'s own (which only reads it), else ""."""
+    return tuple(
+        (
+            str(f.column),
+            f,
+            _direct_types(f),
+            f.attname if type(f).pre_save is models.Field.pre_save else "",  # "" is no key
+        )
+        for f in _concrete_fields(model)
+    )
 
 
 @functools.cache

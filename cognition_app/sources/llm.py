@@ -16,6 +16,7 @@ import httpx
 from django.utils import timezone
 from httpx_sse import SSEError
 
+from chukwa_core.hashing import canonical_json_bytes
 from chukwa_core.json_values import storable_text
 from cognition_app.budgets import BudgetLedger, Reservation, completion_cap, prompt_estimate
 from cognition_app.costs import price_at, price_from_rows, price_statement, usage_cost
@@ -47,7 +48,7 @@ from cognition_app.sources.generation import (
 )
 from cognition_app.sources.limits import source_slot
 from cognition_app.sources.llm_replay import replayed_generation
-from cognition_app.sources.replay import fail_miss, open_replayed, request_key
+from cognition_app.sources.replay import fail_miss, open_replayed, request_key_of
 from cognition_app.sources.stream_events import chunk_events
 from cognition_app.sources.tracing import (
     CallContext,
@@ -127,8 +128,9 @@ def invoke_llm(
         ),
     }
     # The payload is the whole request as sent: no credential (those are headers) and no
-    # per-call id is in it.
-    req_key = request_key(source_hash, payload)
+    # per-call id is in it. Its canonical bytes are both the body sent and what is hashed.
+    body = canonical_json_bytes(payload)
+    req_key = request_key_of(source_hash, body)
     if ctx.replay is not None:
         # Before the conformance check: a generation served from a recording reaches no backend,
         # so there is nothing to check; the first one that goes live is checked as usual.
@@ -172,6 +174,7 @@ def invoke_llm(
         base_url=base_url,
         headers=headers if config_failure is None else {},
         payload=payload,
+        body=body,
         params=params,
         request=request,
         request_key=req_key,
@@ -196,6 +199,7 @@ class _Send:
     base_url: str
     headers: dict[str, str]
     payload: dict[str, Any]
+    body: bytes  # the payload's canonical JSON, sent as it is
     params: dict[str, Any]
     request: dict[str, Any]
     request_key: str
@@ -305,6 +309,7 @@ class _Send:
                 self.base_url,
                 self.headers,
                 self.payload,
+                self.body,
                 timeout,
                 self.judge,
                 ctx.cancel,
@@ -332,6 +337,7 @@ def _stream(
     base_url: str,
     headers: dict[str, str],
     payload: dict[str, Any],
+    request_body: bytes,
     timeout: float,
     judge: Judge | None,
     cancel: CancelScope | None,
@@ -408,7 +414,7 @@ def _stream(
             http_client().stream(
                 "POST",
                 f"{base_url}/chat/completions",
-                json=payload,
+                content=request_body,
                 headers=headers,
                 timeout=timeout,
             ) as response,

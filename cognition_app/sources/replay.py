@@ -15,6 +15,7 @@ offers a reply the committed history never saw nor consumes one its retry needs.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from typing import Any, NoReturn
 
 from django.db.models import QuerySet
 
-from chukwa_core.hashing import json_hash
+from chukwa_core.hashing import canonical_json_bytes, json_hash
 from cognition_app.models import InvocationStatus, SourceInvocation
 from cognition_app.rows import insert_statement
 from cognition_app.sources.failure import SourceFailure
@@ -37,6 +38,18 @@ def request_key(source_hash: str, request: Mapping[str, Any]) -> str:
     """The request key of a call: ``request`` is what is sent, without credentials, per-call ids
     or the URL (which the source names by variable, hashed into ``source_hash``)."""
     return json_hash({"source_hash": source_hash, "request": request})
+
+
+def request_key_of(source_hash: str, canonical_request: bytes) -> str:
+    """:func:`request_key` from the request's RFC 8785 bytes (``canonical_json_bytes``), made
+    once to be both sent and hashed: an object's canonical form is its members, sorted, each
+    value in its own canonical form, so the bytes wrapped here are those of
+    ``{"request": …, "source_hash": …}`` ("request" sorts first)."""
+    wrapped = b'{"request":%s,"source_hash":%s}' % (
+        canonical_request,
+        canonical_json_bytes(source_hash),
+    )
+    return hashlib.sha256(wrapped).hexdigest()
 
 
 @dataclass

@@ -133,7 +133,7 @@ def trace_write() -> Iterator[None]:
 
 def trace_batch(statements: Sequence[Statement]) -> BatchResults:
     """Trace writes in one round trip and one transaction (the caller's, if one is open):
-    ``SET LOCAL synchronous_commit TO OFF`` and the statements (``cognition_app.rows.
+    ``synchronous_commit`` off for the transaction, and the statements (``cognition_app.rows.
     send_batch``) — what :func:`trace_write` does in ``2 + len(statements)`` round trips.
 
     Returns, per statement, the rows it returned (a SELECT, an ``… RETURNING``), else None."""
@@ -142,7 +142,11 @@ def trace_batch(statements: Sequence[Statement]) -> BatchResults:
     return send_batch([(_SYNC_COMMIT_OFF, []), *statements])[1:]
 
 
-_SYNC_COMMIT_OFF = "SET LOCAL synchronous_commit TO OFF"
+# ``SET LOCAL`` for the batch's transaction. Not the ``SET LOCAL`` statement: outside a
+# transaction block (a pipeline's implicit transaction, on the writer thread or a subject's
+# autocommit connection) it takes effect but PostgreSQL warns, to the client and into its log,
+# once per batch.
+_SYNC_COMMIT_OFF = "SELECT set_config('synchronous_commit', 'off', true)"
 
 
 def open_rows(ctx: CallContext, statements: Sequence[Statement]) -> BatchResults:

@@ -285,6 +285,30 @@ def test_a_batch_is_one_query_not_waiting_for_the_wal_and_prepared_once_used_oft
         assert cursor.fetchone() == (1,)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_outside_a_transaction_block_skips_the_wal_wait_without_a_warning(
+    attempt: TurnAttempt,
+) -> None:
+    from django.db import connection
+
+    notices: list[str] = []
+    connection.ensure_connection()
+    connection.connection.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    try:
+        assert connection.get_autocommit()
+        results = trace_batch(
+            [("SHOW synchronous_commit", []), *EVENT_ROWS.statements(_rows(attempt, 2))]
+        )
+    finally:
+        connection.connection._notice_handlers.clear()
+    assert results == [[("off",)], None]
+    assert notices == []  # SET LOCAL would warn here, once per batch
+    assert AttemptEvent.objects.filter(attempt=attempt).count() == 2
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone() == ("on",)  # for that transaction only
+
+
 def test_a_refused_statement_refuses_the_whole_batch(attempt: TurnAttempt) -> None:
     from django.db import IntegrityError
 
