@@ -161,6 +161,9 @@ class RowTable:
             yield self.insert_sql, [self.records(rows)]
 
 
+_NOTHING = object()
+
+
 def _converted(values: Sequence[Any]) -> list[Any]:
     """A column's values as :func:`_plain` makes them, converting a value once for a run of
     the same object (a batch's rows mostly share their call or attempt id)."""
@@ -172,9 +175,6 @@ def _converted(values: Sequence[Any]) -> list[Any]:
             last, plain = value, _FAST.get(type(value), _plain)(value)
         out.append(plain)
     return out
-
-
-_NOTHING = object()
 
 
 def _rows_sql(table: str, columns: Sequence[str]) -> str:
@@ -200,19 +200,6 @@ def _rows_sql(table: str, columns: Sequence[str]) -> str:
 def _literal(name: str) -> str:
     """A column name as an SQL string literal (names come from the model's metadata)."""
     return "'" + name.replace("'", "''") + "'"
-
-
-def _insert_one_sql_of(table: str, columns: Sequence[str]) -> str:
-    """``INSERT INTO t (c…) SELECT c… FROM jsonb_populate_record(NULL::t, %s::jsonb)``: the row
-    travels as one JSON object, so no value is quoted one by one; each column's type is the
-    table's own."""
-    names = ", ".join(_quote(c) for c in columns)
-    quoted = _quote(table)
-    # Identifiers from the model's metadata, quoted; every value is in the parameter.
-    return (
-        f"INSERT INTO {quoted} ({names}) SELECT {names} "  # noqa: S608
-        f"FROM jsonb_populate_record(NULL::{quoted}, %s::jsonb)"
-    )
 
 
 def insert_rows(table: RowTable, rows: Sequence[tuple[Any, ...]]) -> int:
@@ -251,19 +238,19 @@ def _quote(name: str | None) -> str:
 def insert_statement(obj: models.Model) -> Statement:
     """The INSERT of one model instance (every concrete field, prepared as ``save`` prepares
     it), to be sent with others in one round trip: the row is one JSON parameter."""
+    conn = connections[DEFAULT_DB_ALIAS]
     values = obj.__dict__
-    record: dict[str, Any] = {}
-    conn = None
-    for column, field, direct, attname in _insert_plan(type(obj)):
-        # ``Field.pre_save`` reads the attribute; a field that overrides it (auto_now…) runs it
-        value = values[attname] if attname in values else field.pre_save(obj, add=True)
-        kind = type(value)
-        if kind in direct and kind is not UUID and kind is not datetime:
-            record[column] = value  # str, int, bool, None, dict, list: given back as they are
-        else:
-            if conn is None:
-                conn = connections[DEFAULT_DB_ALIAS]
-            record[column] = _column_value(field, direct, value, conn)
+    record = {
+        # ``Field.pre_save`` only reads the attribute; a field that overrides it (auto_now…)
+        # runs its own
+        column: _column_value(
+            field,
+            direct,
+            values[attname] if attname in values else field.pre_save(obj, add=True),
+            conn,
+        )
+        for column, field, direct, attname in _insert_plan(type(obj))
+    }
     return _insert_one_sql(type(obj)), [_dumps(record)]
 
 
@@ -339,8 +326,16 @@ def _concrete_fields(model: type[models.Model]) -> tuple[models.Field[Any, Any],
 
 @functools.cache
 def _insert_one_sql(model: type[models.Model]) -> str:
-    columns = [str(f.column) for f in _concrete_fields(model)]
-    return _insert_one_sql_of(model._meta.db_table, columns)
+    """``INSERT INTO t (c…) SELECT c… FROM jsonb_populate_record(NULL::t, %s::jsonb)``: the row
+    travels as one JSON object, so no value is quoted one by one; each column's type is the
+    table's own."""
+    names = ", ".join(_quote(f.column) for f in _concrete_fields(model))
+    quoted = _quote(model._meta.db_table)
+    # Identifiers from the model's metadata, quoted; every value is in the parameter.
+    return (
+        f"INSERT INTO {quoted} ({names}) SELECT {names} "  # noqa: S608
+        f"FROM jsonb_populate_record(NULL::{quoted}, %s::jsonb)"
+    )
 
 
 def update_statement(model: type[models.Model], pk: Any, values: dict[str, Any]) -> Statement:

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 from django.db.models import QuerySet
 
-from chukwa_core.hashing import canonical_json_bytes, json_hash
+from chukwa_core.hashing import canonical_json_bytes
 from cognition_app.models import InvocationStatus, SourceInvocation
 from cognition_app.rows import insert_statement
 from cognition_app.sources.failure import SourceFailure
@@ -37,14 +37,14 @@ REPLAY_MODES = (REPLAY_THEN_LIVE, REPLAY_STRICT)
 def request_key(source_hash: str, request: Mapping[str, Any]) -> str:
     """The request key of a call: ``request`` is what is sent, without credentials, per-call ids
     or the URL (which the source names by variable, hashed into ``source_hash``)."""
-    return json_hash({"source_hash": source_hash, "request": request})
+    return request_key_of(source_hash, canonical_json_bytes(request))
 
 
 def request_key_of(source_hash: str, canonical_request: bytes) -> str:
-    """:func:`request_key` from the request's RFC 8785 bytes (``canonical_json_bytes``), made
-    once to be both sent and hashed: an object's canonical form is its members, sorted, each
-    value in its own canonical form, so the bytes wrapped here are those of
-    ``{"request": …, "source_hash": …}`` ("request" sorts first)."""
+    """The request key from the request's RFC 8785 bytes (``canonical_json_bytes``; a
+    generation makes them once, to be both sent and hashed): sha256 of the canonical JSON of
+    ``{"source_hash": …, "request": …}``. An object's canonical form is its members sorted,
+    each value in its own canonical form, so these are its bytes ("request" sorts first)."""
     wrapped = b'{"request":%s,"source_hash":%s}' % (
         canonical_request,
         canonical_json_bytes(source_hash),

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import httpx
-from httpx_sse import ServerSentEvent, SSEError
+from httpx_sse import EventSource, ServerSentEvent
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from chukwa_core.json_values import loads_strict
@@ -30,12 +30,7 @@ def chunk_events(response: httpx.Response) -> Iterator[Chunk]:
     A broken stream or an error the provider sends inside it raises a transport-class
     SourceFailure without an invocation id (the caller finishes the rows); a reply that is not
     ``text/event-stream`` raises httpx-sse's SSEError (an httpx error)."""
-    content_type = response.headers.get("content-type", "").partition(";")[0]
-    if "text/event-stream" not in content_type:  # as httpx_sse.EventSource checks it
-        raise SSEError(
-            "Expected response header Content-Type to contain 'text/event-stream', "
-            f"got {content_type!r}"
-        )
+    EventSource(response)._check_content_type()  # what iter_sse checks first
     events = _server_sent_events(response)
     for sse in events:
         data = sse.data.strip()
@@ -78,8 +73,7 @@ def _server_sent_events(response: httpx.Response) -> Iterator[ServerSentEvent]:
             sse = decoder.decode(line)
             if sse is not None:
                 yield sse
-    tail = text.decode(b"", final=True)
-    for line in [*lines.decode(tail), *lines.flush()] if tail else lines.flush():
+    for line in [*lines.decode(text.decode(b"", final=True)), *lines.flush()]:
         sse = decoder.decode(line)
         if sse is not None:
             yield sse

@@ -142,10 +142,9 @@ def trace_batch(statements: Sequence[Statement]) -> BatchResults:
     return send_batch([(_SYNC_COMMIT_OFF, []), *statements])[1:]
 
 
-# ``SET LOCAL`` for the batch's transaction. Not the ``SET LOCAL`` statement: outside a
-# transaction block (a pipeline's implicit transaction, on the writer thread or a subject's
-# autocommit connection) it takes effect but PostgreSQL warns, to the client and into its log,
-# once per batch.
+# For the batch's transaction only (is_local). Not ``SET LOCAL``: outside a transaction block (a
+# pipeline's implicit transaction, on the writer thread or a subject's autocommit connection) it
+# takes effect too, but PostgreSQL warns, to the client and into its log, once per batch.
 _SYNC_COMMIT_OFF = "SELECT set_config('synchronous_commit', 'off', true)"
 
 

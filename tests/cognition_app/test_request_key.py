@@ -1,5 +1,6 @@
-"""A generation's request key is hashed from the very bytes it sends (``request_key_of``): the
-same key as ``request_key`` of the payload, whatever the payload holds."""
+"""A request key (SPEC §7) is sha256 of the canonical JSON of the source hash and the request; a
+generation hashes the very bytes it sends (``request_key_of``), and other calls hash their request
+(``request_key``): both give that key, whatever the request holds."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chukwa_core.hashing import canonical_json_bytes
+from chukwa_core.hashing import canonical_json_bytes, json_hash
 from cognition_app.sources.replay import request_key, request_key_of
+
+
+def _defined_key(source_hash: str, payload: dict[str, Any]) -> str:
+    return json_hash({"source_hash": source_hash, "request": payload})
+
 
 _VALUES = st.recursive(
     st.none()
@@ -39,9 +45,9 @@ _VALUES = st.recursive(
 def test_the_key_of_the_sent_bytes_is_the_key_of_the_payload(
     payload: dict[str, Any], source_hash: str
 ) -> None:
-    assert request_key_of(source_hash, canonical_json_bytes(payload)) == request_key(
-        source_hash, payload
-    )
+    key = _defined_key(source_hash, payload)
+    assert request_key_of(source_hash, canonical_json_bytes(payload)) == key
+    assert request_key(source_hash, payload) == key
 
 
 def test_a_payload_outside_the_fast_path_gets_the_same_key() -> None:
@@ -53,6 +59,6 @@ def test_a_payload_outside_the_fast_path_gets_the_same_key() -> None:
         "\U0001f600": 2,
         "\uffff": 3,
     }
-    assert request_key_of("ab" * 32, canonical_json_bytes(payload)) == request_key(
-        "ab" * 32, payload
-    )
+    key = _defined_key("ab" * 32, payload)
+    assert request_key_of("ab" * 32, canonical_json_bytes(payload)) == key
+    assert request_key("ab" * 32, payload) == key

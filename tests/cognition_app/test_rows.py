@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 
 import pytest
 from django.db import DataError, transaction
@@ -292,15 +293,19 @@ def test_a_batch_outside_a_transaction_block_skips_the_wal_wait_without_a_warnin
     from django.db import connection
 
     notices: list[str] = []
+
+    def on_notice(diagnostic: Any) -> None:
+        notices.append(diagnostic.message_primary or "")
+
     connection.ensure_connection()
-    connection.connection.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+    connection.connection.add_notice_handler(on_notice)
     try:
         assert connection.get_autocommit()
         results = trace_batch(
             [("SHOW synchronous_commit", []), *EVENT_ROWS.statements(_rows(attempt, 2))]
         )
     finally:
-        connection.connection._notice_handlers.clear()
+        connection.connection.remove_notice_handler(on_notice)
     assert results == [[("off",)], None]
     assert notices == []  # SET LOCAL would warn here, once per batch
     assert AttemptEvent.objects.filter(attempt=attempt).count() == 2

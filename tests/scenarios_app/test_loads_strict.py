@@ -4,7 +4,6 @@ error are always those of ``json.loads`` without NaN / Infinity."""
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import pytest
@@ -92,12 +91,8 @@ _JSON_VALUES = st.recursive(
 @settings(max_examples=400, deadline=None)
 @given(_JSON_VALUES, st.booleans())
 def test_any_json_text_reads_as_json_reads_it(value: Any, ascii_only: bool) -> None:
-    if isinstance(value, float) and math.isinf(value):
-        text = "1e400" if value > 0 else "-1e400"
-    else:
-        text = json.dumps(value, ensure_ascii=ascii_only, allow_nan=True).replace(
-            "Infinity", "1e999"
-        )
+    # an infinity, anywhere, as the number literal that overflows a double
+    text = json.dumps(value, ensure_ascii=ascii_only).replace("Infinity", "1e999")
     _same(text)
 
 
