@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -47,9 +48,15 @@ def chromium(width: int = 1400, height: int = 1000) -> Iterator[webdriver.Chrome
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """``predicate``'s first truthy value within ``timeout`` seconds. An element the page
+    replaced between being found and being read (an htmx swap) is "not yet", as selenium's
+    WebDriverWait can be told to treat it: the predicate runs again."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except StaleElementReferenceException:
+            value = None
         if value:
             return value
         time.sleep(0.1)
