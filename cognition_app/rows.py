@@ -144,16 +144,6 @@ class RowTable:
             by_column[index] = _converted(by_column[index])
         return _dumps(list(zip(*by_column, strict=True)))
 
-    def guarded_statement(
-        self, rows: Sequence[tuple[Any, ...]], condition: Statement
-    ) -> Statement | None:
-        """One INSERT of the rows that inserts none of them unless ``condition`` (an SQL boolean
-        expression and its parameters) holds when it runs; None when there is no row."""
-        if not rows:
-            return None
-        condition_sql, condition_params = condition
-        return f"{self.insert_sql} WHERE {condition_sql}", [self.records(rows), *condition_params]
-
     def statements(self, rows: Sequence[tuple[Any, ...]]) -> Iterable[Statement]:
         """(SQL, parameters) inserting the rows: one statement, one parameter (none when there
         is no row)."""

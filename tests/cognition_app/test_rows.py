@@ -119,32 +119,13 @@ def test_a_row_of_the_wrong_width_is_refused(attempt: TurnAttempt) -> None:
         list(EVENT_ROWS.statements([(attempt.pk, 1)]))
 
 
-@pytest.mark.parametrize("holds", [True, False])
-def test_a_guarded_insert_writes_the_same_rows_only_while_its_condition_holds(
-    attempt: TurnAttempt, holds: bool
-) -> None:
-    rows = _rows(attempt, 5)
-    condition = ("EXISTS (SELECT 1 FROM worlds_app_turnattempt WHERE id = %s)", [attempt.pk])
-    if not holds:
-        condition = ("NOT " + condition[0], condition[1])
-    statement = EVENT_ROWS.guarded_statement(rows, condition)
-    assert statement is not None
-    trace_batch([statement])
-    stored = list(
-        AttemptEvent.objects.filter(attempt=attempt)
-        .order_by("seq")
-        .values_list("attempt_id", "seq", "kind", "subject_id", "payload", "invocation_id")
-    )
-    assert stored == ([row[:6] for row in rows] if holds else [])
-
-
-def test_a_guarded_insert_of_more_rows_than_one_statement_had_parameters_is_one_statement(
+def test_an_insert_of_more_rows_than_one_statement_had_parameters_is_one_statement(
     attempt: TurnAttempt,
 ) -> None:
     # 7,000 rows of 10 columns: more than the 65,535 parameters a statement of values carries.
     rows = [(*row[:1], i + 1, *row[2:]) for i, row in enumerate(_rows(attempt, 1) * 7_000)]
-    statement = EVENT_ROWS.guarded_statement(rows, ("true", []))
-    assert statement is not None and len(statement[1]) == 1
+    (statement,) = EVENT_ROWS.statements(rows)
+    assert len(statement[1]) == 1
     trace_batch([statement])
     assert AttemptEvent.objects.filter(attempt=attempt).count() == 7_000
 

@@ -1,6 +1,7 @@
 """The event log writes an attempt's pending events with the rows a source call opens, in one
 round trip (SPEC §6: events readable as they happen, before the call's own row), and only
-while the attempt still runs under its worker's lease."""
+while the attempt still runs under its worker's lease: once it is lost, nothing of the call is
+written (the call is not sent)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from scenarios_app.services import scenario_assemble
 from tests.support.worker import delete_queue, routed_to
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
 from worlds_app.services import turn_attempt_claim, turn_attempt_enqueue, world_create
+from worlds_app.services.claims import LeaseLost
 from worlds_app.services.events import EventLog
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -100,18 +102,28 @@ def test_with_nothing_pending_only_the_calls_rows_are_written(claimed: TurnAttem
     assert _events(claimed) == []
 
 
-def test_after_the_lease_is_lost_no_event_is_written_but_the_calls_row_is(
-    claimed: TurnAttempt,
+@pytest.mark.parametrize("pending", [True, False])
+@pytest.mark.parametrize("taken", ["interrupted", "another lease"])
+def test_after_the_lease_is_lost_neither_the_events_nor_the_calls_row_are_written(
+    claimed: TurnAttempt, pending: bool, taken: str
 ) -> None:
     log = EventLog(claimed)
-    log.append(StagedEvent("node_output", {"n": 1}, subject_id="bob"))
-    # the reaper interrupted the attempt (its lease expired)
-    TurnAttempt.objects.filter(pk=claimed.pk).update(status=AttemptStatus.INTERRUPTED)
+    if pending:
+        log.append(StagedEvent("node_output", {"n": 1}, subject_id="bob"))
+    if taken == "interrupted":  # the reaper interrupted the attempt (its lease expired)
+        TurnAttempt.objects.filter(pk=claimed.pk).update(status=AttemptStatus.INTERRUPTED)
+    else:
+        TurnAttempt.objects.filter(pk=claimed.pk).update(lease_owner="another-worker")
     inv = _invocation(claimed, 1)
-    log.write_with([insert_statement(inv)])
+    with pytest.raises(LeaseLost):
+        log.write_with([insert_statement(inv)])
     assert log.lease_lost
     assert _events(claimed) == []
-    assert SourceInvocation.objects.filter(pk=inv.pk).exists()
+    assert not SourceInvocation.objects.filter(pk=inv.pk).exists()
+    # Known lost: the next call is refused without a round trip.
+    with CaptureQueriesContext(connection) as queries, pytest.raises(LeaseLost):
+        log.write_with([insert_statement(_invocation(claimed, 2))])
+    assert queries.captured_queries == []
 
 
 def test_events_the_database_refuses_are_written_apart_and_the_row_still_opens(

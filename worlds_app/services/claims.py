@@ -25,6 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import (
+    DatabaseError,
     IntegrityError,
     InterfaceError,
     OperationalError,
@@ -45,6 +46,15 @@ logger = logging.getLogger(__name__)
 
 class LeaseLost(Exception):
     """Another party (the reaper) took the attempt away; nothing may be written for it."""
+
+
+def refusal_of(exc: DatabaseError) -> str:
+    """The reason ``worlds_app_refuse_unless`` (migration 0010) refused a statement with, or
+    ''."""
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) != "P0001":
+        return ""
+    return str(getattr(getattr(cause, "diag", None), "message_primary", "") or "")
 
 
 def lease_seconds() -> int:

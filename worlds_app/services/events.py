@@ -31,6 +31,7 @@ from cognition_app.sources.tracing import BatchResults, trace_batch
 from cognition_app.sources.write_behind import TraceWriter
 from cognition_app.subject_run import StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
+from worlds_app.services.claims import LeaseLost, refusal_of
 
 logger = logging.getLogger(__name__)
 
@@ -49,19 +50,25 @@ def _event_write() -> Iterator[None]:
         yield
 
 
-def _lease_statement(attempt_id: UUID, lease_owner: str, *, lock: bool) -> Statement:
+def _lease_statement(attempt_id: UUID, lease_owner: str, *, guard: bool) -> Statement:
     """Is the attempt still running under this lease: a SELECT that share-locks its row (the
-    reaper's update waits for this transaction, then sees every event it wrote), or (``lock``
-    false) the same test as an SQL condition."""
+    reaper's update waits for this transaction, then sees every row it wrote). As a ``guard``,
+    it refuses (``worlds_app_refuse_unless``) unless the attempt is, which aborts the round
+    trip it starts: nothing of it is written."""
     table = connection.ops.quote_name(TurnAttempt._meta.db_table)
     # the table name is the model's own, quoted; the values are parameters
-    query = f"SELECT 1 FROM {table} WHERE id = %s AND status = %s AND lease_owner = %s"  # noqa: S608
+    query = f"SELECT 1 FROM {table} WHERE id = %s AND status = %s AND lease_owner = %s FOR SHARE"  # noqa: S608
     params = [attempt_id, AttemptStatus.RUNNING.value, lease_owner]
-    return (f"{query} FOR SHARE", params) if lock else (f"EXISTS ({query})", params)
+    if guard:
+        return (
+            f"SELECT worlds_app_refuse_unless(count(*) = 1, 'lease_lost') FROM ({query}) _lease",  # noqa: S608
+            params,
+        )
+    return query, params
 
 
 def _lease_held(attempt_id: UUID, lease_owner: str) -> bool:
-    sql, params = _lease_statement(attempt_id, lease_owner, lock=True)
+    sql, params = _lease_statement(attempt_id, lease_owner, guard=False)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchone() is not None
@@ -107,42 +114,37 @@ class EventLog:
 
     def write_with(self, statements: Sequence[Statement]) -> BatchResults:
         """Write every event so far, then ``statements`` (the rows a source call opens), in one
-        round trip and one transaction; returns the statements' results. The events are written
-        only while the attempt still runs under this lease (the share lock every write takes);
-        the call's rows either way."""
-        with self._lock:
-            rows = self._pending
-            guarded = None
-            if rows and not self.lease_lost:
-                guarded = EVENT_ROWS.guarded_statement(
-                    [_event_tuple(r) for r in rows],
-                    _lease_statement(self.attempt_id, self.lease_owner, lock=False),
-                )
-            if guarded is None:  # no event to write with them
-                self._write_locked()
-            else:
-                return self._write_with_locked(rows, guarded, statements)
-        # No event to order them after: other subjects' writes need not wait for these rows.
-        return trace_batch(statements)
+        round trip and one transaction, only while the attempt still runs under this lease:
+        the round trip starts by share-locking the attempt's row, so the reaper's interruption
+        waits for it and then finishes these rows too. Returns the statements' results.
 
-    def _write_with_locked(
-        self, rows: list[AttemptEvent], guarded: Statement, statements: Sequence[Statement]
-    ) -> BatchResults:
-        self._pending = []
-        self._last_write = time.monotonic()
-        lease = _lease_statement(self.attempt_id, self.lease_owner, lock=True)
-        try:
-            results = trace_batch([lease, guarded, *statements])
-        except DatabaseError:
-            # Written apart as before: the events (one by one if they are refused), then the
-            # call's rows, whose own error propagates.
-            connection.close_if_unusable_or_obsolete()
-            self._pending = rows
-            self._write_locked()
-            return trace_batch(statements)
-        if not results[0]:
-            self.lease_lost = True
-        return results[2:]
+        Once the lease is lost, nothing more is written and ``LeaseLost`` is raised: the call
+        is not sent (its attempt's outcome is the reaper's), and no row can be left ``running``
+        by an attempt the reaper has already interrupted."""
+        with self._lock:
+            if self.lease_lost:
+                raise LeaseLost(str(self.attempt_id))
+            rows, self._pending = self._pending, []
+            self._last_write = time.monotonic()
+            guard = _lease_statement(self.attempt_id, self.lease_owner, guard=True)
+            events = list(EVENT_ROWS.statements([_event_tuple(r) for r in rows]))
+            try:
+                try:
+                    return trace_batch([guard, *events, *statements])[1 + len(events) :]
+                except DatabaseError as exc:
+                    if not events or refusal_of(exc):
+                        raise
+                    # Written apart: the events (one by one if they are refused), then the
+                    # call's rows, whose own error propagates.
+                    connection.close_if_unusable_or_obsolete()
+                    self._pending = rows
+                    self._write_locked()
+                    return trace_batch([guard, *statements])[1:]
+            except DatabaseError as exc:
+                if refusal_of(exc) != "lease_lost":
+                    raise
+                self.lease_lost = True
+                raise LeaseLost(str(self.attempt_id)) from None
 
     def flush_if_due(self) -> None:
         """Write what is pending if the last write is older than the batching window (at the end

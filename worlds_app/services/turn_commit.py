@@ -31,7 +31,13 @@ from chukwa_core.world_state import WorldState
 from cognition_app.rows import RowTable, Statement, insert_rows, send_batch
 from cognition_app.subject_run import AttemptFailure, StagedEvent
 from worlds_app.models import PatchTransition, Turn, TurnAttempt, World
-from worlds_app.services.claims import Claim, LeaseLost, follower_claim, follower_statement
+from worlds_app.services.claims import (
+    Claim,
+    LeaseLost,
+    follower_claim,
+    follower_statement,
+    refusal_of,
+)
 from worlds_app.services.dispatch import export_on_commit, kick_on_commit
 from worlds_app.services.events import EVENT_ROWS, EventLog
 from worlds_app.services.execution import StagedTransition
@@ -161,7 +167,7 @@ def commit_turn(
                     insert_rows(EVENT_ROWS, event_rows)
                     insert_rows(TRANSITION_ROWS, transitions)
         except DatabaseError as exc:
-            refusal = _refusal(exc)
+            refusal = refusal_of(exc)
             if refusal == "lease_lost":
                 raise LeaseLost(str(attempt.pk)) from None
             if refusal == "world_moved":
@@ -182,11 +188,3 @@ def _send(statements: list[Statement]) -> Any:
     last one returned, if it returns rows and returned one."""
     last = send_batch(statements)[-1]
     return last[0] if last else None
-
-
-def _refusal(exc: DatabaseError) -> str:
-    """The reason ``worlds_app_refuse_unless`` refused with, or ''."""
-    cause = exc.__cause__
-    if getattr(cause, "sqlstate", None) != "P0001":
-        return ""
-    return str(getattr(getattr(cause, "diag", None), "message_primary", "") or "")
