@@ -16,14 +16,19 @@ from django.utils import timezone
 from cognition_app.models import InvocationStatus, SourceInvocation
 from tests.cognition_app.conftest import create_world, fixture_body
 from tests.support.scripted_llm import ScriptedLLM
+from tests.cognition_app.test_park import subject_of
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_reap, turn_attempt_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _two_ants() -> dict[str, Any]:
+def _two_ants(execution: str) -> dict[str, Any]:
     body = fixture_body("ant_on_plate")
+    workflow = body["cognition_profiles"]["ant"]["inline"]["workflow"]["inline"]
+    workflow["execution"] = execution
+    # One generation at a time: the second ant's waits for the first one's slot.
+    workflow["nodes"][0]["llm_source_ref"]["inline"]["interface"]["max_concurrency"] = 1
     ant = next(e for e in body["entities"] if e["inline"]["id"] == "ant")
     second = copy.deepcopy(ant)
     second["inline"]["id"] = "ant_b"
@@ -43,22 +48,23 @@ def _waits(subject: str) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize("execution", ["per_subject_ordered", "concurrent"])
 def test_after_the_reaper_interrupts_a_stalled_attempt_no_further_call_is_opened_or_sent(
-    scripted_llm: ScriptedLLM,
+    scripted_llm: ScriptedLLM, execution: str
 ) -> None:
-    create_world(_two_ants(), "stalled")
+    create_world(_two_ants(execution), "stalled")
     (attempt_id,) = turn_attempt_enqueue(slug="stalled")["attempt_ids"]
     reaped: list[list[str]] = []
 
-    def stall_past_the_lease(_body: dict[str, Any]) -> dict[str, Any]:
+    def stall_past_the_lease(body: dict[str, Any]) -> dict[str, Any]:
         # While the first ant's generation is out, the lease runs out and the reaper runs.
         try:
             reaped.append(turn_attempt_reap(now=timezone.now() + timedelta(hours=1)))
         finally:
             connection.close()  # the scripted server thread's own
-        return _waits("ant")
+        return _waits(subject_of(body))
 
-    scripted_llm.script(stall_past_the_lease, _waits("ant_b"))
+    scripted_llm.script(stall_past_the_lease, _waits("ant"))
     assert turn_attempt_run(attempt_id=attempt_id, owner="stalled-worker") == "interrupted"
 
     assert reaped == [[attempt_id]]
@@ -70,7 +76,8 @@ def test_after_the_reaper_interrupts_a_stalled_attempt_no_further_call_is_opened
         .order_by("seq")
         .values_list("subject_id", "kind", "status")
     )
-    assert {subject for subject, _, _ in rows} == {"ant"}  # nothing opened for ant_b
+    (first,) = {subject_of(r) for r in scripted_llm.requests}
+    assert {subject for subject, _, _ in rows} == {first}  # nothing opened for the other ant
     assert not [status for _, _, status in rows if status == InvocationStatus.RUNNING]
     kinds = list(
         AttemptEvent.objects.filter(attempt=attempt).order_by("seq").values_list("kind", flat=True)
