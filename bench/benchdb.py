@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 WORKER_START_TIMEOUT_S = 60.0
@@ -108,3 +108,68 @@ def stop_worker(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+# --- CPU seconds by process group (the machine's cores are shared by everything measured) ------
+
+
+def postgres_processes(db_name: str | None = None) -> list[Any]:
+    """The embedded PostgreSQL server's processes: all of them (the postmaster and its
+    background processes too), or only the backends connected to ``db_name``."""
+    import psutil
+
+    from chukwa_site.embedded import data_dir
+
+    pidfile = data_dir() / "postgres" / "postmaster.pid"
+    try:
+        postmaster = psutil.Process(int(pidfile.read_text().splitlines()[0]))
+        children = postmaster.children()
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return []
+    if db_name is None:
+        return [postmaster, *children]
+    backends = []
+    for child in children:
+        try:
+            if db_name in " ".join(child.cmdline()):
+                backends.append(child)
+        except psutil.Error:
+            continue
+    return backends
+
+
+def process_tree(pid: int) -> list[Any]:
+    """A process and all its descendants (a prefork worker and its pool)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def cpu_sample(groups: dict[str, list[Any]]) -> dict[str, dict[int, float]]:
+    """User + system CPU seconds so far of each group's processes, by pid."""
+    import psutil
+
+    out: dict[str, dict[int, float]] = {}
+    for group, procs in groups.items():
+        out[group] = {}
+        for proc in procs:
+            try:
+                t = proc.cpu_times()
+                out[group][proc.pid] = t.user + t.system
+            except psutil.Error:
+                continue
+    return out
+
+
+def cpu_used(
+    before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]
+) -> dict[str, float]:
+    """CPU seconds per group between two samples (processes present in the second)."""
+    return {
+        group: sum(t - before.get(group, {}).get(pid, 0.0) for pid, t in after[group].items())
+        for group in after
+    }

@@ -7,8 +7,11 @@ Everything runs on a throwaway stack: a fresh data folder (CHUKWA_DATA_DIR) with
 embedded PostgreSQL and Redis, the scripted OpenAI-compatible server (slow streams), a slow toy
 tool endpoint, a control worker (reaper/re-drive and beat, never killed) and an attempt worker
 (prefork, 2 processes) that is killed and restarted over and over. Worlds of three kinds keep
-turns queued: an LLM agent (kills land mid-generation), a rule agent calling a slow tool (kills
+turns queued: two LLM agents (kills land mid-generation), a rule agent calling a slow tool (kills
 land mid-tool-call) and fast rule agents (kills land near commit); other kills land at random.
+A stall stops the whole attempt worker (SIGSTOP, its lease heartbeat too) while a generation is
+in flight, until the reaper has interrupted the attempt; the worker then wakes (SIGCONT) and is
+killed a moment later: whatever it opened after waking would be left running.
 Leases and the reaper period are short (seconds) so dead workers' attempts settle quickly.
 
 Prints its figures (kills by moment and kind, attempts by status, Redis and PostgreSQL
@@ -51,6 +54,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--kills", type=int, default=100, help="worker kills (kill -9)")
     parser.add_argument("--redis-restarts", type=int, default=3)
     parser.add_argument("--pg-restarts", type=int, default=3)
+    parser.add_argument(
+        "--stalls",
+        type=int,
+        default=0,
+        help="workers stopped (SIGSTOP) mid-generation until the reaper interrupts their "
+        "attempt, then woken and killed a moment later",
+    )
     parser.add_argument("--worlds", type=int, default=2, help="worlds of each kind")
     parser.add_argument("--phases", default=",".join(PHASES), help="kill moments to cycle")
     parser.add_argument("--lease", type=int, default=3, help="CHUKWA_ATTEMPT_LEASE_SECONDS")
@@ -194,8 +204,13 @@ def create_worlds(per_kind: int) -> dict[str, str]:
     from scenarios_app.services import scenario_assemble
     from worlds_app.services import world_create
 
+    two_ants = load_fixture("ant_on_plate")
+    second = json.loads(json.dumps(two_ants["entities"][0]))
+    assert second["inline"]["id"] == "ant"
+    second["inline"].update(id="ant_b", name="Second ant")
+    two_ants["entities"].insert(1, second)
     bodies = {
-        "llm": load_fixture("ant_on_plate"),
+        "llm": two_ants,
         "tool": _tool_scenario(),
         "fast": load_fixture("picnic_rules"),
     }
@@ -282,6 +297,18 @@ class Workers:
             time.sleep(restart_after)
             self._start_attempts()
 
+    def stop_group(self) -> int:
+        """SIGSTOP of the whole attempt worker (a paused VM, a long GC pause): nothing of it
+        runs, its lease heartbeat neither. Returns its pid for :meth:`resume_group`."""
+        with self._lock:
+            assert self.attempts is not None
+            os.killpg(self.attempts.pid, signal.SIGSTOP)
+            return self.attempts.pid
+
+    @staticmethod
+    def resume_group(pid: int) -> None:
+        os.killpg(pid, signal.SIGCONT)
+
     def kill_child(self) -> bool:
         """kill -9 of one pool process: the main process survives and replaces it."""
         import psutil
@@ -326,6 +353,8 @@ class Figures:
     redis_restarts_by_kind: Counter[str] = field(default_factory=Counter)
     pg_restarts: int = 0
     pg_restarts_by_kind: Counter[str] = field(default_factory=Counter)
+    stalls: int = 0
+    stalls_reaped: int = 0  # the stalled attempt was interrupted before the worker woke
     worker_starts: int = 0
     worker_exits_by_themselves: int = 0
     batches_enqueued: int = 0
@@ -463,6 +492,31 @@ def kill_once(workers: Workers, figures: Figures, moment: str, rng: random.Rando
     time.sleep(rng.uniform(0.2, 1.0))  # let some turns commit between kills
 
 
+def stall_once(workers: Workers, figures: Figures, rng: random.Random, lease: float) -> None:
+    """Stop the worker mid-generation until the reaper has interrupted its attempts, wake it
+    and kill it a moment later."""
+    from worlds_app.models import AttemptStatus, TurnAttempt
+
+    _poll(_moment_reached("generation"), timeout=15.0)
+    pid = workers.stop_group()
+    running = list(
+        TurnAttempt.objects.filter(status=AttemptStatus.RUNNING).values_list("id", flat=True)
+    )
+    reaped = _poll(
+        lambda: (
+            not TurnAttempt.objects.filter(pk__in=running, status=AttemptStatus.RUNNING).exists()
+        ),
+        timeout=lease * 3 + 15,
+        interval=0.1,
+    )
+    workers.resume_group(pid)
+    time.sleep(rng.uniform(0.1, 0.6))  # awake: it reads the rest of its stream, goes on
+    workers.kill_group(restart_after=rng.uniform(0.0, 0.5))
+    figures.stalls += 1
+    figures.stalls_reaped += bool(running) and reaped
+    time.sleep(rng.uniform(0.2, 1.0))
+
+
 def _attempt_running() -> bool:
     from worlds_app.models import AttemptStatus, TurnAttempt
 
@@ -549,6 +603,7 @@ def _schedule(args: argparse.Namespace, rng: random.Random) -> list[str]:
     kills = [phases[i % len(phases)] for i in range(args.kills)]
     rng.shuffle(kills)
     restarts = ["redis"] * args.redis_restarts + ["pg"] * args.pg_restarts
+    restarts += ["stall"] * args.stalls
     rng.shuffle(restarts)
     plan = list(kills)
     for i, restart in enumerate(restarts):
@@ -592,6 +647,8 @@ def report(figures: Figures) -> None:
         f"the supervisor: {figures.worker_exits_by_themselves})",
         f"Redis restarts:        {figures.redis_restarts}  {dict(figures.redis_restarts_by_kind)}",
         f"PostgreSQL restarts:   {figures.pg_restarts}  {dict(figures.pg_restarts_by_kind)}",
+        f"stalls:                {figures.stalls}  (attempts interrupted while stopped: "
+        f"{figures.stalls_reaped})",
         f"batches enqueued:      {figures.batches_enqueued}  "
         f"(while Redis was down: {figures.enqueued_while_broker_down}; "
         f"refused while PostgreSQL was down: {figures.enqueue_refused_database_down}; "
@@ -667,6 +724,8 @@ def main(argv: list[str] | None = None) -> int:
                 restart_redis(feeder, figures, rng)
             elif event == "pg":
                 restart_postgres(figures, rng)
+            elif event == "stall":
+                stall_once(workers, figures, rng, args.lease)
             else:
                 kill_once(workers, figures, event, rng)
         feeder.stopping.set()

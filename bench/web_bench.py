@@ -121,55 +121,18 @@ class CpuMeter:
     def __init__(self, gunicorn_pid: int) -> None:
         self.gunicorn_pid = gunicorn_pid
 
-    def _postgres(self) -> list[Any]:
-        import psutil
-
-        from chukwa_site.embedded import data_dir
-
-        pidfile = data_dir() / "postgres" / "postmaster.pid"
-        try:
-            postmaster = psutil.Process(int(pidfile.read_text().splitlines()[0]))
-            children = postmaster.children()
-        except (OSError, ValueError, IndexError, psutil.Error):
-            return []
-        backends = []
-        for child in children:
-            try:
-                if BENCH_DB_NAME in " ".join(child.cmdline()):
-                    backends.append(child)
-            except psutil.Error:
-                continue
-        return backends
-
     def sample(self) -> dict[str, dict[int, float]]:
         import psutil
 
-        def cpu(procs: list[Any]) -> dict[int, float]:
-            out = {}
-            for proc in procs:
-                try:
-                    t = proc.cpu_times()
-                    out[proc.pid] = t.user + t.system
-                except psutil.Error:
-                    continue
-            return out
+        return benchdb.cpu_sample(
+            {
+                "load generator": [psutil.Process()],
+                "gunicorn": benchdb.process_tree(self.gunicorn_pid),
+                "PostgreSQL": benchdb.postgres_processes(BENCH_DB_NAME),
+            }
+        )
 
-        master = psutil.Process(self.gunicorn_pid)
-        return {
-            "load generator": cpu([psutil.Process()]),
-            "gunicorn": cpu([master, *master.children(recursive=True)]),
-            "PostgreSQL": cpu(self._postgres()),
-        }
-
-    @staticmethod
-    def used(
-        before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]
-    ) -> dict[str, float]:
-        """CPU seconds per group between two samples (processes present in the second)."""
-        return {
-            group: sum(t - before[group].get(pid, 0.0) for pid, t in after[group].items())
-            for group in after
-        }
+    used = staticmethod(benchdb.cpu_used)
 
 
 def _in_process_cpu(

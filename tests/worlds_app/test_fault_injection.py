@@ -1,7 +1,7 @@
 """The bounded fault-injection run (bench/fault_injection.py): real Celery workers killed with
-kill -9 mid-generation, mid-tool-call and near commit, a Redis restart and a PostgreSQL restart
-while turns run, on a throwaway PostgreSQL + Redis; then every invariant of
-tests/support/invariants.py must hold. The long run is the same script with 100+ kills."""
+kill -9 mid-generation, mid-tool-call and near commit, a Redis restart, a PostgreSQL restart and
+a worker stalled past its lease while turns run, on a throwaway PostgreSQL + Redis; then every
+invariant of tests/support/invariants.py must hold. The long run is the same script with 100+ kills."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ def test_killed_workers_and_restarted_services_leave_a_consistent_history(tmp_pa
             "--kills=3",
             "--redis-restarts=1",
             "--pg-restarts=1",
+            "--stalls=1",
             "--worlds=1",
             "--phases=generation,tool,commit",
             "--seed=7",
@@ -52,6 +53,9 @@ def test_killed_workers_and_restarted_services_leave_a_consistent_history(tmp_pa
     # each kill landed where it was aimed: a stream in flight, a tool call in flight, a reply in
     assert figures["kills_by_moment"] == {"generation": 1, "tool": 1, "commit": 1}, output
     assert (figures["redis_restarts"], figures["pg_restarts"]) == (1, 1)
+    # a worker stopped mid-generation past its lease, reaped, woken and killed: nothing it did
+    # after waking is left running (the invariants), and the reaper did interrupt it meanwhile
+    assert (figures["stalls"], figures["stalls_reaped"]) == (1, 1), output
     # a killed attempt was interrupted by the reaper, and the worlds went on committing turns
     assert figures["attempts"].get("interrupted", 0) >= 1, output
     assert figures["attempts"].get("committed", 0) >= 1, output
