@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from cognition_app.models import InvocationStatus, SourceInvocation
 from tests.cognition_app.conftest import create_world, fixture_body
-from tests.support.scripted_llm import ScriptedLLM
 from tests.cognition_app.test_park import subject_of
+from tests.support.scripted_llm import ScriptedLLM
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_reap, turn_attempt_run
 
