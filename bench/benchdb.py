@@ -173,3 +173,23 @@ def cpu_used(
         group: sum(t - before.get(group, {}).get(pid, 0.0) for pid, t in after[group].items())
         for group in after
     }
+
+
+def _spin(n: int) -> float:
+    t0 = time.perf_counter()
+    x = 0
+    for i in range(n):
+        x += i * i % 7
+    return time.perf_counter() - t0
+
+
+def machine_parallel_ratio(n: int = 5_000_000) -> float:
+    """What this machine gives two processes at once right now: the work of two identical
+    pure-Python loops run together over the same loop run alone (2.0 on two free cores). A
+    shared machine's figure moves from minute to minute; read a parallel benchmark beside it."""
+    import multiprocessing
+
+    alone = _spin(n)
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        together = max(pool.map(_spin, [n, n]))
+    return 2 * alone / together

@@ -141,7 +141,7 @@ class Bench:
                 raise RuntimeError(f"the worker exited:\n{benchdb.log_tail(self.log)}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"batches not committed in {BATCH_TIMEOUT_S:.0f} s")
-            time.sleep(0.01)
+            time.sleep(0.05)  # the rates come from the rows: polling only costs the cores
         per_world = [
             list(TurnAttempt.objects.filter(batch_id=b).order_by("batch_index")) for b in batches
         ]
@@ -284,6 +284,8 @@ def part_e(bench: Bench, turns: int, sizes: list[int]) -> dict[int, float]:
 
 
 def part_g(bench: Bench, turns: int, agents: int, max_w: int, rounds: int) -> dict[int, float]:
+    import psutil
+
     print(f"\n== g. independent worlds ({agents} rule-policy agents each) over W processes ==")
     print(
         "  turns per second from the attempt rows (first claim → last commit), so the bench's "
@@ -292,7 +294,14 @@ def part_g(bench: Bench, turns: int, agents: int, max_w: int, rounds: int) -> di
         "window is noisy); CPU per turn of the worker processes and of every PostgreSQL process"
     )
     rates: dict[int, list[float]] = {w: [] for w in range(1, max_w + 1)}
+    machine_ratios: list[float] = []
+    busy_alone: list[float] = []  # the machine's busy cores while one process ran turns
     for r in range(1, rounds + 1):
+        machine_ratios.append(benchdb.machine_parallel_ratio())
+        print(
+            f"  round {r}: the machine now gives two pure-Python loops at once "
+            f"{machine_ratios[-1]:.2f}× the work of one"
+        )
         for w in range(1, max_w + 1):
             bench.ensure_worker(w)
             slugs = [
@@ -300,22 +309,39 @@ def part_g(bench: Bench, turns: int, agents: int, max_w: int, rounds: int) -> di
                 for i in range(w)
             ]
             bench.run_batches(slugs, 1)  # warm-up, every process
-            groups = {"worker": _worker_tree(bench), "PostgreSQL": benchdb.postgres_processes()}
-            before = benchdb.cpu_sample(groups)
+            groups = {
+                "worker": _worker_tree(bench),
+                "PostgreSQL": benchdb.postgres_processes(),
+                "bench": [psutil.Process()],
+            }
+            known = {p.pid for procs in groups.values() for p in procs}
+            groups["other"] = [p for p in psutil.process_iter() if p.pid not in known]
+            before, machine = benchdb.cpu_sample(groups), psutil.cpu_times()
             wall, per_world = bench.run_batches(slugs, turns)
             cpu = benchdb.cpu_used(before, benchdb.cpu_sample(groups))
+            spent = {
+                k: (getattr(psutil.cpu_times(), k, 0.0) - getattr(machine, k, 0.0)) / wall
+                for k in ("user", "system", "idle", "iowait", "steal")
+            }
             attempts = [a for world in per_world for a in world]
             span = (
                 max(a.ended_at for a in attempts) - min(a.started_at for a in attempts)
             ).total_seconds()
             rate = len(attempts) / span
             rates[w].append(rate)
+            if w == 1:
+                busy_alone.append(spent["user"] + spent["system"])
             per_turn = {k: v / len(attempts) * 1000 for k, v in cpu.items()}
             print(
                 f"  round {r}, W={w}: {w} worlds × {turns} turns in {span:.2f} s → {rate:.1f} "
                 f"turns/s (wall clock {wall:.2f} s → {len(attempts) / wall:.1f} turns/s); CPU "
                 f"per turn: worker {per_turn['worker']:.1f} ms, PostgreSQL "
-                f"{per_turn['PostgreSQL']:.1f} ms; cores busy {sum(cpu.values()) / wall:.2f}"
+                f"{per_turn['PostgreSQL']:.1f} ms, this bench (polling) {per_turn['bench']:.1f} "
+                f"ms, other processes {per_turn['other']:.1f} ms; cores busy {sum(cpu.values()) / wall:.2f}"
+            )
+            print(
+                "    the machine meanwhile, in cores: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in spent.items())
             )
     medians = {w: statistics.median(v) for w, v in rates.items()}
     for w in range(2, max_w + 1):
@@ -324,6 +350,20 @@ def part_g(bench: Bench, turns: int, agents: int, max_w: int, rounds: int) -> di
             f"  speedup at W={w}: {medians[w] / medians[1]:.2f}× from the median rates "
             f"(per round: {ratios}; target ≥ {0.9 * w:.1f}×)"
         )
+    if busy_alone and max_w >= 2:
+        busy = statistics.median(busy_alone)
+        print(
+            f"  with one process running turns the machine was already {busy:.2f} cores busy "
+            "(the worker, PostgreSQL, the kernel's part of their round trips): on "
+            f"{os.cpu_count()} cores, W processes can do at most {(os.cpu_count() or 1) / busy:.2f}× "
+            "the turns of one"
+        )
+    print(
+        f"  the machine, two pure-Python loops at once: {statistics.median(machine_ratios):.2f}× "
+        f"the work of one (median of {rounds}; per round: "
+        + ", ".join(f"{m:.2f}" for m in machine_ratios)
+        + ")"
+    )
     return medians
 
 
