@@ -23,11 +23,11 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import psycopg
@@ -40,6 +40,8 @@ Statement = tuple[str, list[Any]]
 
 # Per statement of a batch: the rows it returned, or None when it returns none.
 BatchResults = list[list[tuple[Any, ...]] | None]
+
+_R = TypeVar("_R")
 
 # Pipelines carry batches up to this size (SQL and text parameters): psycopg 3.3 can stop
 # sending a big pipeline part-way, each side then waiting for the other (seen here with a 3 MB
@@ -423,13 +425,9 @@ def send_pipelined(statements: Sequence[Statement]) -> BatchResults:
     PostgreSQL then neither parses nor plans it again (planning was a third of a trace batch's
     time in PostgreSQL). Django sees the batch as one query (its query log, execute wrappers
     and error translation). Returns, per statement, the rows it returned, else None."""
-    label = "; ".join(s for s, _ in statements)
-    params = [p for _, ps in statements for p in ps]
 
-    def execute(_sql: str, _params: Any, _many: bool, _context: Any) -> BatchResults:
-        connection.validate_no_broken_transaction()
-        conn = connection.connection
-        with connection.wrap_database_errors, conn.pipeline() as pipeline:
+    def execute(conn: psycopg.Connection[Any]) -> BatchResults:
+        with conn.pipeline() as pipeline:
             cursors = []
             for sql, ps in statements:
                 cursor = psycopg.Cursor(conn)
@@ -438,9 +436,86 @@ def send_pipelined(statements: Sequence[Statement]) -> BatchResults:
             pipeline.sync()  # sends the batch and reads every result (raises the first error)
             return [c.fetchall() if c.description is not None else None for c in cursors]
 
+    label = "; ".join(s for s, _ in statements)
+    return _as_django_query(label, [p for _, ps in statements for p in ps], execute)
+
+
+def send_one(statement: Statement) -> list[tuple[Any, ...]]:
+    """Run one statement bound server-side, as :func:`send_pipelined` runs each of its own
+    (prepared once it ran ``prepare_threshold`` times on the connection), without a pipeline's
+    own cost (entering it, the Sync: half the client's time for a one-statement batch). Its own
+    transaction, or the caller's if one is open. Returns its rows ([] when it returns none)."""
+    sql, params = statement
+
+    def execute(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+        cursor = psycopg.Cursor(conn)
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+    return _as_django_query(sql, params, execute)
+
+
+def _as_django_query(label: str, params: list[Any], execute: Callable[[Any], _R]) -> _R:
+    """``execute(psycopg connection)`` as one query of Django's: its query log (``label`` and
+    ``params``), execute wrappers, error translation, and its broken-transaction check."""
+
+    def run_it(_sql: str, _params: Any, _many: bool, _context: Any) -> _R:
+        connection.validate_no_broken_transaction()
+        with connection.wrap_database_errors:
+            return execute(connection.connection)
+
     with connection.cursor() as wrapper:  # opens the connection if it is not
         run = wrapper._execute_with_wrappers
         if isinstance(wrapper, CursorDebugWrapper):
             with wrapper.debug_sql(label, params):
-                return cast(BatchResults, run(label, params, False, execute))
-        return cast(BatchResults, run(label, params, False, execute))
+                return cast(_R, run(label, params, False, run_it))
+        return cast(_R, run(label, params, False, run_it))
+
+
+def send_combined(
+    checks: Sequence[Statement], writes: Sequence[Statement], query: Statement | None = None
+) -> list[tuple[Any, ...]]:
+    """What ``checks``, ``writes`` and ``query`` would do in one transaction, as one statement
+    (:func:`combined_statement`, sent by :func:`send_one`): a call's opening, one statement
+    instead of a pipeline of five or six. Returns ``query``'s rows ([] without it)."""
+    rows = send_one(combined_statement(checks, writes, query))
+    if query is None:
+        return []
+    # (checks' count, found, query's columns…); a query without rows leaves one row of NULLs
+    return [row[2:] for row in rows if row[1] is not None]
+
+
+def combined_statement(
+    checks: Sequence[Statement], writes: Sequence[Statement], query: Statement | None = None
+) -> Statement:
+    """One statement for :func:`send_combined`:
+
+    - ``checks``: SELECTs that must run whatever else the statement does (a guard that refuses,
+      a ``set_config``): their row count is computed into the one row the statement always
+      returns first, so no plan can leave them out (a plan may skip a condition's subqueries,
+      e.g. when the rest is found to return nothing).
+    - ``writes``: INSERT / UPDATE / DELETE statements, as WITH queries, which PostgreSQL runs to
+      completion whether or not anything reads them.
+    - ``query``: a SELECT whose rows it returns after the count and a found flag (NULL in the
+      one row it returns when the query has none).
+
+    All parts share one snapshot, so no part reads what another writes; constraints are
+    checked at the end of the statement (a foreign key to a row inserted beside it holds). An
+    error anywhere aborts all of it."""
+    if not checks:
+        raise ValueError("a combined statement needs a check")
+    for sql, _ in writes:  # a SELECT among them would not even run
+        if sql.lstrip()[:6].upper() not in ("INSERT", "UPDATE", "DELETE"):
+            raise ValueError(f"not an INSERT, UPDATE or DELETE: {sql[:60]!r}")
+    ctes = [f"_c{i} AS ({sql})" for i, (sql, _) in enumerate(checks)]
+    ctes += [f"_w{i} AS ({sql})" for i, (sql, _) in enumerate(writes)]
+    # Every part is one of Chukwa's own statements (identifiers quoted, values parameters).
+    count = " + ".join(f"(SELECT count(*) FROM _c{i})" for i in range(len(checks)))  # noqa: S608
+    params = [p for _, ps in (*checks, *writes) for p in ps]
+    if query is None:
+        return f"WITH {', '.join(ctes)} SELECT {count}", params
+    return (
+        f"WITH {', '.join(ctes)} SELECT {count}, _q.* FROM (SELECT 1) _one "  # noqa: S608
+        f"LEFT JOIN (SELECT true AS _found, _r.* FROM ({query[0]}) _r) _q ON true",
+        [*params, *query[1]],
+    )

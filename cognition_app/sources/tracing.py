@@ -17,7 +17,13 @@ from django.utils import timezone
 from chukwa_core.json_values import storable_text
 from cognition_app.budgets import BudgetLedger
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
-from cognition_app.rows import BatchResults, Statement, send_batch, update_statement
+from cognition_app.rows import (
+    BatchResults,
+    Statement,
+    send_batch,
+    send_combined,
+    update_statement,
+)
 from cognition_app.sources.cancel import CancelScope
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.variables import scrub
@@ -140,6 +146,15 @@ def trace_batch(statements: Sequence[Statement]) -> BatchResults:
     if not statements:
         return []
     return send_batch([(_SYNC_COMMIT_OFF, []), *statements])[1:]
+
+
+def trace_one(
+    checks: Sequence[Statement], writes: Sequence[Statement], query: Statement | None = None
+) -> list[tuple[Any, ...]]:
+    """What :func:`trace_batch` does, as one statement (``cognition_app.rows.send_combined``:
+    ``synchronous_commit`` off, the ``checks``, the ``writes``; ``query``'s rows returned)
+    instead of a pipeline of statements: a call's opening."""
+    return send_combined([(_SYNC_COMMIT_OFF, []), *checks], writes, query)
 
 
 # For the batch's transaction only (is_local). Not ``SET LOCAL``: outside a transaction block (a

@@ -27,7 +27,7 @@ from uuid import UUID
 from django.db import DatabaseError, connection, transaction
 
 from cognition_app.rows import RowTable, Statement, insert_rows
-from cognition_app.sources.tracing import BatchResults, trace_batch
+from cognition_app.sources.tracing import BatchResults, trace_one
 from cognition_app.sources.write_behind import TraceWriter
 from cognition_app.subject_run import StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
@@ -65,6 +65,19 @@ def _lease_statement(attempt_id: UUID, lease_owner: str, *, guard: bool) -> Stat
             params,
         )
     return query, params
+
+
+def _opening(
+    guard: Statement, events: list[Statement], statements: Sequence[Statement]
+) -> BatchResults:
+    """The guard, the events and a call's rows in one statement (``trace_one``); the results
+    as ``trace_batch`` gives them for ``statements``: None per write, and the rows of a last
+    statement that is a SELECT (the price in force)."""
+    last = statements[-1][0] if statements else ""
+    query = statements[-1] if last.lstrip()[:6].upper() == "SELECT" else None
+    writes = list(statements[:-1] if query is not None else statements)
+    rows = trace_one([guard], [*events, *writes], query)
+    return [*([None] * len(writes)), *([rows] if query is not None else [])]
 
 
 def _lease_held(attempt_id: UUID, lease_owner: str) -> bool:
@@ -130,7 +143,7 @@ class EventLog:
             events = list(EVENT_ROWS.statements([_event_tuple(r) for r in rows]))
             try:
                 try:
-                    return trace_batch([guard, *events, *statements])[1 + len(events) :]
+                    return _opening(guard, events, statements)
                 except DatabaseError as exc:
                     if not events or refusal_of(exc):
                         raise
@@ -139,7 +152,7 @@ class EventLog:
                     connection.close_if_unusable_or_obsolete()
                     self._pending = rows
                     self._write_locked()
-                    return trace_batch([guard, *statements])[1:]
+                    return _opening(guard, [], statements)
             except DatabaseError as exc:
                 if refusal_of(exc) != "lease_lost":
                     raise
