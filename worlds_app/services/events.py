@@ -128,7 +128,7 @@ class EventLog:
     def write_with(self, statements: Sequence[Statement]) -> BatchResults:
         """Write every event so far, then ``statements`` (the rows a source call opens), in one
         round trip and one transaction, only while the attempt still runs under this lease:
-        the round trip starts by share-locking the attempt's row, so the reaper's interruption
+        the round trip share-locks the attempt's row, so the reaper's interruption
         waits for it and then finishes these rows too. Returns the statements' results.
 
         Once the lease is lost, nothing more is written and ``LeaseLost`` is raised: the call
@@ -139,25 +139,31 @@ class EventLog:
                 raise LeaseLost(str(self.attempt_id))
             rows, self._pending = self._pending, []
             self._last_write = time.monotonic()
-            guard = _lease_statement(self.attempt_id, self.lease_owner, guard=True)
-            events = list(EVENT_ROWS.statements([_event_tuple(r) for r in rows]))
+            if rows:  # under the log's lock: rows land in sequence order
+                return self._open(rows, statements)
+        # No event to order them after: other subjects' calls need not wait for this one.
+        return self._open([], statements)
+
+    def _open(self, rows: list[AttemptEvent], statements: Sequence[Statement]) -> BatchResults:
+        guard = _lease_statement(self.attempt_id, self.lease_owner, guard=True)
+        try:
             try:
-                try:
-                    return _opening(guard, events, statements)
-                except DatabaseError as exc:
-                    if not events or refusal_of(exc):
-                        raise
-                    # Written apart: the events (one by one if they are refused), then the
-                    # call's rows, whose own error propagates.
-                    connection.close_if_unusable_or_obsolete()
-                    self._pending = rows
-                    self._write_locked()
-                    return _opening(guard, [], statements)
+                events = list(EVENT_ROWS.statements([_event_tuple(r) for r in rows]))
+                return _opening(guard, events, statements)
             except DatabaseError as exc:
-                if refusal_of(exc) != "lease_lost":
+                if not rows or refusal_of(exc):
                     raise
-                self.lease_lost = True
-                raise LeaseLost(str(self.attempt_id)) from None
+                # Written apart (still under the lock): the events (one by one if they are
+                # refused), then the call's rows, whose own error propagates.
+                connection.close_if_unusable_or_obsolete()
+                self._pending = rows
+                self._write_locked()
+                return _opening(guard, [], statements)
+        except DatabaseError as exc:
+            if refusal_of(exc) != "lease_lost":
+                raise
+            self.lease_lost = True
+            raise LeaseLost(str(self.attempt_id)) from None
 
     def flush_if_due(self) -> None:
         """Write what is pending if the last write is older than the batching window (at the end
