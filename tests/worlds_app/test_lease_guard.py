@@ -64,6 +64,7 @@ def test_after_the_reaper_interrupts_a_stalled_attempt_no_further_call_is_opened
             connection.close()  # the scripted server thread's own
         return _waits(subject_of(body))
 
+    # the second reply answers only a call the guard failed to stop (then the count below fails)
     scripted_llm.script(stall_past_the_lease, _waits("ant"))
     assert turn_attempt_run(attempt_id=attempt_id, owner="stalled-worker") == "interrupted"
 
