@@ -23,25 +23,26 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 from uuid import UUID
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.backends.utils import CursorDebugWrapper
+from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
+
+from scenarios_app.sql_rows import prepared_cursor
 
 # One SQL statement and its parameters.
 Statement = tuple[str, list[Any]]
 
 # Per statement of a batch: the rows it returned, or None when it returns none.
 BatchResults = list[list[tuple[Any, ...]] | None]
-
-_R = TypeVar("_R")
 
 # Pipelines carry batches up to this size (SQL and text parameters): psycopg 3.3 can stop
 # sending a big pipeline part-way, each side then waiting for the other (seen here with a 3 MB
@@ -425,9 +426,13 @@ def send_pipelined(statements: Sequence[Statement]) -> BatchResults:
     PostgreSQL then neither parses nor plans it again (planning was a third of a trace batch's
     time in PostgreSQL). Django sees the batch as one query (its query log, execute wrappers
     and error translation). Returns, per statement, the rows it returned, else None."""
+    label = "; ".join(s for s, _ in statements)
+    params = [p for _, ps in statements for p in ps]
 
-    def execute(conn: psycopg.Connection[Any]) -> BatchResults:
-        with conn.pipeline() as pipeline:
+    def execute(_sql: str, _params: Any, _many: bool, _context: Any) -> BatchResults:
+        connection.validate_no_broken_transaction()
+        conn = connection.connection
+        with connection.wrap_database_errors, conn.pipeline() as pipeline:
             cursors = []
             for sql, ps in statements:
                 cursor = psycopg.Cursor(conn)
@@ -436,40 +441,24 @@ def send_pipelined(statements: Sequence[Statement]) -> BatchResults:
             pipeline.sync()  # sends the batch and reads every result (raises the first error)
             return [c.fetchall() if c.description is not None else None for c in cursors]
 
-    label = "; ".join(s for s, _ in statements)
-    return _as_django_query(label, [p for _, ps in statements for p in ps], execute)
-
-
-def send_one(statement: Statement) -> list[tuple[Any, ...]]:
-    """Run one statement bound server-side, as :func:`send_pipelined` runs each of its own
-    (prepared once it ran ``prepare_threshold`` times on the connection), without a pipeline's
-    own cost (entering it, the Sync: half the client's time for a one-statement batch). Its own
-    transaction, or the caller's if one is open. Returns its rows ([] when it returns none)."""
-    sql, params = statement
-
-    def execute(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-        cursor = psycopg.Cursor(conn)
-        cursor.execute(sql, params)
-        return cursor.fetchall() if cursor.description is not None else []
-
-    return _as_django_query(sql, params, execute)
-
-
-def _as_django_query(label: str, params: list[Any], execute: Callable[[Any], _R]) -> _R:
-    """``execute(psycopg connection)`` as one query of Django's: its query log (``label`` and
-    ``params``), execute wrappers, error translation, and its broken-transaction check."""
-
-    def run_it(_sql: str, _params: Any, _many: bool, _context: Any) -> _R:
-        connection.validate_no_broken_transaction()
-        with connection.wrap_database_errors:
-            return execute(connection.connection)
-
     with connection.cursor() as wrapper:  # opens the connection if it is not
         run = wrapper._execute_with_wrappers
         if isinstance(wrapper, CursorDebugWrapper):
             with wrapper.debug_sql(label, params):
-                return cast(_R, run(label, params, False, run_it))
-        return cast(_R, run(label, params, False, run_it))
+                return cast(BatchResults, run(label, params, False, execute))
+        return cast(BatchResults, run(label, params, False, execute))
+
+
+def send_one(statement: Statement) -> list[tuple[Any, ...]]:
+    """Run one statement on ``scenarios_app.sql_rows.prepared_cursor`` (bound server-side, so
+    prepared once it ran ``prepare_threshold`` times on the connection, as the pipeline's
+    statements are), without a pipeline's own cost (entering it, the Sync: half the client's
+    time for a one-statement batch). Its own transaction, or the caller's if one is open.
+    Returns its rows ([] when it returns none)."""
+    sql, params = statement
+    with prepared_cursor(tuple_row) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description is not None else []
 
 
 def send_combined(

@@ -20,23 +20,24 @@ from typing import Any
 import psycopg
 from django.db import connection
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
-from psycopg.rows import dict_row
+from psycopg.rows import RowFactory, dict_row
 
 from chukwa_core.json_values import loads_strict
 
 
-def _prepared_cursor() -> CursorWrapper:
+def prepared_cursor(row_factory: RowFactory[Any] = dict_row) -> CursorWrapper:
     """Django's cursor wrapper (its query log, execute wrappers and error translation, as for
     any query) around a psycopg cursor that binds parameters server-side. Django's own cursors
     bind client-side, which PostgreSQL cannot prepare; with this one, psycopg prepares a
     statement on a connection once it ran ``prepare_threshold`` times there (settings), and
-    forgets it on a rollback or a new connection. Dict rows read the column names straight from
-    the result, where the DB-API ``description`` builds a typed object per column."""
+    forgets it on a rollback or a new connection. Dict rows (the default) read the column names
+    straight from the result, where the DB-API ``description`` builds a typed object per column;
+    ``cognition_app.rows.send_one`` takes tuples."""
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_thread_sharing()
     with connection.wrap_database_errors:
-        raw = psycopg.Cursor(connection.connection, row_factory=dict_row)
+        raw = psycopg.Cursor(connection.connection, row_factory=row_factory)
     # what connection.make_debug_cursor / make_cursor wrap Django's own cursors in
     if connection.queries_logged:
         return CursorDebugWrapper(raw, connection)
@@ -47,7 +48,7 @@ def fetch_dicts(
     sql: str, params: Sequence[Any], *, json_columns: Collection[str] = ()
 ) -> list[dict[str, Any]]:
     """Every row of ``sql`` as a dict keyed by the result's column names."""
-    with _prepared_cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(sql, params)
         rows: list[dict[str, Any]] = cursor.fetchall()
     for name in json_columns:
