@@ -14,7 +14,8 @@ decoding was an eighth of a web process's busy time under 20 API clients); a com
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -23,6 +24,23 @@ from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from psycopg.rows import RowFactory, dict_row
 
 from chukwa_core.json_values import loads_strict
+
+
+class _PreparedDebugWrapper(CursorDebugWrapper):
+    """Django's debug wrapper, logging the statement's text as sent: Django reads the query
+    back from psycopg's cursor, which keeps none for a statement it ran prepared (the query
+    log and ``django.db.backends`` logged ``None`` for it)."""
+
+    @contextmanager
+    def debug_sql(
+        self,
+        sql: str | None = None,
+        params: Any = None,
+        use_last_executed_query: bool = False,
+        many: bool = False,
+    ) -> Iterator[None]:
+        with super().debug_sql(sql, params, use_last_executed_query=False, many=many):
+            yield
 
 
 def prepared_cursor(row_factory: RowFactory[Any] = dict_row) -> CursorWrapper:
@@ -40,7 +58,7 @@ def prepared_cursor(row_factory: RowFactory[Any] = dict_row) -> CursorWrapper:
         raw = psycopg.Cursor(connection.connection, row_factory=row_factory)
     # what connection.make_debug_cursor / make_cursor wrap Django's own cursors in
     if connection.queries_logged:
-        return CursorDebugWrapper(raw, connection)
+        return _PreparedDebugWrapper(raw, connection)
     return CursorWrapper(raw, connection)
 
 

@@ -111,3 +111,14 @@ def test_a_select_is_refused_among_the_writes() -> None:
         combined_statement([PASS], [("SELECT 1", [])])
     with pytest.raises(ValueError, match="needs a check"):
         combined_statement([], [])
+
+
+def test_the_query_log_names_a_statement_run_prepared() -> None:
+    """psycopg keeps no query text for a statement it ran prepared (after ``prepare_threshold``
+    runs on the connection); Django's debug cursor read it back from there and logged None."""
+    from cognition_app.rows import send_one
+
+    with CaptureQueriesContext(connection) as queries:
+        for n in range(8):
+            send_one(("SELECT %s::int AS n", [n]))
+    assert [q["sql"] for q in queries.captured_queries] == ["SELECT %s::int AS n"] * 8
