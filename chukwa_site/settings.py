@@ -132,9 +132,9 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTHENTICATION_BACKENDS = ["surfaces.signin_throttle.ThrottledModelBackend"]
 CHUKWA_SIGNIN_FAILURE_LIMIT = env.int("CHUKWA_SIGNIN_FAILURE_LIMIT", 5)
 CHUKWA_SIGNIN_WINDOW_SECONDS = env.int("CHUKWA_SIGNIN_WINDOW_SECONDS", 900)
-# The database cache (table created by chukwa_site's migration) keeps the failure counts shared
-# by every web process. MAX_ENTRIES is high so a flood of made-up usernames cannot cull the
-# counter of the one under attack.
+# The failure counts are rows of their own (surfaces.models.SigninFailure), never culled.
+# Django's cache is the database's (table created by chukwa_site's migration), so anything that
+# uses it is shared by every web process.
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.db.DatabaseCache",

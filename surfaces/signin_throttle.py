@@ -2,8 +2,10 @@
 
 Password sign-ins (the login page, the admin login, anything calling ``authenticate``) count
 failures per username and client address; API token failures count per client address (a
-token carries no username). The counters live in Django's cache, which settings back with the
-database, so every web process sees the same counts and tests roll them back with the rest.
+token carries no username). The counters are rows (``surfaces.models.SigninFailure``), so every
+web process sees the same counts, each failure is counted by one atomic statement, and tests
+roll them back with the rest. An API request with a token checks the throttle in the same
+statement as the token.
 """
 
 from __future__ import annotations
@@ -11,14 +13,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.db import DEFAULT_DB_ALIAS, connection
 from django.http import HttpRequest, HttpResponse
@@ -30,6 +30,7 @@ from rest_framework.request import Request
 
 from chukwa_core.errors import ChukwaError
 from scenarios_app.sql_rows import fetch_dict
+from surfaces.models import SigninFailure
 
 RETRY_AFTER_ATTRIBUTE = "_chukwa_signin_retry_after"
 
@@ -51,36 +52,53 @@ def client_address(request: HttpRequest | None) -> str:
 
 
 def _key(kind: str, username: str, address: str) -> str:
-    # Hashed: usernames are arbitrary user input and cache keys have a length and charset limit.
+    # Hashed: usernames are arbitrary user input of any length.
     raw = f"{kind}\0{username.casefold()}\0{address}".encode("utf-8", "surrogatepass")
-    return "signin-failures:" + hashlib.sha256(raw).hexdigest()
+    return hashlib.sha256(raw).hexdigest()
+
+
+# Seconds left in a window that has reached the limit (NULL when sign-in is allowed), as a
+# subquery of one row's key: the token check runs it in the same statement as the lookup.
+_WAIT_SQL = f"""
+SELECT greatest(1, ceil(extract(epoch FROM f.until - clock_timestamp())))::int
+FROM {SigninFailure._meta.db_table} f
+WHERE f.key = %s AND f.count >= %s AND f.until > clock_timestamp()
+"""  # noqa: S608  (the model's own table; the values are parameters)
+
+# One failure, counted atomically: racing failures each count (a read-then-write of a shared
+# counter loses the increments that overlap, so many parallel guesses would count as a few).
+_RECORD_SQL = f"""
+INSERT INTO {SigninFailure._meta.db_table} AS f (key, count, until)
+VALUES (%s, 1, clock_timestamp() + make_interval(secs => %s))
+ON CONFLICT (key) DO UPDATE SET
+    count = CASE WHEN f.until <= clock_timestamp() THEN 1 ELSE f.count + 1 END,
+    until = CASE WHEN f.until <= clock_timestamp() THEN EXCLUDED.until ELSE f.until END
+"""  # noqa: S608  (the model's own table; the values are parameters)
+
+# Ended windows, a bounded number per failure recorded: the table holds the windows still open.
+_PRUNE_SQL = f"""
+DELETE FROM {SigninFailure._meta.db_table} WHERE key IN (
+    SELECT key FROM {SigninFailure._meta.db_table} WHERE until <= clock_timestamp()
+    ORDER BY until LIMIT 100 FOR UPDATE SKIP LOCKED
+)
+"""  # noqa: S608  (the model's own table)
 
 
 def retry_after(*, kind: str, username: str, address: str) -> int | None:
     """Seconds until sign-in is allowed again, or None when it is allowed now."""
-    record = cache.get(_key(kind, username, address))
-    now = time.time()
-    if not record or record["until"] <= now or record["count"] < _limit():
-        return None
-    return max(1, math.ceil(record["until"] - now))
+    row = fetch_dict(f"SELECT ({_WAIT_SQL}) AS wait", [_key(kind, username, address), _limit()])
+    return None if row is None else row["wait"]
 
 
 def record_failure(*, kind: str, username: str, address: str) -> None:
-    """Count one failure in a window that opens at the first failure and lasts the window.
-
-    Read-modify-write without a lock: racing failures may count once instead of twice, which
-    lets an attacker a handful of extra guesses at most, never an unlimited number."""
-    key = _key(kind, username, address)
-    now = time.time()
-    record = cache.get(key)
-    if not record or record["until"] <= now:
-        record = {"count": 0, "until": now + _window_seconds()}
-    record["count"] += 1
-    cache.set(key, record, timeout=max(1, math.ceil(record["until"] - now)))
+    """Count one failure in a window that opens at the first failure and lasts the window."""
+    with connection.cursor() as cursor:
+        cursor.execute(_RECORD_SQL, [_key(kind, username, address), _window_seconds()])
+        cursor.execute(_PRUNE_SQL)
 
 
 def clear_failures(*, kind: str, username: str, address: str) -> None:
-    cache.delete(_key(kind, username, address))
+    SigninFailure.objects.filter(key=_key(kind, username, address)).delete()
 
 
 def throttled_message(seconds: int) -> str:
@@ -160,16 +178,25 @@ class SigninThrottled(drf_exceptions.APIException):
 
 
 class ThrottledTokenAuthentication(TokenAuthentication):
-    """Token authentication that stops answering an address after repeated invalid tokens."""
+    """Token authentication that stops answering an address after repeated invalid tokens.
+
+    A request that sends a token is checked in one statement: the token, its user and the
+    address's failure count. A request without one (a signed-in browser) costs no query here.
+    DRF makes an instance per request; ``authenticate_credentials`` called on its own (the MCP
+    transports, with a key from their own configuration) is a plain lookup."""
+
+    _address: str | None = None
 
     def authenticate(self, request: Request) -> tuple[Any, Any] | None:
-        address = client_address(request._request)
-        wait = retry_after(kind="token", username="", address=address)
-        if wait is not None:
-            raise SigninThrottled(wait)
+        self._address = address = client_address(request._request)
         try:
             return super().authenticate(request)
         except drf_exceptions.AuthenticationFailed:
+            # A malformed header (refused before any lookup) or a key that matched nothing
+            # (whose lookup found the address not throttled): throttled first, then counted.
+            wait = retry_after(kind="token", username="", address=address)
+            if wait is not None:
+                raise SigninThrottled(wait) from None
             record_failure(kind="token", username="", address=address)
             raise
 
@@ -177,13 +204,26 @@ class ThrottledTokenAuthentication(TokenAuthentication):
         """DRF's lookup (the token and its user, refused if unknown or the user inactive) in
         one statement written once: every API request runs it, and the ORM spent ~0.4 ms of
         CPU compiling the query, several times what running it costs. Read on every request,
-        never cached, so a deleted token stops working at once."""
+        never cached, so a deleted token stops working at once. Within a request, the same
+        statement reads the address's failure count (:class:`SigninThrottled` when over)."""
         # DRF keys are 40 hex characters; anything else is refused before the lookup, so a NUL
         # byte in a header never reaches PostgreSQL as a text parameter.
         if len(key) > 40 or "\x00" in key:
             raise drf_exceptions.AuthenticationFailed("Invalid token.")
         sql, token_fields, user_fields = _token_user_query()
-        row = fetch_dict(sql, [key])
+        if self._address is None:
+            row = fetch_dict(sql, [key])
+        else:
+            row = fetch_dict(
+                f"SELECT ({_WAIT_SQL}) AS wait, tu.* FROM (SELECT 1) _one "  # noqa: S608
+                f"LEFT JOIN ({sql}) tu ON true",
+                [_key("token", "", self._address), _limit(), key],
+            )
+            assert row is not None  # one row always: the token's columns NULL without a match
+            if row["wait"] is not None:
+                raise SigninThrottled(row["wait"])
+            if row["t_key"] is None:
+                row = None
         if row is None:
             raise drf_exceptions.AuthenticationFailed("Invalid token.")
         token = Token.from_db(DEFAULT_DB_ALIAS, token_fields, [row[f"t_{f}"] for f in token_fields])

@@ -34,11 +34,6 @@ def _migration_rows_in_transactional_tests(request: pytest.FixtureRequest) -> No
         hash=world_patch_schema_hash(), defaults={"content": WORLD_PATCH_SCHEMA}
     )
     Group.objects.get_or_create(name="operators")
-    # The cache table is not a model table, so flushing leaves it: start with no sign-in
-    # failure counts from an earlier transactional test.
-    from django.core.cache import cache
-
-    cache.clear()
 
 
 @pytest.fixture(autouse=True)
