@@ -46,9 +46,10 @@ _DIGITS_AS_ZERO = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 _NINETEEN = b"0" * 19
 
 
-def _long_digit_run(text: str) -> bool:
+def _long_digit_run(text: str | bytes) -> bool:
     """Does the text hold 19 ASCII digits in a row (JSON numbers are written in ASCII)?"""
-    return _NINETEEN in text.encode("utf-8", "surrogatepass").translate(_DIGITS_AS_ZERO)
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    return _NINETEEN in data.translate(_DIGITS_AS_ZERO)
 
 
 def loads_strict(text: str | bytes) -> Any:
@@ -56,9 +57,9 @@ def loads_strict(text: str | bytes) -> Any:
 
     orjson reads it first (three to four times faster on a stream's many small events); what
     orjson refuses — a lone surrogate escape, a number beyond a double's range, anything not
-    JSON — and any text with a run of 19 digits is read by ``json`` instead, so the value and
-    the error are always ``json.loads``'s."""
-    if isinstance(text, str) and not _long_digit_run(text):
+    JSON (bytes that are not UTF-8, a byte order mark) — and any text with a run of 19 digits
+    is read by ``json`` instead, so the value and the error are always ``json.loads``'s."""
+    if isinstance(text, str | bytes) and not _long_digit_run(text):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:

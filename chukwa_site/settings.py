@@ -177,7 +177,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["surfaces.permissions.ReadAnyWriteOperators"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "surfaces.api.errors.api_exception_handler",
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["surfaces.api.renderers.FastJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["surfaces.api.parsers.ChukwaJSONParser"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }

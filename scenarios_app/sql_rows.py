@@ -9,7 +9,8 @@ would give: Django's psycopg setup already loads timestamps as aware UTC datetim
 columns named in ``json_columns`` to the value ``JSONField`` decodes (``json.loads``) by
 ``loads_strict`` (orjson wherever it reads the same as json, several times faster: json's
 decoding was an eighth of a web process's busy time under 20 API clients); a computed ``json`` value
-(``json_agg``) arrives decoded by psycopg (``json.loads``).
+(``json_agg``) arrives decoded by psycopg, with ``loads_strict`` too (:func:`register_json_loader`,
+on every connection Django opens).
 """
 
 from __future__ import annotations
@@ -22,8 +23,23 @@ import psycopg
 from django.db import connection
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 from psycopg.rows import RowFactory, dict_row
+from psycopg.types.json import JsonBinaryLoader, JsonLoader
 
 from chukwa_core.json_values import loads_strict
+
+
+class _StrictJsonLoader(JsonLoader):
+    _loads = staticmethod(loads_strict)
+
+
+class _StrictJsonBinaryLoader(JsonBinaryLoader):
+    _loads = staticmethod(loads_strict)
+
+
+def register_json_loader(conn: psycopg.Connection[Any]) -> None:
+    """Values of type ``json`` on ``conn`` decoded by ``loads_strict`` (``jsonb`` untouched)."""
+    conn.adapters.register_loader("json", _StrictJsonLoader)
+    conn.adapters.register_loader("json", _StrictJsonBinaryLoader)
 
 
 class _PreparedDebugWrapper(CursorDebugWrapper):
