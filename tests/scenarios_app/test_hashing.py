@@ -492,3 +492,15 @@ def test_simple_values_take_the_fast_path_with_the_exact_rfc8785_bytes() -> None
     assert simple_json({"a": ["\x00"]}) is None
     with pytest.raises(ChukwaError, match="/a/0"):
         hashing.canonical_json_bytes({"a": ["\x00"]})
+
+
+def test_a_simple_value_nested_deeper_than_orjson_goes_has_the_same_bytes() -> None:
+    """orjson stops at 255 levels; ``json`` writes the rest, with the same bytes."""
+    import json
+
+    for depth in (100, 127, 128, 300):  # two levels each, a dict and a list
+        value: Any = {"leaf": "é\x01"}
+        for level in range(depth):
+            value = {"b": [value], "a": level}
+        expected = json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        assert hashing.canonical_json_bytes(value) == expected.encode()
