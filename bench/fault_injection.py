@@ -12,6 +12,9 @@ land mid-tool-call) and fast rule agents (kills land near commit); other kills l
 A stall stops the whole attempt worker (SIGSTOP, its lease heartbeat too) while a generation is
 in flight, until the reaper has interrupted the attempt; the worker then wakes (SIGCONT) and is
 killed a moment later: whatever it opened after waking would be left running.
+PostgreSQL restarts alternate between a fast shutdown and an immediate one (a crash, with
+recovery), the latter just after a model request went out: every request the scripted model
+received must still have its invocation row (SPEC §7: written before any byte is sent).
 Leases and the reaper period are short (seconds) so dead workers' attempts settle quickly.
 
 Prints its figures (kills by moment and kind, attempts by status, Redis and PostgreSQL
@@ -363,6 +366,7 @@ class Figures:
     dispatches_deferred: int = 0
     attempts: dict[str, int] = field(default_factory=dict)
     turns_committed: int = 0
+    requests_sent: int = 0  # generation requests the scripted model received
     settled: bool = False
     violations: list[str] = field(default_factory=list)
     wall_seconds: float = 0.0
@@ -517,6 +521,19 @@ def stall_once(workers: Workers, figures: Figures, rng: random.Random, lease: fl
     time.sleep(rng.uniform(0.2, 1.0))
 
 
+def _call_just_opened() -> bool:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from cognition_app.models import InvocationStatus, LlmCall
+
+    return LlmCall.objects.filter(
+        status=InvocationStatus.RUNNING,
+        started_at__gte=timezone.now() - timedelta(milliseconds=50),
+    ).exists()
+
+
 def _attempt_running() -> bool:
     from worlds_app.models import AttemptStatus, TurnAttempt
 
@@ -560,6 +577,9 @@ def restart_postgres(figures: Figures, rng: random.Random) -> None:
 
     kind = "immediate" if figures.pg_restarts % 2 else "fast"
     _poll(_attempt_running, timeout=15.0)
+    if kind == "immediate":
+        # the unlucky moment: a model request has just been sent (its rows just committed)
+        _poll(_call_just_opened, timeout=15.0, interval=0.01)
     try:
         embedded.postgres_stop(mode=kind)
     except subprocess.CalledProcessError:
@@ -626,7 +646,27 @@ def settle(timeout: float) -> bool:
     )
 
 
-def collect(figures: Figures) -> None:
+def unrecorded_requests(requests: list[dict[str, Any]]) -> list[str]:
+    """SPEC §7: a generation's rows are written before any byte is sent, so every request the
+    model received has its invocation, found by its request key (sha256 of the source hash and
+    the request's canonical bytes, which are the bytes sent). A PostgreSQL crash must not take
+    back a row whose request went out."""
+    from chukwa_core.hashing import canonical_json_bytes
+    from cognition_app.models import InvocationKind, SourceInvocation
+    from cognition_app.sources.replay import request_key_of
+
+    rows = SourceInvocation.objects.filter(kind=InvocationKind.LLM_GENERATION)
+    keys = set(rows.values_list("request_key", flat=True))
+    sources = set(rows.values_list("source_hash", flat=True).distinct())
+    missing = []
+    for number, body in enumerate(requests):
+        sent = canonical_json_bytes(body)
+        if not any(request_key_of(source, sent) in keys for source in sources):
+            missing.append(f"request {number + 1} reached the model with no invocation row")
+    return missing
+
+
+def collect(figures: Figures, requests: list[dict[str, Any]]) -> None:
     from django.db.models import Count
 
     from tests.support.invariants import check_invariants
@@ -636,7 +676,9 @@ def collect(figures: Figures) -> None:
         TurnAttempt.objects.values_list("status").annotate(n=Count("id")).order_by("status")
     )
     figures.turns_committed = Turn.objects.filter(number__gt=0).count()
+    figures.requests_sent = len(requests)
     figures.violations = [str(v) for v in check_invariants(settled=True)]
+    figures.violations += unrecorded_requests(requests)
 
 
 def report(figures: Figures) -> None:
@@ -655,6 +697,7 @@ def report(figures: Figures) -> None:
         f"dispatches deferred to the re-drive: {figures.dispatches_deferred})",
         f"attempts:              {figures.attempts}",
         f"turns committed:       {figures.turns_committed}",
+        f"model requests:        {figures.requests_sent} (each must have its invocation row)",
         f"settled:               {figures.settled}",
         f"invariant violations:  {len(figures.violations)}",
         *[f"  {v}" for v in figures.violations[:30]],
@@ -731,7 +774,7 @@ def main(argv: list[str] | None = None) -> int:
         feeder.stopping.set()
         feeder.join(timeout=30)
         figures.settled = settle(args.settle_timeout)
-        collect(figures)
+        collect(figures, llm.requests)
         figures.worker_starts = workers.generation
         figures.worker_exits_by_themselves = workers.exits_by_themselves
     finally:

@@ -127,7 +127,10 @@ def trace_write() -> Iterator[None]:
 
     Committed rows are visible to every other session at once (the reviewer's timeline, the
     reaper); only a crash of the PostgreSQL server itself could lose the last few hundred
-    milliseconds of trace writes — a worker crash loses nothing. Each generation writes its
+    milliseconds of trace writes — a worker crash loses nothing. What such a crash loses is what
+    a worker crash at the same moment would lose: a call's opening is durable (:func:`open_rows`),
+    so a lost finishing write leaves its row ``running`` for the reaper, and a turn's commit is
+    synchronous, which flushes every trace write before it. Each generation writes its
     rows in a handful of such transactions instead of one synchronous commit per statement.
     The hot path sends its statements with :func:`trace_batch` instead (one round trip).
     """
@@ -151,10 +154,13 @@ def trace_batch(statements: Sequence[Statement]) -> BatchResults:
 def trace_one(
     checks: Sequence[Statement], writes: Sequence[Statement], query: Statement | None = None
 ) -> list[tuple[Any, ...]]:
-    """What :func:`trace_batch` does, as one statement (``cognition_app.rows.send_combined``:
-    ``synchronous_commit`` off, the ``checks``, the ``writes``; ``query``'s rows returned)
-    instead of a pipeline of statements: a call's opening."""
-    return send_combined([(_SYNC_COMMIT_OFF, []), *checks], writes, query)
+    """A call's opening as one statement (``cognition_app.rows.send_combined``: the
+    ``checks``, the ``writes``; ``query``'s rows returned), committed durably: the call's
+    request goes out once this returns, so a crash of PostgreSQL itself must not take these rows
+    back (SPEC §7: written before any byte is sent). With ``synchronous_commit`` off, as the
+    other trace writes are, an immediate stop right after an opening lost it while its request
+    had gone out (``bench/fault_injection.py``: 2 of 4 model requests with no row)."""
+    return send_combined(checks, writes, query)
 
 
 # For the batch's transaction only (is_local). Not ``SET LOCAL``: outside a transaction block (a
@@ -169,7 +175,7 @@ def open_rows(ctx: CallContext, statements: Sequence[Statement]) -> BatchResults
     goes through here, before any byte is sent."""
     if ctx.write_rows is not None:
         return ctx.write_rows(statements)
-    return trace_batch(statements)
+    return send_batch(statements)  # committed durably, as :func:`trace_one` is
 
 
 def finish_statement(inv: SourceInvocation, status: str, **fields: Any) -> Statement:

@@ -89,14 +89,21 @@ def test_a_refusing_check_leaves_nothing_written_whatever_the_query_returns(
     assert not LlmCall.objects.filter(pk=call.pk).exists()
 
 
-def test_trace_one_turns_synchronous_commit_off_for_its_transaction(attempt: TurnAttempt) -> None:
+def test_an_opening_commits_durably(attempt: TurnAttempt) -> None:
+    """Its request goes out once it returns: ``synchronous_commit`` stays on for it (trace
+    writes turn it off for their transaction, and an immediate stop of PostgreSQL then lost
+    openings whose requests had gone out)."""
+    inv, call = _call(attempt)
     with connection.cursor() as cursor:
+        rows = trace_one(
+            [PASS],
+            [insert_statement(inv), insert_statement(call)],
+            ("SELECT current_setting('synchronous_commit') AS s", []),
+        )
+        assert rows == [("on",)]
+        # here the caller's (the test's) transaction, where a set_config would last till its end
         cursor.execute("SELECT current_setting('synchronous_commit')")
         assert cursor.fetchone() == ("on",)
-        trace_one([PASS], [], NO_ROWS)
-        # here the caller's (the test's) transaction, where it applies until the end
-        cursor.execute("SELECT current_setting('synchronous_commit')")
-        assert cursor.fetchone() == ("off",)
 
 
 def test_it_is_one_query(attempt: TurnAttempt) -> None:

@@ -1,6 +1,7 @@
 """The bounded fault-injection run (bench/fault_injection.py): real Celery workers killed with
-kill -9 mid-generation, mid-tool-call and near commit, a Redis restart, a PostgreSQL restart and
-a worker stalled past its lease while turns run, on a throwaway PostgreSQL + Redis; then every
+kill -9 mid-generation, mid-tool-call and near commit, a Redis restart, two PostgreSQL restarts
+(the second a crash just after a model request went out) and a worker stalled past its lease
+while turns run, on a throwaway PostgreSQL + Redis; then every
 invariant of tests/support/invariants.py must hold. The long run is the same script with 100+ kills."""
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def test_killed_workers_and_restarted_services_leave_a_consistent_history(tmp_pa
             "bench/fault_injection.py",
             "--kills=3",
             "--redis-restarts=1",
-            "--pg-restarts=1",
+            "--pg-restarts=2",
             "--stalls=1",
             "--worlds=1",
             "--phases=generation,tool,commit",
@@ -52,7 +53,12 @@ def test_killed_workers_and_restarted_services_leave_a_consistent_history(tmp_pa
     assert figures["settled"] is True
     # each kill landed where it was aimed: a stream in flight, a tool call in flight, a reply in
     assert figures["kills_by_moment"] == {"generation": 1, "tool": 1, "commit": 1}, output
-    assert (figures["redis_restarts"], figures["pg_restarts"]) == (1, 1)
+    assert (figures["redis_restarts"], figures["pg_restarts"]) == (1, 2)
+    # the second PostgreSQL restart is a crash (an immediate stop) just after a model request
+    # went out: its rows were committed durably (the violations include every request that
+    # reached the model with no invocation row)
+    assert figures["pg_restarts_by_kind"] == {"fast": 1, "immediate": 1}, output
+    assert figures["requests_sent"] >= 1, output
     # a worker stopped mid-generation past its lease, reaped, woken and killed: nothing it did
     # after waking is left running (the invariants), and the reaper did interrupt it meanwhile
     assert (figures["stalls"], figures["stalls_reaped"]) == (1, 1), output
