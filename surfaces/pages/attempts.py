@@ -3,6 +3,13 @@
 While the attempt runs the page polls itself every second and the answer is morphed into the
 page (``surfaces/pages/live.py``): rows are updated in place, a section the reviewer opened stays
 open, the selected row stays selected.
+
+An attempt of many subjects (a rule-policy turn of 500 agents: 2,000 rows, 1,000 events) shows
+its subjects :data:`SUBJECTS_PER_PAGE` at a time (``?subject_offset=``), or only those that had
+a problem, a rejected reply or are still running (``?only=problems``); the rows of the turn
+itself (once-per-turn calls, the commit or the failure) are on every page, the figures at the
+top count the whole attempt, and ``?format=json`` gives all of it. Rendered whole, such a page
+was 4 MB and took 3 s.
 """
 
 from __future__ import annotations
@@ -11,21 +18,74 @@ from typing import Any
 from uuid import UUID
 
 from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
 
+from chukwa_core.errors import invalid
 from cognition_app.verdicts import trace_details
+from surfaces.pages.layout import page_links, page_offset
 from surfaces.pages.live import stop_polling_when
-from surfaces.pages.rendering import page, respond
-from surfaces.pages.timeline import build_timeline, timeline_json
+from surfaces.pages.rendering import page, respond, wants_json
+from surfaces.pages.timeline import build_timeline, flatten, timeline_json
 from worlds_app import selectors
 
 FINISHED = ("committed", "failed", "interrupted", "cancelled")
+SUBJECTS_PER_PAGE = 50
+ONLY = ("", "problems")
+
+
+def _noteworthy(group: dict[str, Any]) -> bool:
+    return bool(group["problem"] or group["running"] or group["rejected"])
+
+
+def _subject_window(
+    request: HttpRequest, timeline: dict[str, Any], events: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Keep :data:`SUBJECTS_PER_PAGE` subject groups of the tree (the rows of the turn itself
+    stay); the window's links, and the events of the subjects shown."""
+    only = request.GET.get("only", "")
+    if only not in ONLY:
+        raise invalid("invalid_query", "only", f"must be 'problems' or absent, got {only[:64]!r}")
+    offset = page_offset(request, "subject_offset")
+    tree = timeline["tree"]
+    subjects = [r for r in tree if r["type"] == "group" and r["kind"] == "subject"]
+    listed = [r for r in subjects if _noteworthy(r)] if only else subjects
+    window = {
+        "count": len(subjects),
+        "noteworthy": sum(1 for r in subjects if _noteworthy(r)),
+        "only": only,
+        "pages": page_links(
+            request, "subject_offset", count=len(listed), limit=SUBJECTS_PER_PAGE, offset=offset
+        ),
+        "events_total": len(events),
+    }
+    if len(subjects) <= SUBJECTS_PER_PAGE and not only:
+        window["paged"] = False
+        window["events"] = events
+        return window
+    shown = {id(r) for r in listed[offset : offset + SUBJECTS_PER_PAGE]}
+    timeline["tree"] = [r for r in tree if r not in subjects or id(r) in shown]
+    timeline["rows"] = list(flatten(timeline["tree"]))
+    names = {r["label"] for r in subjects if id(r) in shown}
+    window["paged"] = True
+    window["events"] = [e for e in events if not e["subject_id"] or e["subject_id"] in names]
+    params = request.GET.copy()
+    params.pop("format", None)
+    params.pop("subject_offset", None)
+    params.pop("only", None)
+    base = f"{request.path}?{params.urlencode()}&" if params else f"{request.path}?"
+    window["all_url"] = base.rstrip("?&")
+    window["problems_url"] = f"{base}only=problems"
+    return window
 
 
 @page
 def attempt_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
     data = selectors.attempt_get(attempt_id=attempt_id)
     timeline = build_timeline(data, trace_details(attempt_id=UUID(data["id"])))
+    # the whole attempt, for ?format=json only (the rows of 500 subjects cost 50 ms to list)
+    payload: dict[str, Any] = (
+        {**data, "timeline": timeline_json(timeline)} if wants_json(request) else {}
+    )
+    window = _subject_window(request, timeline, data["events"])
     verdicts = timeline.pop("verdicts")
     generations = [i for i in data["source_invocations"] if i["kind"] == "llm_generation"]
     finished = data["status"] in FINISHED
@@ -33,7 +93,9 @@ def attempt_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
         "attempt": data,
         "timeline": timeline,
         "finished": finished,
-        "url": reverse("page-attempt", args=[data["id"]]),
+        "subjects": window,
+        # the page polls itself with its own window of subjects
+        "url": request.get_full_path(),
         "stats": {
             "invocations": len(data["source_invocations"]),
             "generations": len(generations),
@@ -43,7 +105,6 @@ def attempt_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
             "completion_tokens": sum(i["completion_tokens"] or 0 for i in generations),
         },
     }
-    payload: dict[str, Any] = {**data, "timeline": timeline_json(timeline)}
     response = respond(
         request,
         "worlds_app/attempt_detail.html",

@@ -207,7 +207,7 @@ class _Builder:
         starts = [c["offset_ms"] for c in children]
         ends = [c["offset_ms"] + c.get("duration_ms", 0) for c in children]
         offset, end = (min(starts), max(ends)) if children else (0, 0)
-        below = list(_descendants(children))
+        below = list(flatten(children))
         calls = [c for c in below if c["type"] == "invocation"]
         rejected = sum(1 for c in calls if c["verdict"]["code"] == "rejected")
         running = any(c["running"] for c in below)
@@ -336,10 +336,11 @@ def _walk(rows: list[dict[str, Any]], depth: int = 0) -> Any:
         yield from _walk(row["children"], depth + 1)
 
 
-def _descendants(rows: list[dict[str, Any]]) -> Any:
+def flatten(rows: list[dict[str, Any]]) -> Any:
+    """Every row of a tree, in page order (each with the depth ``build`` gave it)."""
     for row in rows:
         yield row
-        yield from _descendants(row["children"])
+        yield from flatten(row["children"])
 
 
 def _pretty(value: Any) -> str:

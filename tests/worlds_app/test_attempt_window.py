@@ -1,0 +1,154 @@
+"""An attempt of many subjects (surfaces/pages/attempts.py): its timeline page shows 50 subjects
+at a time, or only those with a problem, with the turn's own rows on every page; the figures
+count the whole attempt and ``?format=json`` gives all of it. Rendered whole, a 500-agent turn's
+page was 4 MB."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from scenarios_app.services import scenario_assemble
+from surfaces.pages.attempts import SUBJECTS_PER_PAGE
+from tests.cognition_app.conftest import (  # noqa: F401 - fixtures
+    _fresh_probe_cache,
+    fixture_body,
+    toy_sources,
+)
+from tests.worlds_app.test_pages import ANT_OK, BAD_REPLY, run_turn
+from worlds_app.models import AttemptStatus, TurnAttempt
+from worlds_app.services import world_create
+
+pytestmark = pytest.mark.django_db
+MITES = 60
+WANDER = {
+    "id": "wander",
+    "when": [],
+    "intent": "wander along the rim",
+    "plan": [{"op": "set_entity_state", "entity_id": "{{subject.id}}", "state": "on the rim"}],
+    "memory": "Turn {{world.attempted_turn}}: wandered along the rim.",
+    "narration": "{{subject.name}} wanders along the rim of the plate.",
+}
+
+
+@pytest.fixture
+def reader(client: Client, reader_user: User) -> Client:
+    client.force_login(reader_user)
+    return client
+
+
+def _crowded(fixture: str, slug: str) -> TurnAttempt:
+    """The fixture's plate with sixty rule-policy mites on it, after one turn."""
+    body = fixture_body(fixture)
+    workflow = {
+        "version": 1,
+        "execution": "per_subject_ordered",
+        "ambient_sources": [],
+        "nodes": [{"id": "decide", "type": "rule_policy", "rules": [WANDER]}],
+        "apply": {"from": "decide.final"},
+    }
+    body["cognition_profiles"]["mite"] = {"inline": {"workflow": {"inline": workflow}}}
+    plate = next(e["inline"]["environment"] for e in body["entities"] if "kind" in e["inline"])
+    for n in range(MITES):
+        body["entities"].append(
+            {
+                "inline": {
+                    "id": f"mite_{n:02d}",
+                    "name": f"Mite {n}",
+                    "state": "at the rim of the plate",
+                    "environment": plate,
+                    "kind": {"agent": {"goal": "g", "memory": "", "cognition_profile": "mite"}},
+                }
+            }
+        )
+    scenario = scenario_assemble(data=body)["scenario_hash"]
+    world_create(data={"slug": slug, "scenario_ref": {"hash": scenario}})
+    attempt = run_turn(slug)
+    assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
+    return attempt
+
+
+@pytest.fixture
+def attempt() -> TurnAttempt:
+    return _crowded("ant_on_plate_rules", "mites")
+
+
+def _subjects(html: str) -> list[str]:
+    return re.findall(r'<details class="wf-node t-group k-subject" id="s-([^"]+)"', html)
+
+
+def test_the_page_shows_a_window_of_subjects(reader: Client, attempt: TurnAttempt) -> None:
+    subjects = 1 + MITES  # the ant and the mites
+    url = f"/attempts/{attempt.pk}/"
+    first = reader.get(url).content.decode()
+    shown = _subjects(first)
+    assert len(shown) == SUBJECTS_PER_PAGE
+    assert f"<strong>{subjects}</strong> subjects · showing 1–{SUBJECTS_PER_PAGE}" in first
+    assert "turn committed" in first.lower()  # the turn's own rows are on every page
+    assert f'href="{url}?subject_offset={SUBJECTS_PER_PAGE}"' in first
+    # the figures at the top count the whole attempt; the raw events are the window's
+    events = attempt.events.count()
+    assert f"of {events}: the turn" in first
+
+    rest = reader.get(f"{url}?subject_offset={SUBJECTS_PER_PAGE}").content.decode()
+    more = _subjects(rest)
+    assert len(more) == subjects - SUBJECTS_PER_PAGE
+    assert not set(shown) & set(more)
+    assert "turn committed" in rest.lower()
+    assert f"showing {SUBJECTS_PER_PAGE + 1}–{subjects}" in rest
+
+    # the JSON answer is the whole attempt
+    rows: list[dict[str, Any]] = reader.get(f"{url}?format=json").json()["timeline"]
+    assert sum(1 for r in rows if r["type"] == "group" and r["kind"] == "subject") == subjects
+
+
+def test_only_the_subjects_with_problems(reader: Client, attempt: TurnAttempt) -> None:
+    url = f"/attempts/{attempt.pk}/"
+    page = reader.get(f"{url}?only=problems").content.decode()
+    assert _subjects(page) == []
+    assert f"<strong>0</strong> of {1 + MITES} subjects had a problem" in page
+    assert f'href="{url}"' in page  # back to all of them
+
+
+def test_only_the_subject_whose_reply_was_rejected(
+    reader: Client,
+    scripted_llm: Any,
+    toy_sources: str,  # noqa: F811
+) -> None:
+    scripted_llm.script(BAD_REPLY, ANT_OK)
+    attempt = _crowded("ant_on_plate", "llm_mites")
+    url = f"/attempts/{attempt.pk}/"
+    first = reader.get(url).content.decode()
+    assert f'href="{url}?only=problems">Only those with problems (1)</a>' in first
+    page = reader.get(f"{url}?only=problems").content.decode()
+    assert _subjects(page) == ["ant"]
+    assert f"<strong>1</strong> of {1 + MITES} subjects had a problem" in page
+    assert "rejected" in page
+
+
+@pytest.mark.parametrize(
+    ("query", "field"), [("only=everything", "only"), ("subject_offset=-1", "subject_offset")]
+)
+def test_a_bad_window_is_a_400_naming_the_field(
+    reader: Client, attempt: TurnAttempt, query: str, field: str
+) -> None:
+    response = reader.get(f"/attempts/{attempt.pk}/?{query}&format=json")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "invalid_query"
+    assert error["details"]["field"] == field
+    assert reader.get(f"/attempts/{attempt.pk}/?{query}").status_code == 400
+
+
+def test_a_small_attempt_is_not_windowed(reader: Client) -> None:
+    from tests.worlds_app.test_pages import make_world
+
+    make_world("ant_on_plate_rules", "small")
+    attempt = run_turn("small")
+    page = reader.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert "wf-window" not in page
+    assert len(_subjects(page)) == 1
