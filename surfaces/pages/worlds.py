@@ -36,6 +36,7 @@ class HtmxHttpRequest(HttpRequest):
 FINISHED = ("committed", "failed", "interrupted", "cancelled")
 TURNS_PER_PAGE = 20
 ATTEMPTS_PER_PAGE = 15
+PATCHES_PER_PAGE = 50
 COMPARE_CHOICES = 50
 
 
@@ -164,9 +165,20 @@ def turn_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         else t
         for t in data["transitions"]
     ]
+    # A turn of many subjects (500 agents: 500 patches, 1,000 transitions, 1 MB) shows its
+    # patches PATCHES_PER_PAGE at a time, each with its transitions; ?format=json gives all.
+    offset = page_offset(request, "patch_offset")
+    patches = sorted(data["patches"], key=lambda p: p["patch_seq"])
+    shown = patches[offset : offset + PATCHES_PER_PAGE]
+    seqs = {p["patch_seq"] for p in shown}
     context = {
         "turn": data,
-        "transitions": rows,
+        "patches": shown,
+        "patch_pages": page_links(
+            request, "patch_offset", count=len(patches), limit=PATCHES_PER_PAGE, offset=offset
+        ),
+        "transitions": [t for t in rows if t["patch_seq"] in seqs],
+        "transitions_total": len(rows),
         "environments": environments(data["state"]),
         "prev": number - 1 if number > 0 else None,
         "next": number + 1 if number < selectors.world_current_turn(slug=slug) else None,

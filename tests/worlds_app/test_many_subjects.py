@@ -1,7 +1,8 @@
-"""An attempt of many subjects (surfaces/pages/attempts.py): its timeline page shows 50 subjects
-at a time, or only those with a problem, with the turn's own rows on every page; the figures
-count the whole attempt and ``?format=json`` gives all of it. Rendered whole, a 500-agent turn's
-page was 4 MB."""
+"""Pages of a turn of many subjects. The attempt timeline (surfaces/pages/attempts.py) shows 50
+subjects at a time, or only those with a problem, with the turn's own rows on every page; the
+turn page shows 50 patches at a time with their transitions; the figures count everything and
+``?format=json`` gives all of it. Rendered whole at 500 agents, the attempt page was 4 MB and
+the turn page 1 MB."""
 
 from __future__ import annotations
 
@@ -152,3 +153,24 @@ def test_a_small_attempt_is_not_windowed(reader: Client) -> None:
     page = reader.get(f"/attempts/{attempt.pk}/").content.decode()
     assert "wf-window" not in page
     assert len(_subjects(page)) == 1
+
+
+def test_the_turn_page_shows_a_window_of_patches(reader: Client, attempt: TurnAttempt) -> None:
+    patches = 1 + MITES
+    url = f"/worlds/mites/turns/{attempt.produced_turn}/"
+    first = reader.get(url).content.decode()
+    assert first.count('<div class="patch">') == 50
+    assert f"1–50 of {patches}, with their transitions" in first
+    assert f'href="{url}?patch_offset=50"' in first
+    total = attempt.transitions.count()
+    shown = first.count('<td class="change">')
+    assert 0 < shown < total
+    assert f"{shown} of {total}: those of the patches shown" in first
+    rest = reader.get(f"{url}?patch_offset=50").content.decode()
+    assert rest.count('<div class="patch">') == patches - 50
+    assert shown + rest.count('<td class="change">') == total
+    data = reader.get(f"{url}?format=json").json()
+    assert (len(data["patches"]), len(data["transitions"])) == (patches, total)
+    bad = reader.get(f"{url}?patch_offset=many&format=json")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["details"]["field"] == "patch_offset"
