@@ -7,7 +7,6 @@ test-artifacts/ (fold-*.png)."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +17,6 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
 from cognition_app.models import LlmCall
-from scenarios_app.services import scenario_assemble
 from surfaces.pages.timeline import FOLD_ABOVE
 from tests.browser.chromium import (
     ARTIFACTS,
@@ -28,26 +26,14 @@ from tests.browser.chromium import (
     sign_in,
     wait_for,
 )
-from tests.cognition_app.conftest import (  # noqa: F401 - fixtures
-    _fresh_probe_cache,
-    fixture_body,
-    toy_sources,
-)
+from tests.cognition_app.conftest import _fresh_probe_cache, toy_sources  # noqa: F401
+from tests.support.crowds import crowded_world
 from tests.worlds_app.test_pages import ANT_OK, BAD_REPLY, run_turn
 from worlds_app.models import AttemptStatus
-from worlds_app.services import world_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 PASSWORD = "a-long-password-1"
 MITES = 30
-WANDER = {
-    "id": "wander",
-    "when": [],
-    "intent": "wander along the rim",
-    "plan": [{"op": "set_entity_state", "entity_id": "{{subject.id}}", "state": "on the rim"}],
-    "memory": "Turn {{world.attempted_turn}}: wandered along the rim.",
-    "narration": "{{subject.name}} wanders along the rim of the plate.",
-}
 
 
 @pytest.fixture
@@ -58,29 +44,7 @@ def browser() -> Iterator[webdriver.Chrome]:
 
 def _crowded_plate() -> None:
     """The ant's plate with thirty rule-policy mites on it."""
-    body = copy.deepcopy(fixture_body("ant_on_plate"))
-    workflow = {
-        "version": 1,
-        "execution": "per_subject_ordered",
-        "ambient_sources": [],
-        "nodes": [{"id": "decide", "type": "rule_policy", "rules": [WANDER]}],
-        "apply": {"from": "decide.final"},
-    }
-    body["cognition_profiles"]["mite"] = {"inline": {"workflow": {"inline": workflow}}}
-    for n in range(MITES):
-        body["entities"].append(
-            {
-                "inline": {
-                    "id": f"mite_{n:02d}",
-                    "name": f"Mite {n}",
-                    "state": "at the rim of the plate",
-                    "environment": "kitchen_plate",
-                    "kind": {"agent": {"goal": "g", "memory": "", "cognition_profile": "mite"}},
-                }
-            }
-        )
-    scenario = scenario_assemble(data=body)["scenario_hash"]
-    world_create(data={"slug": "crowded", "scenario_ref": {"hash": scenario}})
+    crowded_world("ant_on_plate", "crowded", mites=MITES, environment="kitchen_plate")
 
 
 def _rows(browser: webdriver.Chrome) -> tuple[int, int]:

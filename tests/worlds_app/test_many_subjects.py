@@ -13,27 +13,14 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from scenarios_app.services import scenario_assemble
 from surfaces.pages.attempts import SUBJECTS_PER_PAGE
-from tests.cognition_app.conftest import (  # noqa: F401 - fixtures
-    _fresh_probe_cache,
-    fixture_body,
-    toy_sources,
-)
+from tests.cognition_app.conftest import _fresh_probe_cache, toy_sources  # noqa: F401
+from tests.support.crowds import crowded_world
 from tests.worlds_app.test_pages import ANT_OK, BAD_REPLY, run_turn
 from worlds_app.models import AttemptStatus, TurnAttempt
-from worlds_app.services import world_create
 
 pytestmark = pytest.mark.django_db
 MITES = 60
-WANDER = {
-    "id": "wander",
-    "when": [],
-    "intent": "wander along the rim",
-    "plan": [{"op": "set_entity_state", "entity_id": "{{subject.id}}", "state": "on the rim"}],
-    "memory": "Turn {{world.attempted_turn}}: wandered along the rim.",
-    "narration": "{{subject.name}} wanders along the rim of the plate.",
-}
 
 
 @pytest.fixture
@@ -44,30 +31,7 @@ def reader(client: Client, reader_user: User) -> Client:
 
 def _crowded(fixture: str, slug: str) -> TurnAttempt:
     """The fixture's plate with sixty rule-policy mites on it, after one turn."""
-    body = fixture_body(fixture)
-    workflow = {
-        "version": 1,
-        "execution": "per_subject_ordered",
-        "ambient_sources": [],
-        "nodes": [{"id": "decide", "type": "rule_policy", "rules": [WANDER]}],
-        "apply": {"from": "decide.final"},
-    }
-    body["cognition_profiles"]["mite"] = {"inline": {"workflow": {"inline": workflow}}}
-    plate = next(e["inline"]["environment"] for e in body["entities"] if "kind" in e["inline"])
-    for n in range(MITES):
-        body["entities"].append(
-            {
-                "inline": {
-                    "id": f"mite_{n:02d}",
-                    "name": f"Mite {n}",
-                    "state": "at the rim of the plate",
-                    "environment": plate,
-                    "kind": {"agent": {"goal": "g", "memory": "", "cognition_profile": "mite"}},
-                }
-            }
-        )
-    scenario = scenario_assemble(data=body)["scenario_hash"]
-    world_create(data={"slug": slug, "scenario_ref": {"hash": scenario}})
+    crowded_world(fixture, slug, mites=MITES, environment="kitchen_plate")
     attempt = run_turn(slug)
     assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
     return attempt
