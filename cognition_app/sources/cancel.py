@@ -40,7 +40,7 @@ class CancelScope:
                 self._flag.set()
             streams = list(self._streams)
         for response in streams:
-            _shut(response)
+            shut(response)
 
     def check(self, what: str) -> None:
         """Raise before a call is made once the scope is cancelled (no row is opened: nothing
@@ -58,7 +58,7 @@ class CancelScope:
             self._streams.add(response)
             cancelled = self._flag.is_set()
         if cancelled:
-            _shut(response)
+            shut(response)
         try:
             yield
         finally:
@@ -66,7 +66,8 @@ class CancelScope:
                 self._streams.discard(response)
 
 
-def _shut(response: httpx.Response) -> None:
+def shut(response: httpx.Response) -> None:
+    """Shut the socket of a response being read: its reader wakes with an error at once."""
     stream = response.extensions.get("network_stream")
     sock = stream.get_extra_info("socket") if stream is not None else None
     if isinstance(sock, socket.socket):

@@ -3,6 +3,7 @@ schema."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from cognition_app.models import SourceInvocation
 from cognition_app.rows import insert_statement
 from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
+from cognition_app.sources.deadline import bounded
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.replay import request_key
 from cognition_app.sources.results import (
@@ -90,18 +92,35 @@ def _post_json(
     result_schema_hash: str,
 ) -> JsonResult:
     headers = ctx.headers(inv.pk)
+    timeout = iface["timeout_ms"] / 1000
+    deadline = time.monotonic() + timeout
+    too_slow = f"timed out after {iface['timeout_ms']} ms: the response did not end in time"
     try:
-        response = http_client().post(
-            base + iface.get("path", ""),
-            json=body,
-            headers=headers,
-            timeout=iface["timeout_ms"] / 1000,
+        with (
+            http_client().stream(
+                "POST", base + iface.get("path", ""), json=body, headers=headers, timeout=timeout
+            ) as response,
+            bounded(response, deadline),  # timeout_ms bounds the whole exchange
+        ):
+            content = _read_capped(response, deadline)
+    except _TooLarge:
+        return fail_invocation(
+            inv,
+            "transport",
+            f"the response is larger than {MAX_RESPONSE_BYTES:,} bytes; nothing of it is kept",
+            http_status=response.status_code,
+            response_headers=redact_headers(response.headers),
         )
     except httpx.TimeoutException as exc:
         return fail_invocation(inv, "transport", f"timed out after {iface['timeout_ms']} ms: {exc}")
     except httpx.HTTPError as exc:
+        if time.monotonic() >= deadline:  # cut at its deadline
+            return fail_invocation(inv, "transport", too_slow)
         return fail_invocation(inv, "transport", f"{type(exc).__name__}: {exc}")
-    text = storable_text(scrub(response.text[:200_000]))
+    if content is None:
+        return fail_invocation(inv, "transport", too_slow)
+    response_text = content.decode(response.encoding or "utf-8", errors="replace")
+    text = storable_text(scrub(response_text[:200_000]))
     recorded: dict[str, Any] = {
         "http_status": response.status_code,
         "response_headers": redact_headers(response.headers),
@@ -117,7 +136,7 @@ def _post_json(
             **recorded,
         )
     try:
-        value = loads_strict(response.text)
+        value = loads_strict(response_text)
         check_storable(value)
     except UnstorableValue as exc:
         return fail_invocation(
@@ -143,3 +162,27 @@ def _post_json(
         recorded["validation_status"] = "valid"
     finish_succeeded(ctx, inv, **recorded)
     return JsonResult(value, inv.pk)
+
+
+# A JSON endpoint's response is read up to this size; a bigger one fails the call (a hostile or
+# broken endpoint could otherwise fill the worker's memory).
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _read_capped(response: httpx.Response, deadline: float) -> bytes | None:
+    """The body, decoded of its content coding; None once ``deadline`` has passed (checked at
+    each piece; the deadline's watcher cuts a stream that sends none)."""
+    pieces: list[bytes] = []
+    size = 0
+    for piece in response.iter_bytes():
+        size += len(piece)
+        if size > MAX_RESPONSE_BYTES:
+            raise _TooLarge
+        pieces.append(piece)
+        if time.monotonic() > deadline:
+            return None
+    return b"".join(pieces)

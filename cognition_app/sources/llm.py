@@ -38,6 +38,7 @@ from cognition_app.sources.cancel import CANCELLED, CancelScope
 from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
 from cognition_app.sources.conformance import ensure_schema_enforced
+from cognition_app.sources.deadline import bounded
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.generation import (
     CHUNK_ROWS,
@@ -72,6 +73,10 @@ from cognition_app.sources.variables import (
 # length of its reply; CHUNK_BATCH only bounds the rows held in memory between flushes.
 CHUNK_BATCH = 512
 CHUNK_FLUSH_SECONDS = 0.25
+# A reply longer than this fails the call (an endpoint that never stops would otherwise fill
+# the worker's memory and the chunk table until timeout_ms); max_tokens keeps honest ones far
+# below it.
+MAX_REPLY_CHARS = 1_000_000
 
 
 def invoke_llm(
@@ -344,14 +349,20 @@ def _stream(
     finish: Callable[[list[Statement]], None],
 ) -> Generation:
     """``finish`` writes the statements finishing a generation that succeeded (the caller's
-    ``finish_rows``: possibly on the writer thread); failures are written here and now."""
+    ``finish_rows``: possibly on the writer thread); failures are written here and now.
+    ``timeout`` (``timeout_ms``) bounds the whole exchange, the stream's last chunk included."""
     started = time.monotonic()
+    deadline = started + timeout
+    too_slow = (
+        f"the LLM endpoint did not finish its reply within timeout_ms ({round(timeout * 1000)} ms)"
+    )
     pending: list[tuple[Any, ...]] = []  # chunk rows: (call_id, seq, offset_ms, text)
     call_id = str(call.pk)  # as the row's JSON holds it, made once
     secrets = secret_values()  # read once per generation, not once per chunk
     seq = 0
     last_flush = started
     parts: list[str] = []
+    reply_chars = 0
     usage: dict[str, int] = {}
     finish_reason = ""
     response_model = ""
@@ -419,6 +430,7 @@ def _stream(
                 timeout=timeout,
             ) as response,
             _watched(cancel, response),
+            bounded(response, deadline),
         ):
             http_meta["http_status"] = response.status_code
             http_meta["response_headers"] = redact_headers(response.headers)
@@ -451,11 +463,20 @@ def _stream(
             for chunk in chunk_events(response):
                 if cancel is not None and cancel.cancelled:
                     raise fail(CANCELLED, "stopped")
+                if time.monotonic() > deadline:
+                    raise fail("transport", too_slow)
                 if chunk.model:
                     response_model = chunk.model
                 if chunk.usage:
                     usage = _usage(chunk.usage)
                 for delta in chunk.deltas:
+                    reply_chars += len(delta)
+                    if reply_chars > MAX_REPLY_CHARS:
+                        raise fail(
+                            "transport",
+                            f"the reply is longer than {MAX_REPLY_CHARS:,} characters (its "
+                            f"chunks so far are kept)",
+                        )
                     now = time.monotonic()
                     offset = int((now - started) * 1000)
                     if ttft_ms is None:
@@ -478,6 +499,8 @@ def _stream(
             "transport", f"the LLM endpoint timed out after {timeout:.0f} s: {exc}"
         ) from None
     except httpx.HTTPError as exc:
+        if time.monotonic() >= deadline:  # the stream was cut at its deadline
+            raise fail("transport", too_slow) from None
         raise fail("transport", f"{type(exc).__name__}: {exc}") from None
     original = "".join(parts)
     # What is stored, shown and sent back to the model on a retry: storable, no key in it. The

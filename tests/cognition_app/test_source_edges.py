@@ -378,3 +378,95 @@ def test_an_argument_schema_with_local_references_keeps_its_meaning_when_embedde
     assert not validator.is_valid({"tool_call": {"other": 1}})
     plain = {"type": "object"}
     assert embedded_schema(plain, "tool_1", defs) is plain
+
+
+# --- timeout_ms bounds the whole exchange; a reply has a size limit --------------------------
+
+
+def _with_timeout(fixture: str, timeout_ms: int) -> dict[str, Any]:
+    from tests.cognition_app.conftest import fixture_body, workflow_of
+
+    body = fixture_body(fixture)
+    workflow = workflow_of(body, "ant" if fixture == "ant_on_plate" else "walker")
+    if fixture == "ant_on_plate":
+        workflow["nodes"][0]["llm_source_ref"]["inline"]["interface"]["timeout_ms"] = timeout_ms
+    else:
+        workflow["ambient_sources"][0]["source_ref"]["inline"]["interface"]["timeout_ms"] = (
+            timeout_ms
+        )
+    return body
+
+
+def test_a_stream_that_trickles_past_timeout_ms_is_cut_at_its_deadline(
+    scripted_llm: ScriptedLLM,
+) -> None:
+    """Each chunk comes sooner than the read timeout, so httpx alone would wait for all of them
+    (3 chunks 1.5 s apart: 3 s); the call is cut at 2 s, while it waits for the third."""
+    create_world(_with_timeout("ant_on_plate", 2000), "trickle")
+    text = json.dumps(ANT_OK)
+    scripted_llm.script(Reply(text=text, chunk_size=-(-len(text) // 3), chunk_delay_s=1.5))
+    attempt = run_turn("trickle")
+    assert attempt.status == AttemptStatus.FAILED
+    inv = SourceInvocation.objects.get(attempt=attempt, kind="llm_generation")
+    assert inv.failure_class == "transport"
+    assert inv.failure_message == (
+        "the LLM endpoint did not finish its reply within timeout_ms (2000 ms)"
+    )
+    assert 2000 <= inv.duration_ms < 2800, inv.duration_ms  # not at the third chunk (3 s)
+    call = LlmCall.objects.get(invocation=inv)
+    assert call.status == InvocationStatus.FAILED
+    assert LlmChunk.objects.filter(call=call).count() == 2  # what arrived is kept
+    assert_all_finished()
+
+
+def test_a_reply_longer_than_the_limit_fails_keeping_its_chunks(
+    scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cognition_app.sources import llm
+
+    monkeypatch.setattr(llm, "MAX_REPLY_CHARS", 100)
+    create_world("ant_on_plate", "endless")
+    scripted_llm.script(Reply(text="x" * 400, chunk_size=10))
+    attempt = run_turn("endless")
+    assert attempt.status == AttemptStatus.FAILED
+    inv = SourceInvocation.objects.get(attempt=attempt, kind="llm_generation")
+    assert inv.failure_message == (
+        "the reply is longer than 100 characters (its chunks so far are kept)"
+    )
+    assert LlmChunk.objects.filter(call__invocation=inv).count() == 10
+    assert_all_finished()
+
+
+def test_a_json_body_that_trickles_past_timeout_ms_is_cut_at_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    body = json.dumps({"temperature_c": 21, "condition": "sunny"}).encode()
+    with hostile_json_server(body, trickle=(4, 0.6)) as url:  # 1.8 s to send it all
+        for name in TOY_ENV_VARS:
+            monkeypatch.setenv(name, url)
+        create_world(_with_timeout("park", 1000), "trickle-json")
+        attempt = run_turn("trickle-json")
+    assert attempt.status == AttemptStatus.FAILED
+    inv = SourceInvocation.objects.filter(attempt=attempt).order_by("seq").first()
+    assert inv is not None and inv.status == InvocationStatus.FAILED
+    assert inv.failure_message == ("timed out after 1000 ms: the response did not end in time")
+    assert 1000 <= inv.duration_ms < 1600, inv.duration_ms  # not at the body's end (1.8 s)
+    assert_all_finished()
+
+
+def test_a_json_body_larger_than_the_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cognition_app.sources import http_json
+
+    monkeypatch.setattr(http_json, "MAX_RESPONSE_BYTES", 1000)
+    body = json.dumps({"temperature_c": 21, "condition": "x" * 5000}).encode()
+    with hostile_json_server(body) as url:
+        for name in TOY_ENV_VARS:
+            monkeypatch.setenv(name, url)
+        create_world("park", "huge-json")
+        attempt = run_turn("huge-json")
+    assert attempt.status == AttemptStatus.FAILED
+    inv = SourceInvocation.objects.filter(attempt=attempt).order_by("seq").first()
+    assert inv is not None
+    assert inv.failure_message == "the response is larger than 1,000 bytes; nothing of it is kept"
+    assert inv.http_status == 200 and inv.response_text == ""
+    assert_all_finished()

@@ -4,6 +4,7 @@ the headers it was sent. Plain standard library, real HTTP."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,9 +13,14 @@ from typing import Any
 
 @contextmanager
 def hostile_json_server(
-    body: bytes, *, status: int = 200, seen: list[dict[str, str]] | None = None
+    body: bytes,
+    *,
+    status: int = 200,
+    seen: list[dict[str, str]] | None = None,
+    trickle: tuple[int, float] | None = None,
 ) -> Iterator[str]:
-    """Serve ``body`` to every POST; yields the base URL. ``seen`` collects request headers."""
+    """Serve ``body`` to every POST; yields the base URL. ``seen`` collects request headers.
+    ``trickle`` = (pieces, seconds): the body is sent in that many pieces, that long apart."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
@@ -26,7 +32,19 @@ def hostile_json_server(
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if trickle is None:
+                self.wfile.write(body)
+                return
+            pieces, pause = trickle
+            size = -(-len(body) // pieces)
+            try:
+                for start in range(0, len(body), size):
+                    if start:
+                        time.sleep(pause)
+                    self.wfile.write(body[start : start + size])
+                    self.wfile.flush()
+            except OSError:
+                pass  # the client gave up: what the test is about
 
         def log_message(self, *args: Any) -> None:
             return

@@ -1,0 +1,76 @@
+"""The deadline watcher (cognition_app/sources/deadline.py): a stream still read at its deadline
+has its socket shut, so its reader wakes at once; one finished before is never touched."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from cognition_app.sources.deadline import bounded
+
+
+class _Slow(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for _ in range(int(self.path.strip("/") or 0)):
+                self.wfile.write(b"1\r\nx\r\n")
+                self.wfile.flush()
+                time.sleep(0.4)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            pass
+
+    def log_message(self, *args: Any) -> None:
+        return
+
+
+@pytest.fixture
+def server() -> Any:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_stream_read_past_its_deadline_is_cut(server: str) -> None:
+    with httpx.Client(timeout=5) as client:
+        started = time.monotonic()
+        with (
+            pytest.raises(httpx.HTTPError),
+            client.stream("GET", f"{server}/20") as response,  # 8 s of chunks
+            bounded(response, started + 1.0),
+        ):
+            for _ in response.iter_raw():
+                pass
+        assert time.monotonic() - started < 3  # cut at 1 s, not at the end (8 s)
+
+
+def test_a_stream_finished_in_time_is_left_alone_and_its_connection_reused(server: str) -> None:
+    with httpx.Client(timeout=5) as client:
+        for _ in range(3):
+            with (
+                client.stream("GET", f"{server}/1") as response,
+                bounded(response, time.monotonic() + 0.5),
+            ):
+                assert response.read() == b"x"
+        time.sleep(0.8)  # past every deadline: the watcher has nothing left to shut
+        stream = None
+        with client.stream("GET", f"{server}/1") as response:
+            stream = response.extensions["network_stream"]
+            assert response.read() == b"x"
+        sock = stream.get_extra_info("socket")
+        assert isinstance(sock, socket.socket) and sock.fileno() != -1
