@@ -16,7 +16,7 @@ from django.utils import timezone
 from chukwa_core.json_values import loads_strict, storable_text
 from cognition_app.models import InvocationKind, InvocationStatus, SourceInvocation, SourceProbe
 from cognition_app.rows import insert_statement
-from cognition_app.sources.client import http_client
+from cognition_app.sources.deadline import TooLarge, TooSlow, post_json
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.replay import request_key
 from cognition_app.sources.tracing import (
@@ -30,6 +30,7 @@ from cognition_app.sources.tracing import (
 from cognition_app.sources.variables import redact_headers, scrub
 
 PROBE_SCHEMA_NAME = "chukwa_conformance_probe"
+PROBE_MAX_BYTES = 1024 * 1024  # the answer is a few dozen bytes; a bigger one is not read
 PROBE_ANSWER = "chukwa-conformance-ok"
 PROBE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -155,13 +156,22 @@ def _run_probe(
     """Send the check; a transport failure finishes the row and raises (no verdict is kept, so
     the next attempt checks again); otherwise returns the verdict with the response recorded."""
     try:
-        response = http_client().post(
-            f"{base_url}/chat/completions", json=payload, headers=headers, timeout=timeout
+        # timeout_ms bounds the whole exchange; the probe's reply is a few dozen bytes
+        response, response_text = post_json(
+            f"{base_url}/chat/completions",
+            body=payload,
+            headers=headers,
+            timeout=timeout,
+            max_bytes=PROBE_MAX_BYTES,
         )
-    except httpx.HTTPError as exc:
-        fail_invocation(inv, "transport", f"conformance check could not reach the backend: {exc}")
+    except (httpx.HTTPError, TooSlow, TooLarge) as exc:
+        why = {
+            TooSlow: f"no complete answer within {round(timeout * 1000)} ms",
+            TooLarge: f"its answer is larger than {PROBE_MAX_BYTES:,} bytes",
+        }.get(type(exc), str(exc))
+        fail_invocation(inv, "transport", f"conformance check could not reach the backend: {why}")
         raise AssertionError("unreachable") from None  # fail_invocation always raises
-    text = storable_text(scrub(response.text[:20_000]))
+    text = storable_text(scrub(response_text[:20_000]))
     recorded = {
         "http_status": response.status_code,
         "response_headers": redact_headers(response.headers),
@@ -181,7 +191,7 @@ def _run_probe(
             f"rejected response_format (HTTP {response.status_code}): {text[:300]}",
         )
     try:
-        reply = loads_strict(response.text)["choices"][0]["message"]["content"]
+        reply = loads_strict(response_text)["choices"][0]["message"]["content"]
         answer = loads_strict(reply)
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         return False, storable_text(scrub(f"probe reply is not the schema's JSON: {exc}"))

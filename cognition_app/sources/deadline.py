@@ -15,12 +15,15 @@ import heapq
 import itertools
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 
 from cognition_app.sources.cancel import shut
+from cognition_app.sources.client import http_client
 
 
 class _Watchdog:
@@ -85,3 +88,47 @@ def bounded(response: httpx.Response, deadline: float) -> Iterator[None]:
         yield
     finally:
         _WATCHDOG.unwatch(number)
+
+
+class TooSlow(Exception):
+    """The exchange did not end within its deadline."""
+
+
+class TooLarge(Exception):
+    """The body is bigger than the caller reads; ``response`` has its status and headers."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__("response too large")
+        self.response = response
+
+
+def post_json(
+    url: str, *, body: Any, headers: dict[str, str], timeout: float, max_bytes: int
+) -> tuple[httpx.Response, str]:
+    """POST ``body`` as JSON and read the whole response within ``timeout`` seconds, at most
+    ``max_bytes`` of it (content-decoded); returns the response and its text (decoded as httpx
+    decodes ``.text``). Raises :class:`TooSlow`, :class:`TooLarge`, or httpx's errors."""
+    deadline = time.monotonic() + timeout
+    pieces: list[bytes] = []
+    size = 0
+    try:
+        with (
+            http_client().stream(
+                "POST", url, json=body, headers=headers, timeout=timeout
+            ) as response,
+            bounded(response, deadline),
+        ):
+            for piece in response.iter_bytes():
+                size += len(piece)
+                if size > max_bytes:
+                    raise TooLarge(response)
+                pieces.append(piece)
+                if time.monotonic() > deadline:
+                    raise TooSlow
+    except httpx.TimeoutException:
+        raise
+    except httpx.HTTPError:
+        if time.monotonic() >= deadline:  # the stream was cut at its deadline
+            raise TooSlow from None
+        raise
+    return response, b"".join(pieces).decode(response.encoding or "utf-8", errors="replace")

@@ -3,7 +3,6 @@ schema."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,9 +11,8 @@ import httpx
 from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, storable_text
 from cognition_app.models import SourceInvocation
 from cognition_app.rows import insert_statement
-from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
-from cognition_app.sources.deadline import bounded
+from cognition_app.sources.deadline import TooLarge, TooSlow, post_json
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.replay import request_key
 from cognition_app.sources.results import (
@@ -91,35 +89,32 @@ def _post_json(
     ctx: CallContext,
     result_schema_hash: str,
 ) -> JsonResult:
-    headers = ctx.headers(inv.pk)
-    timeout = iface["timeout_ms"] / 1000
-    deadline = time.monotonic() + timeout
-    too_slow = f"timed out after {iface['timeout_ms']} ms: the response did not end in time"
     try:
-        with (
-            http_client().stream(
-                "POST", base + iface.get("path", ""), json=body, headers=headers, timeout=timeout
-            ) as response,
-            bounded(response, deadline),  # timeout_ms bounds the whole exchange
-        ):
-            content = _read_capped(response, deadline)
-    except _TooLarge:
+        response, response_text = post_json(
+            base + iface.get("path", ""),
+            body=body,
+            headers=ctx.headers(inv.pk),
+            timeout=iface["timeout_ms"] / 1000,  # timeout_ms bounds the whole exchange
+            max_bytes=MAX_RESPONSE_BYTES,
+        )
+    except TooSlow:
+        return fail_invocation(
+            inv,
+            "transport",
+            f"timed out after {iface['timeout_ms']} ms: the response did not end in time",
+        )
+    except TooLarge as exc:
         return fail_invocation(
             inv,
             "transport",
             f"the response is larger than {MAX_RESPONSE_BYTES:,} bytes; nothing of it is kept",
-            http_status=response.status_code,
-            response_headers=redact_headers(response.headers),
+            http_status=exc.response.status_code,
+            response_headers=redact_headers(exc.response.headers),
         )
     except httpx.TimeoutException as exc:
         return fail_invocation(inv, "transport", f"timed out after {iface['timeout_ms']} ms: {exc}")
     except httpx.HTTPError as exc:
-        if time.monotonic() >= deadline:  # cut at its deadline
-            return fail_invocation(inv, "transport", too_slow)
         return fail_invocation(inv, "transport", f"{type(exc).__name__}: {exc}")
-    if content is None:
-        return fail_invocation(inv, "transport", too_slow)
-    response_text = content.decode(response.encoding or "utf-8", errors="replace")
     text = storable_text(scrub(response_text[:200_000]))
     recorded: dict[str, Any] = {
         "http_status": response.status_code,
@@ -167,22 +162,3 @@ def _post_json(
 # A JSON endpoint's response is read up to this size; a bigger one fails the call (a hostile or
 # broken endpoint could otherwise fill the worker's memory).
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _read_capped(response: httpx.Response, deadline: float) -> bytes | None:
-    """The body, decoded of its content coding; None once ``deadline`` has passed (checked at
-    each piece; the deadline's watcher cuts a stream that sends none)."""
-    pieces: list[bytes] = []
-    size = 0
-    for piece in response.iter_bytes():
-        size += len(piece)
-        if size > MAX_RESPONSE_BYTES:
-            raise _TooLarge
-        pieces.append(piece)
-        if time.monotonic() > deadline:
-            return None
-    return b"".join(pieces)

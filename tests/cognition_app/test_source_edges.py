@@ -470,3 +470,25 @@ def test_a_json_body_larger_than_the_limit_is_refused(monkeypatch: pytest.Monkey
     assert inv.failure_message == "the response is larger than 1,000 bytes; nothing of it is kept"
     assert inv.http_status == 200 and inv.response_text == ""
     assert_all_finished()
+
+
+def test_a_conformance_answer_larger_than_the_limit_is_not_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cognition_app.sources.conformance import PROBE_MAX_BYTES
+
+    huge = Reply(raw_body=b" " * (PROBE_MAX_BYTES + 1), content_type="application/json")
+    with ScriptedLLM(probe_reply=huge) as llm:
+        monkeypatch.setenv("CHUKWA_LLM_BASE_URL", llm.base_url)
+        monkeypatch.setenv("CHUKWA_LLM_API_KEY", TEST_API_KEY)
+        create_world("ant_on_plate", "probe-huge")
+        attempt = run_turn("probe-huge")
+    assert attempt.status == AttemptStatus.FAILED
+    (check,) = SourceInvocation.objects.filter(attempt=attempt)
+    assert (check.kind, check.failure_class) == ("conformance_check", "transport")
+    assert check.failure_message == (
+        "conformance check could not reach the backend: its answer is larger than "
+        f"{PROBE_MAX_BYTES:,} bytes"
+    )
+    assert not SourceProbe.objects.exists()  # no verdict: checked again next time
+    assert_all_finished()
