@@ -323,6 +323,21 @@ def test_the_stream_is_split_into_lines_only_at_cr_and_lf(scripted_llm: Scripted
 # --- hostile http_json bodies ----------------------------------------------------------------
 
 
+def _park_turn_against(
+    body: bytes,
+    scenario: str | dict[str, Any],
+    slug: str,
+    monkeypatch: pytest.MonkeyPatch,
+    trickle: tuple[int, float] | None = None,
+) -> TurnAttempt:
+    """One turn of a park world whose toy sources all answer ``body`` (hostile_json_server)."""
+    with hostile_json_server(body, trickle=trickle) as url:
+        for name in TOY_ENV_VARS:
+            monkeypatch.setenv(name, url)
+        create_world(scenario, slug)
+        return run_turn(slug)
+
+
 @pytest.mark.parametrize(
     ("body", "expected"),
     [
@@ -334,11 +349,7 @@ def test_the_stream_is_split_into_lines_only_at_cr_and_lf(scripted_llm: Scripted
 def test_an_http_json_body_that_cannot_be_stored_fails_the_invocation(
     body: bytes, expected: str, scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with hostile_json_server(body) as url:
-        for name in TOY_ENV_VARS:
-            monkeypatch.setenv(name, url)
-        create_world("park", "hostile-body")
-        attempt = run_turn("hostile-body")
+    attempt = _park_turn_against(body, "park", "hostile-body", monkeypatch)
     assert attempt.status == AttemptStatus.FAILED
     failed = SourceInvocation.objects.get(attempt=attempt, status="failed")
     assert failed.failure_class == "non_json"
@@ -441,11 +452,8 @@ def test_a_json_body_that_trickles_past_timeout_ms_is_cut_at_its_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     body = json.dumps({"temperature_c": 21, "condition": "sunny"}).encode()
-    with hostile_json_server(body, trickle=(4, 0.6)) as url:  # 1.8 s to send it all
-        for name in TOY_ENV_VARS:
-            monkeypatch.setenv(name, url)
-        create_world(_with_timeout("park", 1000), "trickle-json")
-        attempt = run_turn("trickle-json")
+    scenario = _with_timeout("park", 1000)  # the body takes 1.8 s to send
+    attempt = _park_turn_against(body, scenario, "trickle-json", monkeypatch, trickle=(4, 0.6))
     assert attempt.status == AttemptStatus.FAILED
     inv = SourceInvocation.objects.filter(attempt=attempt).order_by("seq").first()
     assert inv is not None and inv.status == InvocationStatus.FAILED
@@ -459,11 +467,7 @@ def test_a_json_body_larger_than_the_limit_is_refused(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(http_json, "MAX_RESPONSE_BYTES", 1000)
     body = json.dumps({"temperature_c": 21, "condition": "x" * 5000}).encode()
-    with hostile_json_server(body) as url:
-        for name in TOY_ENV_VARS:
-            monkeypatch.setenv(name, url)
-        create_world("park", "huge-json")
-        attempt = run_turn("huge-json")
+    attempt = _park_turn_against(body, "park", "huge-json", monkeypatch)
     assert attempt.status == AttemptStatus.FAILED
     inv = SourceInvocation.objects.filter(attempt=attempt).order_by("seq").first()
     assert inv is not None
