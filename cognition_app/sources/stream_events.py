@@ -60,6 +60,12 @@ def chunk_events(response: httpx.Response) -> Iterator[Chunk]:
         yield chunk
 
 
+# A stream bigger than this fails the call, whatever its events hold (a reply's text has its own
+# limit, cognition_app.sources.llm.MAX_REPLY_CHARS; this bounds what else an endpoint may send,
+# such as one endless line, which the line decoder would hold in memory).
+MAX_STREAM_BYTES = 64 * 1024 * 1024
+
+
 def _server_sent_events(response: httpx.Response) -> Iterator[ServerSentEvent]:
     """``EventSource.iter_sse`` without httpx's text layers: the body's bytes (content-decoded)
     through one incremental UTF-8 decoder into httpx-sse's line and event decoders (per event
@@ -68,7 +74,13 @@ def _server_sent_events(response: httpx.Response) -> Iterator[ServerSentEvent]:
     lines, decoder = SSELineDecoder(), SSEDecoder()
     # Without a content coding the raw body is the body: no decoder, no re-chunking.
     identity = response.headers.get("content-encoding", "identity").strip() in ("", "identity")
+    size = 0
     for data in response.iter_raw() if identity else response.iter_bytes():
+        size += len(data)
+        if size > MAX_STREAM_BYTES:
+            raise SourceFailure(
+                "transport", f"the event stream is larger than {MAX_STREAM_BYTES:,} bytes"
+            )
         for line in lines.decode(text.decode(data)):
             sse = decoder.decode(line)
             if sse is not None:

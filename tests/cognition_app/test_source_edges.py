@@ -496,3 +496,20 @@ def test_a_conformance_answer_larger_than_the_limit_is_not_read(
     )
     assert not SourceProbe.objects.exists()  # no verdict: checked again next time
     assert_all_finished()
+
+
+def test_an_event_stream_larger_than_the_limit_fails(
+    scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One endless line (no event ever ends) is held by the line decoder: the stream's size is
+    bounded whatever its events hold."""
+    from cognition_app.sources import stream_events
+
+    monkeypatch.setattr(stream_events, "MAX_STREAM_BYTES", 5000)
+    create_world("ant_on_plate", "endless-line")
+    scripted_llm.script(Reply(raw_body=b"data: " + b"x" * 20_000))
+    attempt = run_turn("endless-line")
+    assert attempt.status == AttemptStatus.FAILED
+    inv = SourceInvocation.objects.get(attempt=attempt, kind="llm_generation")
+    assert inv.failure_message == "the event stream is larger than 5,000 bytes"
+    assert_all_finished()
