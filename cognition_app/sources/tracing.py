@@ -21,7 +21,6 @@ from cognition_app.rows import (
     BatchResults,
     Statement,
     send_batch,
-    send_combined,
     update_statement,
 )
 from cognition_app.sources.cancel import CancelScope
@@ -151,18 +150,6 @@ def trace_batch(statements: Sequence[Statement]) -> BatchResults:
     return send_batch([(_SYNC_COMMIT_OFF, []), *statements])[1:]
 
 
-def trace_one(
-    checks: Sequence[Statement], writes: Sequence[Statement], query: Statement | None = None
-) -> list[tuple[Any, ...]]:
-    """A call's opening as one statement (``cognition_app.rows.send_combined``: the
-    ``checks``, the ``writes``; ``query``'s rows returned), committed durably: the call's
-    request goes out once this returns, so a crash of PostgreSQL itself must not take these rows
-    back (SPEC §7: written before any byte is sent). With ``synchronous_commit`` off, as the
-    other trace writes are, an immediate stop right after an opening lost it while its request
-    had gone out (``bench/fault_injection.py``: 2 of 4 model requests with no row)."""
-    return send_combined(checks, writes, query)
-
-
 # For the batch's transaction only (is_local). Not ``SET LOCAL``: outside a transaction block (a
 # pipeline's implicit transaction, on the writer thread or a subject's autocommit connection) it
 # takes effect too, but PostgreSQL warns, to the client and into its log, once per batch.
@@ -175,7 +162,7 @@ def open_rows(ctx: CallContext, statements: Sequence[Statement]) -> BatchResults
     goes through here, before any byte is sent."""
     if ctx.write_rows is not None:
         return ctx.write_rows(statements)
-    return send_batch(statements)  # committed durably, as :func:`trace_one` is
+    return send_batch(statements)  # committed durably, as an event log's opening is
 
 
 def finish_statement(inv: SourceInvocation, status: str, **fields: Any) -> Statement:

@@ -1,5 +1,5 @@
-"""One statement for a call's opening (cognition_app/rows.py ``send_combined``, sources/
-tracing.py ``trace_one``): its checks run whatever the rest returns — a refusing one leaves
+"""One statement for a call's opening (cognition_app/rows.py ``send_combined``, sent by
+worlds_app/services/events.py): its checks run whatever the rest returns — a refusing one leaves
 nothing written even when the query is planned away — its writes all run (a foreign key to a
 row inserted beside it holds), and it returns its query's rows."""
 
@@ -12,7 +12,6 @@ from django.utils import timezone
 
 from cognition_app.models import InvocationKind, LlmCall, SourceInvocation
 from cognition_app.rows import combined_statement, insert_statement, send_combined
-from cognition_app.sources.tracing import trace_one
 from worlds_app.models import TurnAttempt, World
 from worlds_app.services import turn_attempt_enqueue
 
@@ -89,13 +88,12 @@ def test_a_refusing_check_leaves_nothing_written_whatever_the_query_returns(
     assert not LlmCall.objects.filter(pk=call.pk).exists()
 
 
-def test_an_opening_commits_durably(attempt: TurnAttempt) -> None:
-    """Its request goes out once it returns: ``synchronous_commit`` stays on for it (trace
-    writes turn it off for their transaction, and an immediate stop of PostgreSQL then lost
-    openings whose requests had gone out)."""
+def test_it_leaves_the_commit_synchronous(attempt: TurnAttempt) -> None:
+    """A call's opening is sent this way and its request goes out once it returns, so it must
+    not turn ``synchronous_commit`` off as trace writes do for their transaction."""
     inv, call = _call(attempt)
     with connection.cursor() as cursor:
-        rows = trace_one(
+        rows = send_combined(
             [PASS],
             [insert_statement(inv), insert_statement(call)],
             ("SELECT current_setting('synchronous_commit') AS s", []),
@@ -109,7 +107,7 @@ def test_an_opening_commits_durably(attempt: TurnAttempt) -> None:
 def test_it_is_one_query(attempt: TurnAttempt) -> None:
     inv, call = _call(attempt)
     with CaptureQueriesContext(connection) as queries:
-        trace_one([PASS], [insert_statement(inv), insert_statement(call)], NO_ROWS)
+        send_combined([PASS], [insert_statement(inv), insert_statement(call)], NO_ROWS)
     assert len(queries.captured_queries) == 1
 
 

@@ -102,6 +102,18 @@ def test_with_nothing_pending_only_the_calls_rows_are_written(claimed: TurnAttem
     assert _events(claimed) == []
 
 
+def test_an_opening_commits_durably(claimed: TurnAttempt) -> None:
+    """Its request goes out once it returns, so it must not be committed with
+    ``synchronous_commit`` off as other trace writes are (an immediate stop of PostgreSQL then
+    lost openings whose requests had gone out)."""
+    log = EventLog(claimed)
+    log.append(StagedEvent("attempt_started", {}))
+    with CaptureQueriesContext(connection) as queries:
+        log.write_with([insert_statement(_invocation(claimed, 1))])
+    (opening,) = [q["sql"] for q in queries.captured_queries]
+    assert "synchronous_commit" not in opening
+
+
 @pytest.mark.parametrize("pending", [True, False])
 @pytest.mark.parametrize("taken", ["interrupted", "another lease"])
 def test_after_the_lease_is_lost_neither_the_events_nor_the_calls_row_are_written(

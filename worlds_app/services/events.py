@@ -26,8 +26,8 @@ from uuid import UUID
 
 from django.db import DatabaseError, connection, transaction
 
-from cognition_app.rows import RowTable, Statement, insert_rows
-from cognition_app.sources.tracing import BatchResults, trace_one
+from cognition_app.rows import RowTable, Statement, insert_rows, send_combined
+from cognition_app.sources.tracing import BatchResults
 from cognition_app.sources.write_behind import TraceWriter
 from cognition_app.subject_run import StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
@@ -70,13 +70,19 @@ def _lease_statement(attempt_id: UUID, lease_owner: str, *, guard: bool) -> Stat
 def _opening(
     guard: Statement, events: list[Statement], statements: Sequence[Statement]
 ) -> BatchResults:
-    """The guard, the events and a call's rows in one statement (``trace_one``); the results
-    as ``trace_batch`` gives them for ``statements``: None per write, and the rows of a last
-    statement that is a SELECT (the price in force)."""
+    """The guard, the events and a call's rows in one statement (``cognition_app.rows.
+    send_combined``); the results as ``trace_batch`` gives them for ``statements``: None per
+    write, and the rows of a last statement that is a SELECT (the price in force).
+
+    Committed durably, unlike the other trace writes (``synchronous_commit`` stays on): the
+    call's request goes out once this returns, so a crash of PostgreSQL itself must not take
+    these rows back (SPEC §7: written before any byte is sent). Asynchronous, an immediate stop
+    right after an opening lost it while its request had gone out (``bench/fault_injection.py``:
+    2 of 4 model requests with no row)."""
     last = statements[-1][0] if statements else ""
     query = statements[-1] if last.lstrip()[:6].upper() == "SELECT" else None
     writes = list(statements[:-1] if query is not None else statements)
-    rows = trace_one([guard], [*events, *writes], query)
+    rows = send_combined([guard], [*events, *writes], query)
     return [*([None] * len(writes)), *([rows] if query is not None else [])]
 
 
