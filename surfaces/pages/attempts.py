@@ -21,7 +21,7 @@ from django.http import HttpRequest, HttpResponse
 
 from chukwa_core.errors import invalid
 from cognition_app.verdicts import trace_details
-from surfaces.pages.layout import page_links, page_offset
+from surfaces.pages.layout import page_links, page_offset, query_url
 from surfaces.pages.live import stop_polling_when
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.pages.timeline import build_timeline, flatten, timeline_json
@@ -62,18 +62,14 @@ def _subject_window(
         window["events"] = events
         return window
     shown = {id(r) for r in listed[offset : offset + SUBJECTS_PER_PAGE]}
-    timeline["tree"] = [r for r in tree if r not in subjects or id(r) in shown]
+    hidden = {id(r) for r in subjects} - shown
+    timeline["tree"] = [r for r in tree if id(r) not in hidden]
     timeline["rows"] = list(flatten(timeline["tree"]))
     names = {r["label"] for r in subjects if id(r) in shown}
     window["paged"] = True
     window["events"] = [e for e in events if not e["subject_id"] or e["subject_id"] in names]
-    params = request.GET.copy()
-    params.pop("format", None)
-    params.pop("subject_offset", None)
-    params.pop("only", None)
-    base = f"{request.path}?{params.urlencode()}&" if params else f"{request.path}?"
-    window["all_url"] = base.rstrip("?&")
-    window["problems_url"] = f"{base}only=problems"
+    window["all_url"] = query_url(request, subject_offset=None, only=None)
+    window["problems_url"] = query_url(request, subject_offset=None, only="problems")
     return window
 
 

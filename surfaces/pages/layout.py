@@ -56,16 +56,27 @@ def page_offset(request: HttpRequest, key: str) -> int:
     return value
 
 
+def query_url(request: HttpRequest, **changes: str | None) -> str:
+    """This page's URL with its query's ``changes`` made (None removes a parameter), without
+    ``format``."""
+    params = request.GET.copy()
+    params.pop("format", None)
+    for key, value in changes.items():
+        if value is None:
+            params.pop(key, None)
+        else:
+            params[key] = value
+    query = params.urlencode()
+    return f"{request.path}?{query}" if query else request.path
+
+
 def page_links(
     request: HttpRequest, key: str, *, count: int, limit: int, offset: int
 ) -> dict[str, Any]:
     """Newer/older links for one paged list of a page that has several (``key`` its offset)."""
 
     def link(new_offset: int) -> str:
-        params = request.GET.copy()
-        params.pop("format", None)
-        params[key] = str(new_offset)
-        return f"{request.path}?{params.urlencode()}"
+        return query_url(request, **{key: str(new_offset)})
 
     return {
         "count": count,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import mark_safe
@@ -12,6 +11,7 @@ from chukwa_core.errors import NotFoundError
 from chukwa_core.workflow_refs import REF_KINDS
 from scenarios_app import selectors
 from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind
+from surfaces.pages.layout import query_url
 from surfaces.pages.lineage_svg import lineage_svg
 from surfaces.pages.rendering import page, respond
 
@@ -44,10 +44,7 @@ def _pager(request: HttpRequest, *, count: int, limit: int, offset: int) -> dict
     """Prev/next links that keep the other query parameters (filters) as they are."""
 
     def link(new_offset: int) -> str:
-        params = {k: v for k, v in request.GET.items() if k not in ("offset", "format")}
-        params["offset"] = str(new_offset)
-        params["limit"] = str(limit)
-        return f"{request.path}?{urlencode(params)}"
+        return query_url(request, offset=str(new_offset), limit=str(limit))
 
     return {
         "count": count,
