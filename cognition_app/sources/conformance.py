@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 from django.conf import settings
@@ -146,6 +146,11 @@ def _probe_payload(model: str) -> dict[str, Any]:
     }
 
 
+def _unreached(inv: SourceInvocation, why: str) -> NoReturn:
+    fail_invocation(inv, "transport", f"conformance check could not reach the backend: {why}")
+    raise AssertionError("unreachable")  # fail_invocation always raises
+
+
 def _run_probe(
     inv: SourceInvocation,
     base_url: str,
@@ -164,13 +169,12 @@ def _run_probe(
             timeout=timeout,
             max_bytes=PROBE_MAX_BYTES,
         )
-    except (httpx.HTTPError, TooSlow, TooLarge) as exc:
-        why = {
-            TooSlow: f"no complete answer within {round(timeout * 1000)} ms",
-            TooLarge: f"its answer is larger than {PROBE_MAX_BYTES:,} bytes",
-        }.get(type(exc), str(exc))
-        fail_invocation(inv, "transport", f"conformance check could not reach the backend: {why}")
-        raise AssertionError("unreachable") from None  # fail_invocation always raises
+    except TooSlow:
+        _unreached(inv, f"no complete answer within {round(timeout * 1000)} ms")
+    except TooLarge:
+        _unreached(inv, f"its answer is larger than {PROBE_MAX_BYTES:,} bytes")
+    except httpx.HTTPError as exc:
+        _unreached(inv, str(exc))
     text = storable_text(scrub(response_text[:20_000]))
     recorded = {
         "http_status": response.status_code,
