@@ -219,10 +219,35 @@ def _run_turn(llm: ScriptedServer, reply_text: str) -> float:
 
 
 def _http_baseline(
+    llm: ScriptedServer, body: dict[str, Any], reply_text: str, n: int
+) -> list[float]:
+    """The same request and reply through the transport Chukwa's calls use
+    (``cognition_app.sources.transport``, its pooled connection; httpx's request and response
+    on urllib3), the body's lines split and dropped: loopback HTTP plus the scripted server's time, without any of Chukwa's own work."""
+    from cognition_app.sources.transport import body_pieces, post
+
+    content = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
+    times: list[float] = []
+    for _ in range(n):
+        llm.script(reply_text)
+        t0 = time.perf_counter()
+        with post(
+            f"{llm.base_url}/chat/completions", content=content, headers=headers, timeout=60
+        ) as response:
+            if response.status_code != 200:
+                raise RuntimeError(f"baseline request: HTTP {response.status_code}")
+            for data in body_pieces(response):
+                data.splitlines()
+        times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+def _httpx_baseline(
     llm: ScriptedServer, client: httpx.Client, body: dict[str, Any], reply_text: str, n: int
 ) -> list[float]:
-    """The same request and reply through a bare client (lines read and dropped): loopback
-    HTTP plus the scripted server's time, without any of Chukwa."""
+    """The same exchange through an httpx client and its own transport (lines read and
+    dropped): what the baseline was while Chukwa's calls went through one."""
     headers = {"Content-Type": "application/json", "Authorization": f"Bearer {API_KEY}"}
     times: list[float] = []
     for _ in range(n):
@@ -250,7 +275,7 @@ def _as_shipped_baseline(
     llm.set_nagle(True)
     try:
         with httpx.Client() as client:
-            return _http_baseline(llm, client, body, reply_text, n)
+            return _httpx_baseline(llm, client, body, reply_text, n)
     finally:
         llm.set_nagle(False)
 
@@ -389,6 +414,7 @@ def _part_one(
     in_process: bool,
     profile_path: str | None = None,
 ) -> OverheadResult:
+    import httpx
     from django.conf import settings
     from django.core.management import call_command
     from django.db import connection
@@ -485,7 +511,10 @@ def _part_one(
         samples = probe.samples
         if len(samples) != generations or any(s.generations != 1 for s in samples):
             raise RuntimeError("expected exactly one generation per timed node run")
-        baseline = _http_baseline(llm, sources.http_client(), request, timed_text, generations)
+        baseline = _http_baseline(llm, request, timed_text, generations)
+        with httpx.Client() as client:
+            _httpx_baseline(llm, client, request, timed_text, 5)  # its connection opened
+            httpx_baseline = _httpx_baseline(llm, client, request, timed_text, generations)
         shipped = _as_shipped_baseline(llm, request, timed_text, 20)
 
         node_ms = [s.node_ms for s in samples]
@@ -519,14 +548,15 @@ def _part_one(
         if accepted >= generations:
             print(
                 "    (one per generation: the stream is left at its [DONE] event, before the "
-                "body's last,\n     empty chunk is read, so httpx closes the connection instead "
-                "of pooling it)"
+                "body's last,\n     empty chunk is read, so the connection is closed instead "
+                "of pooled)"
             )
         print(f"  loopback HTTP baseline                {_stats(baseline)}")
         print(
-            "    (the same request and reply through the shared httpx client, lines read and "
-            "dropped)"
+            "    (the same request and reply through Chukwa's transport, httpx on urllib3, lines "
+            "split and dropped)"
         )
+        print(f"  the same through an httpx client      {_stats(httpx_baseline)}")
         print(f"  raw − baseline median                 {_stats(net)}")
         print(f"  raw − database − baseline median      {_stats(python_ms)}")
         print(

@@ -11,7 +11,6 @@ other layers call, so that they import ``cognition_app.sources`` and nothing bel
 """
 
 from cognition_app.sources.cancel import CANCELLED, CancelScope
-from cognition_app.sources.client import http_client
 from cognition_app.sources.components import (
     schema_content,
     schema_errors,
@@ -48,7 +47,6 @@ __all__ = [
     "Replay",
     "SourceFailure",
     "finish_running",
-    "http_client",
     "interrupt_running",
     "invoke_http_json",
     "invoke_json_source",

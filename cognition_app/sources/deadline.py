@@ -1,6 +1,6 @@
 """A source call's whole exchange bounded by its ``timeout_ms``.
 
-httpx's timeouts bound each step (connecting, sending, and each read), not the exchange: an
+A call's timeouts bound each step (connecting, sending, and each read), not the exchange: an
 endpoint that sends a chunk now and then, each sooner than the timeout, could hold a stream open
 for as long as it likes (a generation with ``timeout_ms`` 1000 streamed for 3.2 s and
 succeeded). One thread per process watches the streams being read and shuts the socket of one
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import json
 import os
 import threading
 import time
@@ -23,7 +24,7 @@ from typing import Any
 import httpx
 
 from cognition_app.sources.cancel import shut
-from cognition_app.sources.client import http_client
+from cognition_app.sources.transport import post
 
 
 class _Watchdog:
@@ -111,10 +112,15 @@ def post_json(
     deadline = time.monotonic() + timeout
     pieces: list[bytes] = []
     size = 0
+    # The JSON as httpx writes it for ``json=``: compact, not ASCII-escaped, no NaN.
+    content = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     try:
         with (
-            http_client().stream(
-                "POST", url, json=body, headers=headers, timeout=timeout
+            post(
+                url,
+                content=content.encode(),
+                headers={"Content-Type": "application/json", **headers},
+                timeout=timeout,
             ) as response,
             bounded(response, deadline),
         ):

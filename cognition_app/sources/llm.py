@@ -14,7 +14,6 @@ from typing import Any
 
 import httpx
 from django.utils import timezone
-from httpx_sse import SSEError
 
 from chukwa_core.hashing import canonical_json_bytes
 from chukwa_core.json_values import storable_text
@@ -35,7 +34,6 @@ from cognition_app.rows import (
     update_statement,
 )
 from cognition_app.sources.cancel import CANCELLED, CancelScope
-from cognition_app.sources.client import http_client
 from cognition_app.sources.components import source_content
 from cognition_app.sources.conformance import ensure_schema_enforced
 from cognition_app.sources.deadline import bounded
@@ -61,6 +59,7 @@ from cognition_app.sources.tracing import (
     open_rows,
     trace_batch,
 )
+from cognition_app.sources.transport import body_pieces, error_text, post
 from cognition_app.sources.variables import (
     key_from_env,
     redact_headers,
@@ -422,8 +421,7 @@ def _stream(
 
     try:
         with (
-            http_client().stream(
-                "POST",
+            post(
                 f"{base_url}/chat/completions",
                 content=request_body,
                 headers=headers,
@@ -435,9 +433,7 @@ def _stream(
             http_meta["http_status"] = response.status_code
             http_meta["response_headers"] = redact_headers(response.headers)
             if response.status_code != 200:
-                body = storable_text(
-                    scrub(response.read().decode("utf-8", "replace")[:20_000], secrets)
-                )
+                body = storable_text(scrub(error_text(response)[:20_000], secrets))
                 status = response.status_code
                 if status >= 500 or status == 429:
                     raise fail(
@@ -460,7 +456,9 @@ def _stream(
                     status,
                     body,
                 )
-            for chunk in chunk_events(response):
+            for chunk in chunk_events(
+                response.headers.get("content-type", ""), body_pieces(response)
+            ):
                 if cancel is not None and cancel.cancelled:
                     raise fail(CANCELLED, "stopped")
                 if time.monotonic() > deadline:
@@ -492,8 +490,6 @@ def _stream(
         if exc.invocation_id is None:  # from chunk_events: finish the rows like any failure
             raise fail(exc.failure_class, exc.message) from None
         raise
-    except SSEError as exc:  # an HTTP 200 that is not an event stream (``stream`` ignored?)
-        raise fail("transport", f"the LLM endpoint's reply is not an event stream: {exc}") from None
     except httpx.TimeoutException as exc:
         raise fail(
             "transport", f"the LLM endpoint timed out after {timeout:.0f} s: {exc}"

@@ -75,9 +75,9 @@ def key_from_env(name: str, field_name: str, url_env: str) -> str:
 def secret_values() -> list[str]:
     """The values of every key variable set in this process (``CHUKWA_*_API_KEY``), longest
     first, for :func:`scrub`."""
-    values = {
-        value for name, value in os.environ.items() if is_key_env_name(name) and len(value) >= 4
-    }
+    environ = os.environ  # each read decodes: the names first, the values of key names only
+    names = [n for n in environ if n.endswith("_API_KEY") and is_key_env_name(n)]
+    values = {value for value in map(environ.get, names) if value and len(value) >= 4}
     return sorted(values, key=len, reverse=True)
 
 

@@ -513,3 +513,28 @@ def test_an_event_stream_larger_than_the_limit_fails(
     inv = SourceInvocation.objects.get(attempt=attempt, kind="llm_generation")
     assert inv.failure_message == "the event stream is larger than 5,000 bytes"
     assert_all_finished()
+
+
+def test_an_error_reply_is_read_only_up_to_its_limit(
+    scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An HTTP 500 whose body goes on and on is not read whole into memory: its start is kept
+    (20,000 characters at most), the call fails as a transport failure."""
+    from cognition_app.sources import transport
+
+    monkeypatch.setattr(transport, "ERROR_BODY_BYTES", 30_000)
+    create_world("ant_on_plate", "huge-error")
+    scripted_llm.script(Reply(status=500, raw_body=b"overloaded " + b"x" * 5_000_000))
+    reads: list[int] = []
+    read_at_most = transport.read_at_most
+    monkeypatch.setattr(
+        transport, "read_at_most", lambda r, n: reads.append(n) or read_at_most(r, n)
+    )
+    attempt = run_turn("huge-error")
+    assert attempt.status == AttemptStatus.FAILED
+    inv = SourceInvocation.objects.get(attempt=attempt, kind="llm_generation")
+    assert (inv.failure_class, inv.http_status) == ("transport", 500)
+    assert inv.failure_message.startswith("HTTP 500 from the LLM endpoint: overloaded xxx")
+    assert inv.response_text.startswith("overloaded ") and len(inv.response_text) == 20_000
+    assert reads == [30_000]
+    assert_all_finished()

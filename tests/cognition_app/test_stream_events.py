@@ -1,22 +1,19 @@
 """Reading an LLM event stream (``cognition_app.sources.stream_events``) from a body that arrives
 in arbitrary pieces: the SSE spec's lines and events, UTF-8 split anywhere, a content coding,
-the chunk shape. The body is an in-memory httpx response; the streams of a real server are
-covered through the scripted LLM in test_source_edges.py."""
+the chunk shape. The body is given in pieces in memory; the streams of a real server (and a
+content coding, which the transport decodes) are covered through the scripted LLM in
+test_source_edges.py and in test_transport.py."""
 
 from __future__ import annotations
 
-import gzip
 import json
-from collections.abc import Iterator
 
-import httpx
 import pytest
-from httpx_sse import SSEError
 
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.stream_events import Chunk, chunk_events
 
-SSE = {"content-type": "text/event-stream; charset=utf-8"}
+SSE = "text/event-stream; charset=utf-8"
 
 
 def _event(content: str, finish: str | None = None, **extra: object) -> bytes:
@@ -29,15 +26,8 @@ def _event(content: str, finish: str | None = None, **extra: object) -> bytes:
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode()
 
 
-def _response(pieces: list[bytes], headers: dict[str, str] | None = None) -> httpx.Response:
-    def body() -> Iterator[bytes]:
-        yield from pieces
-
-    return httpx.Response(200, headers=headers or SSE, content=body())
-
-
-def _read(pieces: list[bytes], headers: dict[str, str] | None = None) -> list[Chunk]:
-    return list(chunk_events(_response(pieces, headers)))
+def _read(pieces: list[bytes], content_type: str = SSE) -> list[Chunk]:
+    return list(chunk_events(content_type, iter(pieces)))
 
 
 def _bytewise(data: bytes) -> list[bytes]:
@@ -76,16 +66,9 @@ def test_an_event_without_its_blank_line_at_the_end_of_the_body_is_not_dispatche
     assert _read([_event("a") + b'data: {"choices": []}']) == [Chunk("m", None, ["a"], "")]
 
 
-def test_a_gzip_coded_body_is_decoded() -> None:
-    stream = _event("zipped", "stop") + b"data: [DONE]\n\n"
-    packed = gzip.compress(stream)
-    chunks = _read([packed[:10], packed[10:]], {**SSE, "content-encoding": "gzip"})
-    assert [c.deltas for c in chunks] == [["zipped"]]
-
-
 def test_the_body_is_read_as_utf8_whatever_charset_the_header_names() -> None:
     stream = _event("ünïcode") + b"data: [DONE]\n\n"
-    chunks = _read([stream], {"content-type": "text/event-stream; charset=latin-1"})
+    chunks = _read([stream], "text/event-stream; charset=latin-1")
     assert chunks[0].deltas == ["ünïcode"]
 
 
@@ -130,6 +113,14 @@ def test_malformed_json_and_an_in_stream_error_are_transport_failures() -> None:
         _read([b"event: error\ndata: not json at all\n\n"])
 
 
-def test_a_reply_that_is_not_an_event_stream_is_an_sse_error() -> None:
-    with pytest.raises(SSEError, match="text/event-stream"):
-        _read([b'{"choices": []}'], {"content-type": "application/json"})
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "", "text/plain; x=text/event-stream"]
+)
+def test_a_reply_that_is_not_an_event_stream_is_a_transport_failure(content_type: str) -> None:
+    with pytest.raises(SourceFailure, match="not an event stream") as raised:
+        _read([b'{"choices": []}'], content_type)
+    assert raised.value.failure_class == "transport"
+
+
+def test_the_media_type_is_read_without_regard_to_case_and_parameters() -> None:
+    assert _read([_event("a", "stop")], "Text/Event-Stream ; charset=utf-8")[0].deltas == ["a"]

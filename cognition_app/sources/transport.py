@@ -1,0 +1,313 @@
+"""The HTTP of source calls (LLM streams, ``http_json`` calls, the conformance check): httpx's
+requests, responses and errors, sent by an httpx transport on urllib3's connection pools and
+the standard library's HTTP parser.
+
+Why not httpx's own transport and client: its HTTP/1.1 parser (h11) is pure Python, about 20 µs
+per piece of a streamed reply, half of the CPU time Chukwa spent reading an LLM stream; and its
+client adds, per request, URL and header merging and a cookie jar that parses every response's
+headers through the ``email`` package. ``http.client`` reads a chunk's size line and its data in
+C. On the scripted server's 50-event reply, the bare exchange took 2.46 ms through an httpx
+client and 1.30 ms through this module, in one run of ``bench/llm_overhead_bench.py`` (it prints
+both).
+
+What :func:`post` does, and no more: a POST with a body of bytes, its reply read as it arrives.
+No retries (a failed exchange is reported, never sent twice), no redirects, no cookies (nothing
+one endpoint sets is sent again, to it or to another world's call), TLS verified as httpx
+verifies it (``httpx.create_ssl_context``: certifi's roots, or ``SSL_CERT_FILE`` /
+``SSL_CERT_DIR``), HTTP(S) proxies from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``,
+``ALL_PROXY``, ``NO_PROXY``), as an httpx client reads them. urllib3's errors are raised as the
+httpx errors httpx's transport raises (``httpx.ConnectError``, ``httpx.ReadTimeout``…), their
+messages the underlying reason without urllib3's object representations.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import threading
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import urllib3
+from urllib3.connectionpool import HTTPConnectionPool
+from urllib3.exceptions import (
+    ConnectTimeoutError,
+    DecodeError,
+    NewConnectionError,
+    ProtocolError,
+    ProxyError,
+    ReadTimeoutError,
+    SSLError,
+)
+from urllib3.util import parse_url
+
+# Note 1: mypy reads urllib3 1.26's stubs (types-urllib3, which selenium requires) instead of
+# urllib3 2's own annotations; these attributes are urllib3 2's.
+
+# Idle connections kept per endpoint (more are opened when more calls run at once; those that
+# find the pool full are closed, as httpx kept 20 in all).
+KEEPALIVE_PER_ENDPOINT = 20
+# The most one read asks for: a streamed reply's pieces are handed on as they arrive.
+READ_SIZE = 64 * 1024
+# Of an error reply (an LLM endpoint's status other than 200), what is read.
+ERROR_BODY_BYTES = 256 * 1024
+DEFAULT_HEADERS = {
+    "Accept": "*/*",
+    "Accept-Encoding": "gzip, deflate",
+    "User-Agent": "Chukwa",
+}
+
+
+@contextmanager
+def post(
+    url: str, *, content: bytes, headers: Mapping[str, str], timeout: float
+) -> Iterator[httpx.Response]:
+    """POST ``content`` to ``url`` (an absolute http(s) URL) and yield the reply once its head
+    is read; closed on leaving. ``timeout`` bounds connecting and each read
+    (``cognition_app.sources.deadline`` bounds the whole exchange)."""
+    request = httpx.Request(
+        "POST",
+        url,
+        content=content,
+        headers={**DEFAULT_HEADERS, **headers},
+        extensions={"timeout": {"connect": timeout, "read": timeout}},
+    )
+    response = _TRANSPORT.handle_request(request)
+    response.request = request
+    try:
+        yield response
+    finally:
+        response.close()
+
+
+def body_pieces(response: httpx.Response) -> Iterator[bytes]:
+    """The body, content-decoded, in the pieces it arrives in (without a content coding, the
+    raw pieces: no decoder, no re-chunking)."""
+    coding = response.headers.get("content-encoding", "identity").strip().lower()
+    return response.iter_raw() if coding in ("", "identity") else response.iter_bytes()
+
+
+def read_at_most(response: httpx.Response, max_bytes: int) -> bytes:
+    """The body, content-decoded, cut at ``max_bytes`` (the rest is not read)."""
+    pieces: list[bytes] = []
+    size = 0
+    for piece in body_pieces(response):
+        pieces.append(piece)
+        size += len(piece)
+        if size >= max_bytes:
+            break
+    return b"".join(pieces)[:max_bytes]
+
+
+def error_text(response: httpx.Response) -> str:
+    """The start of an error reply's body (``ERROR_BODY_BYTES``), as UTF-8 text."""
+    return read_at_most(response, ERROR_BODY_BYTES).decode("utf-8", "replace")
+
+
+class _NetworkStream:
+    """``response.extensions["network_stream"]``, as httpx's transport gives it: the socket
+    (``cognition_app.sources.cancel.shut`` shuts it to stop a stream)."""
+
+    def __init__(self, sock: socket.socket | None) -> None:
+        self._socket = sock
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._socket if info == "socket" else None
+
+
+class _Body(httpx.SyncByteStream):
+    """The body as it arrives (``read1``: whatever is there, up to ``READ_SIZE``), not decoded
+    (httpx decodes it, as for its own transport). A body read to its end gives its connection
+    back to the pool; one closed before is closed with its connection."""
+
+    def __init__(self, raw: urllib3.HTTPResponse) -> None:
+        self._raw = raw
+
+    def __iter__(self) -> Iterator[bytes]:
+        read1 = self._raw.read1  # type: ignore[attr-defined]  # note 1
+        with _httpx_errors():
+            while True:
+                data = read1(READ_SIZE, decode_content=False)
+                if not data:
+                    return
+                yield data
+
+    def close(self) -> None:
+        raw = self._raw
+        if not raw.closed:  # not read to its end: its connection cannot be used again
+            try:
+                raw.close()
+            except (OSError, urllib3.exceptions.HTTPError, http.client.HTTPException):
+                pass
+        raw.release_conn()
+
+
+class Urllib3Transport(httpx.BaseTransport):
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        timeout = request.extensions.get("timeout", {})
+        with _httpx_errors():
+            raw = _route(request.url).urlopen(
+                request.method,
+                str(request.url),
+                body=request.read(),
+                headers=dict(request.headers.items()),
+                retries=False,
+                redirect=False,
+                assert_same_host=False,
+                timeout=urllib3.Timeout(connect=timeout.get("connect"), read=timeout.get("read")),
+                preload_content=False,
+                decode_content=False,
+                release_conn=False,
+            )
+        connection = raw.connection
+        return httpx.Response(
+            status_code=raw.status,
+            headers=list(raw.headers.iteritems()),
+            stream=_Body(raw),
+            extensions={
+                "http_version": b"HTTP/1.1",
+                "reason_phrase": (raw.reason or "").encode("latin-1", "replace"),
+                "network_stream": _NetworkStream(connection.sock if connection else None),
+            },
+        )
+
+
+_TRANSPORT = Urllib3Transport()
+
+
+# --- connection pools -----------------------------------------------------------------------
+
+
+class _Direct:
+    """An endpoint's own pool (reached without a proxy): the request target is the URL's path
+    and query, and the pool is found once, not per request."""
+
+    def __init__(self, pool: HTTPConnectionPool) -> None:
+        self._pool = pool
+
+    def urlopen(self, method: str, url: str, **options: Any) -> urllib3.HTTPResponse:
+        return self._pool.urlopen(method, parse_url(url).request_uri, **options)
+
+
+_lock = threading.Lock()
+_routes: dict[tuple[str, str, int | None], _Direct | urllib3.ProxyManager] = {}
+_managers: dict[str, urllib3.PoolManager] = {}
+_proxies: dict[str, str] | None = None
+
+
+def _route(url: httpx.URL) -> _Direct | urllib3.ProxyManager:
+    """What sends a request to ``url``: the endpoint's pool, or the environment's proxy (which
+    takes the whole URL: the absolute form for plain HTTP, a tunnel for HTTPS)."""
+    key = (url.scheme, url.host, url.port)
+    route = _routes.get(key)
+    if route is None:
+        with _lock:
+            route = _routes.get(key)
+            if route is None:
+                route = _new_route(*key)
+                _routes[key] = route
+    return route
+
+
+def _new_route(scheme: str, host: str, port: int | None) -> _Direct | urllib3.ProxyManager:
+    """Direct, or through the proxy the environment names for ``scheme`` unless ``NO_PROXY``
+    names ``host`` (read once per process, as an httpx client reads them once)."""
+    global _proxies
+    if _proxies is None:
+        _proxies = urllib.request.getproxies_environment()
+    proxy = _proxies.get(scheme) or _proxies.get("all")
+    if urllib.request.proxy_bypass_environment(host, _proxies):  # type: ignore[attr-defined]
+        proxy = None
+    if proxy is None:
+        manager = _managers.get("")
+        if manager is None:
+            manager = _managers[""] = urllib3.PoolManager(**_manager_options())
+        return _Direct(manager.connection_from_host(host, port, scheme))
+    parsed = parse_url(proxy)
+    if parsed.scheme not in ("http", "https"):
+        raise httpx.ProxyError(
+            f"the environment's proxy for {scheme} URLs is not an http(s) proxy; only those are "
+            "supported"
+        )
+    proxy_manager = _managers.get(proxy)
+    if not isinstance(proxy_manager, urllib3.ProxyManager):
+        options = _manager_options()
+        if parsed.auth:  # as httpx does: the proxy URL's credentials, as Proxy-Authorization
+            options["proxy_headers"] = urllib3.make_headers(proxy_basic_auth=parsed.auth)
+        proxy_manager = urllib3.ProxyManager(proxy, **options)
+        _managers[proxy] = proxy_manager
+    return proxy_manager
+
+
+def _manager_options() -> dict[str, Any]:
+    return {
+        "num_pools": 64,
+        "maxsize": KEEPALIVE_PER_ENDPOINT,
+        "block": False,
+        "retries": False,
+        "ssl_context": httpx.create_ssl_context(),
+    }
+
+
+def _forget_in_child() -> None:
+    """A forked worker opens its own connections (the parent's stay the parent's)."""
+    global _lock, _routes, _managers, _proxies
+    _lock, _routes, _managers, _proxies = threading.Lock(), {}, {}, None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def reset_pools() -> None:
+    """Forget every pool and the environment's proxies (tests that change them)."""
+    global _proxies
+    with _lock:
+        for manager in _managers.values():
+            manager.clear()
+        _managers.clear()
+        _routes.clear()
+        _proxies = None
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+@contextmanager
+def _httpx_errors() -> Iterator[None]:
+    """urllib3's and http.client's errors as the httpx errors httpx's transport raises."""
+    try:
+        yield
+    except ProxyError as exc:
+        raise httpx.ProxyError(_reason(exc)) from exc
+    except (NewConnectionError, SSLError) as exc:  # NewConnectionError is a ConnectTimeoutError
+        raise httpx.ConnectError(_reason(exc)) from exc
+    except ConnectTimeoutError as exc:
+        raise httpx.ConnectTimeout(_reason(exc)) from exc
+    except ReadTimeoutError as exc:
+        raise httpx.ReadTimeout(_reason(exc)) from exc
+    except DecodeError as exc:
+        raise httpx.DecodingError(_reason(exc)) from exc
+    except (ProtocolError, http.client.HTTPException) as exc:
+        cause = exc.args[-1] if isinstance(exc, ProtocolError) and exc.args else exc
+        if isinstance(cause, OSError):  # reset, aborted, shut
+            raise httpx.ReadError(_reason(cause)) from exc
+        raise httpx.RemoteProtocolError(_reason(cause)) from exc
+    except urllib3.exceptions.HTTPError as exc:
+        raise httpx.TransportError(_reason(exc)) from exc
+    except OSError as exc:
+        raise httpx.ReadError(_reason(exc)) from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """The message of an error, without urllib3's representations of its pool or connection."""
+    if isinstance(exc, NewConnectionError):
+        # what str() prefixes with the connection's representation
+        return str(exc._message)  # type: ignore[attr-defined]  # note 1
+    if isinstance(exc, OSError | http.client.HTTPException):
+        return str(exc) or type(exc).__name__
+    texts = [arg for arg in exc.args if isinstance(arg, str)]  # the pool first, the text last
+    return texts[-1] if texts else str(exc) or type(exc).__name__

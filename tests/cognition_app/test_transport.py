@@ -1,0 +1,271 @@
+"""The HTTP of source calls (``cognition_app.sources.transport``) against real local servers:
+a body handed on as it arrives, content decoding, connections reused or dropped, no cookies,
+no redirects, environment proxies, and httpx's errors, without urllib3's object
+representations."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+
+from cognition_app.sources.cancel import shut
+from cognition_app.sources.transport import body_pieces, post, read_at_most, reset_pools
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[tuple[str, dict[str, str]]] = []  # (request target, headers)
+        self.connections = 0
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        self.connections += 1
+        return super().get_request()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+        path = self.path.rsplit("/", 1)[-1]
+        getattr(self, f"_{path}")()
+
+    def _chunks(self, pieces: list[bytes], pause: float = 0.0, **headers: str) -> None:
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        for name, value in headers.items():
+            self.send_header(name.replace("_", "-"), value)
+        self.end_headers()
+        for piece in pieces:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.flush()
+            time.sleep(pause)
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _ok(self) -> None:
+        self._chunks([b"x"])
+
+    def _slow(self) -> None:  # a piece, then the next 0.5 s later
+        try:
+            self._chunks([b"first", b"second"], pause=0.5)
+        except OSError:
+            pass
+
+    def _gzip(self) -> None:
+        packed = gzip.compress(b"zipped " * 100)
+        self._chunks([packed[:10], packed[10:]], Content_Encoding="gzip")
+
+    def _cookie(self) -> None:
+        self._chunks([b"x"], Set_Cookie="session=secret; Path=/")
+
+    def _redirect(self) -> None:
+        self.send_response(302)
+        self.send_header("Location", "http://127.0.0.1:9/elsewhere")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _close_delimited(self) -> None:  # no length, no chunks: the body ends with the connection
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(b"first")
+        self.wfile.flush()
+        time.sleep(0.5)
+        self.wfile.write(b"second")
+
+    def _cut(self) -> None:  # promises 100 bytes, sends 5 and hangs up
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Length", "100")
+        self.end_headers()
+        self.wfile.write(b"short")
+
+    def _bad_chunk(self) -> None:
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.write(b"zz\r\nnot a chunk\r\n")
+
+    def _silent(self) -> None:
+        time.sleep(2)
+
+    def log_message(self, *args: Any) -> None:
+        return
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    httpd = _Server()
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _url(server: _Server, path: str) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}/v1/{path}"
+
+
+def _post(url: str, timeout: float = 5, **headers: str) -> Any:
+    return post(url, content=b"{}", headers=headers, timeout=timeout)
+
+
+@pytest.mark.parametrize("path", ["slow", "close_delimited"])
+def test_a_body_is_handed_on_as_it_arrives(server: _Server, path: str) -> None:
+    """Chunked or ended by the connection's close: the first piece is read before the second
+    is sent (0.5 s later), not once the body is complete."""
+    with _post(_url(server, path)) as response:
+        started = time.monotonic()
+        pieces = [(piece, time.monotonic() - started) for piece in body_pieces(response)]
+    assert b"".join(p for p, _ in pieces) == b"firstsecond"
+    assert pieces[0][0] == b"first" and pieces[0][1] < 0.3
+
+
+def test_a_gzip_coded_body_is_decoded(server: _Server) -> None:
+    with _post(_url(server, "gzip")) as response:
+        assert response.read() == b"zipped " * 100
+
+
+def test_a_read_is_cut_at_its_limit(server: _Server) -> None:
+    with _post(_url(server, "gzip")) as response:
+        assert read_at_most(response, 10) == b"zipped zip"
+
+
+def test_a_connection_is_reused_once_its_body_is_read_and_dropped_if_it_is_not(
+    server: _Server,
+) -> None:
+    for _ in range(3):
+        with _post(_url(server, "ok")) as response:
+            assert response.read() == b"x"
+    assert server.connections == 1
+    with _post(_url(server, "slow")) as response:  # closed after its first piece
+        next(response.iter_raw())
+    with _post(_url(server, "ok")) as response:
+        assert response.read() == b"x"
+    assert server.connections == 2  # the half-read reply's connection was not used again
+
+
+def test_no_cookie_is_kept_and_no_redirect_followed(server: _Server) -> None:
+    with _post(_url(server, "cookie")) as response:
+        assert response.headers["set-cookie"].startswith("session=")
+        response.read()
+    with _post(_url(server, "redirect")) as response:
+        assert response.status_code == 302
+    assert [target for target, _ in server.requests] == ["/v1/cookie", "/v1/redirect"]
+    assert "cookie" not in server.requests[1][1]
+
+
+def test_what_is_sent(server: _Server) -> None:
+    with _post(_url(server, "ok"), Authorization="Bearer k") as response:
+        response.read()
+    ((_, headers),) = server.requests
+    assert headers["authorization"] == "Bearer k"
+    assert headers["content-length"] == "2"
+    assert headers["user-agent"] == "Chukwa"
+    assert headers["accept-encoding"] == "gzip, deflate"
+
+
+def test_a_refused_connection_is_a_connect_error_without_object_representations() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # bound, not listening: connections are refused
+        with pytest.raises(httpx.ConnectError) as raised, _post(f"http://127.0.0.1:{port}/"):
+            pass
+    message = str(raised.value)
+    assert "Connection refused" in message
+    assert "object at" not in message and "HTTPConnection(" not in message
+
+
+def test_a_silent_server_is_a_read_timeout(server: _Server) -> None:
+    started = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout), _post(_url(server, "silent"), timeout=0.3):
+        pass
+    assert time.monotonic() - started < 1.5
+    assert isinstance(httpx.ReadTimeout("x"), httpx.TimeoutException)
+
+
+@pytest.mark.parametrize(
+    ("path", "error"),
+    [("cut", httpx.TransportError), ("bad_chunk", httpx.RemoteProtocolError)],
+)
+def test_a_broken_body_is_a_transport_error(server: _Server, path: str, error: type) -> None:
+    with pytest.raises(error) as raised, _post(_url(server, path)) as response:
+        for _ in response.iter_raw():
+            pass
+    assert "object at" not in str(raised.value)
+
+
+def test_a_shut_socket_wakes_its_reader(server: _Server) -> None:
+    with _post(_url(server, "slow")) as response:
+        pieces = response.iter_raw()
+        assert next(pieces) == b"first"
+        threading.Timer(0.1, shut, [response]).start()
+        started = time.monotonic()
+        with pytest.raises(httpx.TransportError):
+            next(pieces)
+        assert time.monotonic() - started < 0.4  # not when "second" comes (0.5 s)
+
+
+class _Proxy(ThreadingHTTPServer):
+    """A forward proxy for plain HTTP: records the absolute URL it was asked for and answers
+    itself."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(handler) -> None:
+                handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+                self.targets.append(handler.path)
+                handler.send_response(200)
+                handler.send_header("Content-Length", "7")
+                handler.end_headers()
+                handler.wfile.write(b"proxied")
+
+            def log_message(handler, *args: Any) -> None:
+                return
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.targets: list[str] = []
+
+
+def test_the_environments_proxy_is_used_unless_no_proxy_names_the_host(
+    server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = _Proxy()
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.server_address[1]}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        reset_pools()
+        url = f"http://endpoint.test:{server.server_address[1]}/v1/ok"
+        with _post(url) as response:
+            assert response.read() == b"proxied"
+        assert proxy.targets == [url]
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        reset_pools()
+        with _post(_url(server, "ok")) as response:
+            assert response.read() == b"x"
+        assert len(proxy.targets) == 1 and len(server.requests) == 1
+    finally:
+        reset_pools()
+        proxy.shutdown()
+        proxy.server_close()
