@@ -128,13 +128,26 @@ class _Body(httpx.SyncByteStream):
         self._raw = raw
 
     def __iter__(self) -> Iterator[bytes]:
-        read1 = self._raw.read1  # type: ignore[attr-defined]  # note 1
+        # ``http.client``'s own ``read1`` on the response urllib3 wraps (``_fp``): urllib3's
+        # adds bookkeeping and error wrapping per read, 8-10 µs against 4 µs a piece of a
+        # buffered 52-piece stream. What urllib3 would check is checked here: a body cut short
+        # of its Content-Length is an error, and a body read to its end closes the response
+        # (not its connection), which is what urllib3 looks at before reusing the connection.
+        fp: http.client.HTTPResponse = self._raw._fp  # type: ignore[attr-defined]  # note 1
+        read1 = fp.read1
         with _httpx_errors():
             while True:
-                data = read1(READ_SIZE, decode_content=False)
-                if not data:
-                    return
-                yield data
+                data = read1(READ_SIZE)
+                if data:
+                    yield data
+                    continue
+                if fp.length:  # the peer closed the connection early
+                    raise httpx.RemoteProtocolError(
+                        "peer closed connection without sending complete message body "
+                        f"({fp.length} bytes missing)"
+                    )
+                fp.close()  # a Content-Length body read to its end (chunked ones close here)
+                return
 
     def close(self) -> None:
         raw = self._raw
