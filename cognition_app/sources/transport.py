@@ -71,7 +71,7 @@ def post(
     (``cognition_app.sources.deadline`` bounds the whole exchange)."""
     request = httpx.Request(
         "POST",
-        url,
+        _parsed(url),
         content=content,
         headers={**DEFAULT_HEADERS, **headers},
         extensions={"timeout": {"connect": timeout, "read": timeout}},
@@ -82,6 +82,19 @@ def post(
         yield response
     finally:
         response.close()
+
+
+# The URLs posted to, parsed (a URL object is copied, not parsed again); a few per process.
+_urls: dict[str, httpx.URL] = {}
+
+
+def _parsed(url: str) -> httpx.URL:
+    parsed = _urls.get(url)
+    if parsed is None:
+        parsed = httpx.URL(url)
+        if len(_urls) < 256:
+            _urls[url] = parsed
+    return parsed
 
 
 def body_pieces(response: httpx.Response) -> Iterator[bytes]:
@@ -165,7 +178,7 @@ class Urllib3Transport(httpx.BaseTransport):
         with _httpx_errors():
             raw = _route(request.url).urlopen(
                 request.method,
-                str(request.url),
+                request.url,
                 body=request.read(),
                 headers=dict(request.headers.items()),
                 retries=False,
@@ -202,19 +215,29 @@ class _Direct:
     def __init__(self, pool: HTTPConnectionPool) -> None:
         self._pool = pool
 
-    def urlopen(self, method: str, url: str, **options: Any) -> urllib3.HTTPResponse:
-        return self._pool.urlopen(method, parse_url(url).request_uri, **options)
+    def urlopen(self, method: str, url: httpx.URL, **options: Any) -> urllib3.HTTPResponse:
+        return self._pool.urlopen(method, url.raw_path.decode("ascii"), **options)
+
+
+class _Proxied:
+    """Through the environment's proxy, which takes the whole URL (the absolute form for plain
+    HTTP, a tunnel for HTTPS)."""
+
+    def __init__(self, manager: urllib3.ProxyManager) -> None:
+        self._manager = manager
+
+    def urlopen(self, method: str, url: httpx.URL, **options: Any) -> urllib3.HTTPResponse:
+        return self._manager.urlopen(method, str(url), **options)
 
 
 _lock = threading.Lock()
-_routes: dict[tuple[str, str, int | None], _Direct | urllib3.ProxyManager] = {}
+_routes: dict[tuple[str, str, int | None], _Direct | _Proxied] = {}
 _managers: dict[str, urllib3.PoolManager] = {}
 _proxies: dict[str, str] | None = None
 
 
-def _route(url: httpx.URL) -> _Direct | urllib3.ProxyManager:
-    """What sends a request to ``url``: the endpoint's pool, or the environment's proxy (which
-    takes the whole URL: the absolute form for plain HTTP, a tunnel for HTTPS)."""
+def _route(url: httpx.URL) -> _Direct | _Proxied:
+    """What sends a request to ``url``: the endpoint's pool, or the environment's proxy."""
     key = (url.scheme, url.host, url.port)
     route = _routes.get(key)
     if route is None:
@@ -226,7 +249,7 @@ def _route(url: httpx.URL) -> _Direct | urllib3.ProxyManager:
     return route
 
 
-def _new_route(scheme: str, host: str, port: int | None) -> _Direct | urllib3.ProxyManager:
+def _new_route(scheme: str, host: str, port: int | None) -> _Direct | _Proxied:
     """Direct, or through the proxy the environment names for ``scheme`` unless ``NO_PROXY``
     names ``host`` (read once per process, as an httpx client reads them once)."""
     global _proxies
@@ -253,7 +276,7 @@ def _new_route(scheme: str, host: str, port: int | None) -> _Direct | urllib3.Pr
             options["proxy_headers"] = urllib3.make_headers(proxy_basic_auth=parsed.auth)
         proxy_manager = urllib3.ProxyManager(proxy, **options)
         _managers[proxy] = proxy_manager
-    return proxy_manager
+    return _Proxied(proxy_manager)
 
 
 def _manager_options() -> dict[str, Any]:
