@@ -1,6 +1,5 @@
 """The HTTP of source calls (LLM streams, ``http_json`` calls, the conformance check): httpx's
-requests, responses and errors, sent by an httpx transport on urllib3's connection pools and
-the standard library's HTTP parser.
+responses and errors, over urllib3's connection pools and the standard library's HTTP parser.
 
 Why not httpx's own transport and client: its HTTP/1.1 parser (h11) is pure Python, about 20 µs
 per piece of a streamed reply, half of the CPU time Chukwa spent reading an LLM stream; and its
@@ -69,15 +68,32 @@ def post(
     """POST ``content`` to ``url`` (an absolute http(s) URL) and yield the reply once its head
     is read; closed on leaving. ``timeout`` bounds connecting and each read
     (``cognition_app.sources.deadline`` bounds the whole exchange)."""
-    request = httpx.Request(
-        "POST",
-        _parsed(url),
-        content=content,
-        headers={**DEFAULT_HEADERS, **headers},
-        extensions={"timeout": {"connect": timeout, "read": timeout}},
+    parsed = _parsed(url)
+    with _httpx_errors():
+        raw = _route(parsed).urlopen(
+            "POST",
+            parsed,
+            body=content,
+            headers={**DEFAULT_HEADERS, **headers},  # the pool adds Host and Content-Length
+            retries=False,
+            redirect=False,
+            assert_same_host=False,
+            timeout=urllib3.Timeout(connect=timeout, read=timeout),
+            preload_content=False,
+            decode_content=False,
+            release_conn=False,
+        )
+    connection = raw.connection
+    response = httpx.Response(
+        status_code=raw.status,
+        headers=list(raw.headers.iteritems()),
+        stream=_Body(raw),
+        extensions={
+            "http_version": b"HTTP/1.1",
+            "reason_phrase": (raw.reason or "").encode("latin-1", "replace"),
+            "network_stream": _NetworkStream(connection.sock if connection else None),
+        },
     )
-    response = _TRANSPORT.handle_request(request)
-    response.request = request
     try:
         yield response
     finally:
@@ -101,7 +117,11 @@ def body_pieces(response: httpx.Response) -> Iterator[bytes]:
     """The body, content-decoded, in the pieces it arrives in (without a content coding, the
     raw pieces: no decoder, no re-chunking)."""
     coding = response.headers.get("content-encoding", "identity").strip().lower()
-    return response.iter_raw() if coding in ("", "identity") else response.iter_bytes()
+    if coding not in ("", "identity"):
+        return response.iter_bytes()
+    if isinstance(response.stream, _Body):  # this module's: its pieces, without httpx's layers
+        return iter(response.stream)
+    return response.iter_raw()
 
 
 def read_at_most(response: httpx.Response, max_bytes: int) -> bytes:
@@ -170,39 +190,6 @@ class _Body(httpx.SyncByteStream):
             except (OSError, urllib3.exceptions.HTTPError, http.client.HTTPException):
                 pass
         raw.release_conn()
-
-
-class Urllib3Transport(httpx.BaseTransport):
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        timeout = request.extensions.get("timeout", {})
-        with _httpx_errors():
-            raw = _route(request.url).urlopen(
-                request.method,
-                request.url,
-                body=request.read(),
-                headers=dict(request.headers.items()),
-                retries=False,
-                redirect=False,
-                assert_same_host=False,
-                timeout=urllib3.Timeout(connect=timeout.get("connect"), read=timeout.get("read")),
-                preload_content=False,
-                decode_content=False,
-                release_conn=False,
-            )
-        connection = raw.connection
-        return httpx.Response(
-            status_code=raw.status,
-            headers=list(raw.headers.iteritems()),
-            stream=_Body(raw),
-            extensions={
-                "http_version": b"HTTP/1.1",
-                "reason_phrase": (raw.reason or "").encode("latin-1", "replace"),
-                "network_stream": _NetworkStream(connection.sock if connection else None),
-            },
-        )
-
-
-_TRANSPORT = Urllib3Transport()
 
 
 # --- connection pools -----------------------------------------------------------------------
