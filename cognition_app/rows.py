@@ -27,9 +27,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from decimal import Decimal
+from itertools import chain
 from typing import Any, cast
 from uuid import UUID
 
+import orjson
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.backends.utils import CursorDebugWrapper
@@ -54,6 +56,25 @@ PIPELINE_MAX_BYTES = 32_768
 def _dumps(value: Any) -> str:
     # What Django's JSONField sends (json.dumps, no custom encoder): same text, same errors.
     return json.dumps(value)
+
+
+def _dumps_scalars(rows: Sequence[Sequence[Any]]) -> str:
+    """:func:`_dumps` of rows holding only what :func:`_plain` leaves of a non-JSON column
+    (text, whole numbers, booleans, floats, None), by orjson (50 chunk rows: about 40% of
+    ``json.dumps``'s time). PostgreSQL reads the same values from either text (orjson writes
+    non-ASCII characters as they are, ``json`` escapes them); what orjson refuses (a lone
+    surrogate, an integer beyond 64 bits) goes to :func:`_dumps`, and so do rows holding NaN or
+    an infinity, which orjson would write as null where ``json`` writes a token PostgreSQL
+    refuses."""
+    values = list(chain.from_iterable(rows))
+    if float in set(map(type, values)) and not all(
+        math.isfinite(v) for v in values if type(v) is float
+    ):
+        return _dumps(rows)
+    try:
+        return orjson.dumps(rows).decode()
+    except orjson.JSONEncodeError:
+        return _dumps(rows)
 
 
 def _plain(value: Any) -> Any:
@@ -140,12 +161,13 @@ class RowTable:
         for row in rows:
             if len(row) != width:
                 raise ValueError(f"{self.table}: a row of {len(row)} values for {width} columns")
+        dumps = _dumps if self.json_indexes else _dumps_scalars
         if not self.converted:
-            return _dumps(rows)
+            return dumps(rows)
         by_column: list[Sequence[Any]] = list(zip(*rows, strict=True))
         for index in self.converted:
             by_column[index] = _converted(by_column[index])
-        return _dumps(list(zip(*by_column, strict=True)))
+        return dumps(list(zip(*by_column, strict=True)))
 
     def statements(self, rows: Sequence[tuple[Any, ...]]) -> Iterable[Statement]:
         """(SQL, parameters) inserting the rows: one statement, one parameter (none when there
@@ -458,7 +480,10 @@ def send_one(statement: Statement) -> list[tuple[Any, ...]]:
     sql, params = statement
     with prepared_cursor(tuple_row) as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall() if cursor.description is not None else []
+        # what ``description`` looks at, without the column objects it builds on each read
+        result = cursor.cursor.pgresult
+        returned = result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
+        return cursor.fetchall() if returned else []
 
 
 def send_combined(

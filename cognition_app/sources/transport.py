@@ -75,10 +75,10 @@ def post(
             parsed,
             body=content,
             headers={**DEFAULT_HEADERS, **headers},  # the pool adds Host and Content-Length
-            retries=False,
+            retries=_NO_RETRIES,
             redirect=False,
             assert_same_host=False,
-            timeout=urllib3.Timeout(connect=timeout, read=timeout),
+            timeout=_timeout(timeout),
             preload_content=False,
             decode_content=False,
             release_conn=False,
@@ -98,6 +98,20 @@ def post(
         yield response
     finally:
         response.close()
+
+
+_NO_RETRIES = urllib3.Retry(total=False, redirect=False)
+_timeouts: dict[float, urllib3.Timeout] = {}
+
+
+def _timeout(seconds: float) -> urllib3.Timeout:
+    """Connecting and each read bounded by ``seconds`` (one object per value: a few)."""
+    timeout = _timeouts.get(seconds)
+    if timeout is None:
+        timeout = urllib3.Timeout(connect=seconds, read=seconds)
+        if len(_timeouts) < 256:
+            _timeouts[seconds] = timeout
+    return timeout
 
 
 # The URLs posted to, parsed (a URL object is copied, not parsed again); a few per process.

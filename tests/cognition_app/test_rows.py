@@ -5,6 +5,7 @@ the same errors as the ORM."""
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from typing import Any
 
@@ -377,3 +378,30 @@ def test_a_column_prepared_directly_is_what_its_field_prepares(model_path: str) 
             )
             direct += type(value) in types
     assert direct >= 6
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        ('déjà vu\n\t"quoted" \\ \u2028 \x01', 7, -3, True, None),
+        ("", 0, 2**63 - 1, False, 1.5),
+        ("big", 2**70, 0, True, None),  # beyond 64 bits: orjson refuses, json writes it
+        ("lone \ud800", 1, 1, True, None),  # orjson refuses a lone surrogate
+        ("nan", 1, 1, True, float("nan")),  # orjson would write null
+        ("inf", 1, 1, True, float("-inf")),
+    ],
+)
+def test_rows_of_scalars_dump_to_what_json_dumps_gives(row: tuple[Any, ...]) -> None:
+    """The fast dump of non-JSON columns (orjson) reads back as ``json.dumps``'s text does, and
+    where orjson would refuse or differ it is ``json.dumps``'s text."""
+    from cognition_app.rows import _dumps_scalars
+
+    rows = [row, row]
+    text = _dumps_scalars(rows)
+    expected = json.dumps(rows)
+    if any(isinstance(v, float) and not math.isfinite(v) for v in row):
+        assert text == expected  # NaN and the infinities: json's own tokens, refused by PG
+    else:
+        assert json.loads(text) == json.loads(expected)
+    if row[0].startswith(("big", "lone")):
+        assert text == expected
