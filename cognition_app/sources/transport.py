@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 import urllib3
+from django.conf import settings
 from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.exceptions import (
     ConnectTimeoutError,
@@ -47,8 +48,9 @@ from urllib3.util import parse_url
 # Note 1: mypy reads urllib3 1.26's stubs (types-urllib3, which selenium requires) instead of
 # urllib3 2's own annotations; these attributes are urllib3 2's.
 
-# Idle connections kept per endpoint (more are opened when more calls run at once; those that
-# find the pool full are closed, as httpx kept 20 in all).
+# Idle connections kept per endpoint, at least: as many as subjects think at once in a worker
+# (CHUKWA_MAX_CONCURRENT_SUBJECTS), so that a concurrent turn's calls to one model reuse their
+# connections instead of closing those that find the pool full (urllib3 warns of each).
 KEEPALIVE_PER_ENDPOINT = 20
 # The most one read asks for: a streamed reply's pieces are handed on as they arrive.
 READ_SIZE = 64 * 1024
@@ -283,7 +285,7 @@ def _new_route(scheme: str, host: str, port: int | None) -> _Direct | _Proxied:
 def _manager_options() -> dict[str, Any]:
     return {
         "num_pools": 64,
-        "maxsize": KEEPALIVE_PER_ENDPOINT,
+        "maxsize": max(KEEPALIVE_PER_ENDPOINT, settings.CHUKWA_MAX_CONCURRENT_SUBJECTS),
         "block": False,
         "retries": False,
         "ssl_context": httpx.create_ssl_context(),
