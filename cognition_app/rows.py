@@ -353,10 +353,13 @@ def _insert_one_sql(model: type[models.Model]) -> str:
     )
 
 
-def update_statement(model: type[models.Model], pk: Any, values: dict[str, Any]) -> Statement:
+def update_statement(
+    model: type[models.Model], pk: Any, values: dict[str, Any], *, while_running: bool = False
+) -> Statement:
     """``UPDATE … SET <values> WHERE pk = %s``, values prepared as ``QuerySet.update``
     prepares them; they travel as one JSON parameter, so the statement's text depends only on
-    which columns it sets."""
+    which columns it sets. ``while_running``: only a row whose ``status`` is still
+    ``running`` (a call finishing its own row leaves one the reaper interrupted as it is)."""
     meta = model._meta
     conn = connections[DEFAULT_DB_ALIAS]
     record: dict[str, Any] = {}
@@ -367,7 +370,7 @@ def update_statement(model: type[models.Model], pk: Any, values: dict[str, Any])
         record[column] = _column_value(field, direct, value, conn)
     pk_field = meta.pk
     assert pk_field is not None
-    sql = _update_sql(model, tuple(record))
+    sql = _update_sql(model, tuple(record), while_running)
     return sql, [_dumps(record), pk_field.get_db_prep_save(pk, conn)]
 
 
@@ -383,7 +386,7 @@ def _update_column(
 
 
 @functools.lru_cache(maxsize=256)
-def _update_sql(model: type[models.Model], columns: tuple[str, ...]) -> str:
+def _update_sql(model: type[models.Model], columns: tuple[str, ...], while_running: bool) -> str:
     meta = model._meta
     pk_field = meta.pk
     assert pk_field is not None
@@ -393,6 +396,7 @@ def _update_sql(model: type[models.Model], columns: tuple[str, ...]) -> str:
     return (
         f"UPDATE {table} SET {sets} "  # noqa: S608
         f"FROM jsonb_populate_record(NULL::{table}, %s::jsonb) AS _r WHERE {table}.{key} = %s"
+        + (f" AND {table}.{_quote('status')} = 'running'" if while_running else "")
     )
 
 

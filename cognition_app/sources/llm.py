@@ -404,6 +404,7 @@ def _stream(
                         "ttft_ms": ttft_ms,
                         "price": call.price,
                     },
+                    while_running=True,
                 ),
                 finish_statement(
                     inv,
@@ -619,7 +620,7 @@ def _finish_generation(
         "price": price,
     }
     return [
-        update_statement(LlmCall, call.pk, call_fields),
+        update_statement(LlmCall, call.pk, call_fields, while_running=True),
         finish_statement(
             inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
         ),

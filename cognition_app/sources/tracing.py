@@ -167,10 +167,12 @@ def open_rows(ctx: CallContext, statements: Sequence[Statement]) -> BatchResults
 
 def finish_statement(inv: SourceInvocation, status: str, **fields: Any) -> Statement:
     """The UPDATE that finishes an invocation row (status, end, duration and ``fields``); the
-    instance is updated too. Send it with :func:`trace_batch`, then :func:`log_finished`."""
+    instance is updated too. Send it with :func:`trace_batch`, then :func:`log_finished`. It
+    finishes a row still ``running`` only: a worker that wakes after the reaper interrupted its
+    attempt leaves the row ``interrupted``, as the attempt is, instead of rewriting it."""
     now = timezone.now()
     fields.update(status=status, ended_at=now, duration_ms=_ms_since(inv.started_at, now))
-    statement = update_statement(SourceInvocation, inv.pk, fields)
+    statement = update_statement(SourceInvocation, inv.pk, fields, while_running=True)
     for key, value in fields.items():
         setattr(inv, key, value)
     return statement

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from cognition_app.models import InvocationStatus, SourceInvocation
+from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
 from tests.cognition_app.conftest import create_world, fixture_body
 from tests.cognition_app.test_park import subject_of
 from tests.support.scripted_llm import ScriptedLLM
@@ -80,6 +80,12 @@ def test_after_the_reaper_interrupts_a_stalled_attempt_no_further_call_is_opened
     (first,) = {subject_of(r) for r in scripted_llm.requests}
     assert {subject for subject, _, _ in rows} == {first}  # nothing opened for the other ant
     assert not [status for _, _, status in rows if status == InvocationStatus.RUNNING]
+    # The first ant's generation was out when the reaper interrupted the attempt: its reply
+    # came afterwards, and finishing it did not rewrite the row the reaper had interrupted.
+    generation = [status for _, kind, status in rows if kind == "llm_generation"]
+    assert generation == [InvocationStatus.INTERRUPTED]
+    call = LlmCall.objects.get(invocation__attempt=attempt)
+    assert call.status == InvocationStatus.INTERRUPTED
     kinds = list(
         AttemptEvent.objects.filter(attempt=attempt).order_by("seq").values_list("kind", flat=True)
     )
