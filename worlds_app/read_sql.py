@@ -170,10 +170,14 @@ def attempt(*, attempt_id: UUID) -> dict[str, Any] | None:
     return fetch_dict(_ATTEMPT, [attempt_id])
 
 
-def attempt_events(*, attempt_id: UUID) -> list[dict[str, Any]]:
+def attempt_events(
+    *, attempt_id: UUID, after: int = 0, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """The attempt's events numbered above ``after``, in order, at most ``limit`` (None: all;
+    ``LIMIT NULL`` is no limit, so the statement's text is one)."""
     return fetch_dicts(
         f"SELECT {', '.join(EVENT_COLUMNS)} FROM worlds_app_attemptevent "
-        "WHERE attempt_id = %s ORDER BY seq",
-        [attempt_id],
+        "WHERE attempt_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        [attempt_id, after, limit],
         json_columns=("payload",),
     )

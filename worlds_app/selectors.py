@@ -219,7 +219,12 @@ def _commit_state(status: str) -> str:
     return "not_committed"
 
 
-def attempt_get(*, attempt_id: str) -> dict[str, Any]:
+def attempt_get(
+    *, attempt_id: str, events_after: int = 0, events_limit: int | None = None
+) -> dict[str, Any]:
+    """The attempt, its events numbered above ``events_after`` (at most ``events_limit``; all
+    by default), its calls and cost. ``events_next_after`` is the number to ask from next when
+    the limit left events out, else None."""
     if not _is_uuid(attempt_id):
         raise invalid("invalid_id", "attempt_id", f"{attempt_id!r} is not a UUID")
     attempt = read_sql.attempt(attempt_id=uuid.UUID(attempt_id))
@@ -228,9 +233,17 @@ def attempt_get(*, attempt_id: str) -> dict[str, Any]:
             "attempt_not_found", f"attempt_id: no attempt {attempt_id}", {"field": "attempt_id"}
         )
     state = _commit_state(attempt["status"])
+    rows = read_sql.attempt_events(
+        attempt_id=attempt["id"],
+        after=events_after,
+        limit=None if events_limit is None else events_limit + 1,  # one more: are there more?
+    )
+    more = events_limit is not None and len(rows) > events_limit
+    if more:
+        del rows[events_limit:]
     events: list[dict[str, Any]] = [
         {**event, "commit_state": state if event["kind"] in PROVISIONAL_EVENTS else None}
-        for event in read_sql.attempt_events(attempt_id=attempt["id"])
+        for event in rows
     ]
     from cognition_app.selectors import invocation_summaries
 
@@ -261,6 +274,7 @@ def attempt_get(*, attempt_id: str) -> dict[str, Any]:
             else None
         ),
         "events": events,
+        "events_next_after": events[-1]["seq"] if more else None,
         "source_invocations": invocations,
         "cost": cost_totals_from_row(attempt, "cost_"),
     }

@@ -60,6 +60,26 @@ class PagingQuerySerializer(serializers.Serializer):
     )
 
 
+# The most events one answer of an attempt gives when the client asks for a window of them.
+MAX_EVENTS_LIMIT = 5000
+
+
+class AttemptEventsQuerySerializer(serializers.Serializer):
+    events_after = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=2**31 - 1,
+        help_text="only the events numbered above this (a client following a running attempt)",
+    )
+    events_limit = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_EVENTS_LIMIT,
+        help_text=f"at most this many events, 1…{MAX_EVENTS_LIMIT} (default: all of them); "
+        "events_next_after says where the next window starts",
+    )
+
+
 class SinceUntilMixin(serializers.Serializer):
     since = InstantQueryField(required=False, help_text="at or after this instant")
     until = InstantQueryField(required=False, help_text="before this instant")
@@ -71,12 +91,19 @@ class SinceUntilMixin(serializers.Serializer):
 
 
 def parse_query(
-    serializer_class: type[serializers.Serializer], params: Mapping[str, Any]
+    serializer_class: type[serializers.Serializer],
+    params: Mapping[str, Any],
+    *,
+    others_allowed: bool = False,
 ) -> dict[str, Any]:
-    """The validated filters (blank ones left out) and paging of a query string."""
+    """The validated filters (blank ones left out) and paging of a query string. Other keys are
+    an error, unless ``others_allowed`` (an endpoint that took no query string before, whose
+    clients may send anything: its own keys are checked, the rest ignored as before)."""
     data = {k: params.get(k) for k in params if params.get(k) not in (None, "")}
+    fields = serializer_class().fields
+    if others_allowed:
+        data = {k: v for k, v in data.items() if k in fields}
     serializer = serializer_class(data=data)
-    fields = serializer.fields
     unknown = sorted(k for k in data if k not in fields and k not in ALWAYS_ALLOWED)
     if unknown:
         raise invalid("invalid_query", unknown[0], f"unknown filter; known: {', '.join(fields)}")

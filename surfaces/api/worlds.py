@@ -41,7 +41,12 @@ from surfaces.api.contract import (
     uuid_path,
     validate_body,
 )
-from surfaces.api.queries import PagingQuerySerializer, parse_query, split_paging
+from surfaces.api.queries import (
+    AttemptEventsQuerySerializer,
+    PagingQuerySerializer,
+    parse_query,
+    split_paging,
+)
 from surfaces.api.represent import represent
 from worlds_app import indexes, selectors, services
 from worlds_app.comparison import MAX_VALUE_CHARS, world_compare
@@ -512,6 +517,11 @@ class AttemptDetailApi(APIView):
         duration_ms = serializers.IntegerField(allow_null=True)
         failure = AttemptFailureSerializer(allow_null=True)
         events = AttemptEventSerializer(many=True)
+        events_next_after = serializers.IntegerField(
+            allow_null=True,
+            help_text="with events_limit: the events_after of the next window when this one "
+            "left events out; null when it holds the last",
+        )
         source_invocations = InvocationRowSerializer(many=True)
         cost = CostTotalsSerializer()
 
@@ -520,11 +530,20 @@ class AttemptDetailApi(APIView):
 
     @extend_schema(
         operation_id="attempt_get",
-        parameters=[uuid_path("attempt_id")],
+        parameters=[uuid_path("attempt_id"), AttemptEventsQuerySerializer],
         responses={200: OutputSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, attempt_id: str) -> Response:
-        attempt = selectors.attempt_get(attempt_id=attempt_id)
+        window = (
+            parse_query(AttemptEventsQuerySerializer, request.query_params, others_allowed=True)
+            if request.query_params
+            else {}
+        )
+        attempt = selectors.attempt_get(
+            attempt_id=attempt_id,
+            events_after=window.get("events_after", 0),
+            events_limit=window.get("events_limit"),
+        )
         return Response(represent(self.OutputSerializer, attempt))
 
 

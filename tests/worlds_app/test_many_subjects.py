@@ -138,3 +138,59 @@ def test_the_turn_page_shows_a_window_of_patches(reader: Client, attempt: TurnAt
     bad = reader.get(f"{url}?patch_offset=many&format=json")
     assert bad.status_code == 400
     assert bad.json()["error"]["details"]["field"] == "patch_offset"
+
+
+def test_the_api_gives_an_attempts_events_in_windows(reader: Client, attempt: TurnAttempt) -> None:
+    """``GET /api/attempts/<id>/`` gives every event by default (at 500 agents, 781 kB);
+    ``events_limit`` and ``events_after`` give a window, and ``events_next_after`` where the
+    next one starts, so that windows put together are the whole list."""
+    url = f"/api/attempts/{attempt.pk}/"
+    whole = reader.get(url).json()
+    every = [e["seq"] for e in whole["events"]]
+    assert len(every) == attempt.events.count() > 100
+    assert whole["events_next_after"] is None
+
+    seen: list[int] = []
+    after = 0
+    while True:
+        window = reader.get(url, {"events_after": after, "events_limit": 40}).json()
+        seen += [e["seq"] for e in window["events"]]
+        assert len(window["events"]) <= 40
+        assert window["source_invocations"] == whole["source_invocations"]
+        if window["events_next_after"] is None:
+            break
+        after = window["events_next_after"]
+        assert after == seen[-1]
+    assert seen == every
+
+    tail = reader.get(url, {"events_after": every[-3]}).json()  # a client following along
+    assert [e["seq"] for e in tail["events"]] == every[-2:]
+    assert tail["events_next_after"] is None
+    exact = reader.get(url, {"events_limit": len(every)}).json()
+    assert len(exact["events"]) == len(every) and exact["events_next_after"] is None
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"events_limit": 0}, "events_limit"),
+        ({"events_limit": 5001}, "events_limit"),
+        ({"events_after": -1}, "events_after"),
+        ({"events_after": "x"}, "events_after"),
+    ],
+)
+def test_a_bad_event_window_is_a_400_naming_the_field(
+    reader: Client, attempt: TurnAttempt, query: dict[str, Any], field: str
+) -> None:
+    response = reader.get(f"/api/attempts/{attempt.pk}/", query)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["code"], error["details"]["field"]) == ("invalid_query", field)
+
+
+def test_other_query_keys_of_an_attempt_are_still_ignored(
+    reader: Client, attempt: TurnAttempt
+) -> None:
+    response = reader.get(f"/api/attempts/{attempt.pk}/", {"anything": "1"})
+    assert response.status_code == 200
+    assert response.json()["events_next_after"] is None
