@@ -275,3 +275,69 @@ def test_the_environments_proxy_is_used_unless_no_proxy_names_the_host(
         reset_pools()
         proxy.shutdown()
         proxy.server_close()
+
+
+def _self_signed(directory: Any) -> tuple[str, str]:
+    """A key and a certificate for 127.0.0.1, written as PEM files: (cert path, key path)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "chukwa test endpoint")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(cert_path), str(key_path)
+
+
+def test_tls_is_verified_against_the_trusted_roots(
+    server: _Server, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An endpoint whose certificate no trusted root signed is refused; trusted through
+    ``SSL_CERT_FILE`` (as httpx reads it), the same endpoint answers."""
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    url = f"https://127.0.0.1:{server.server_address[1]}/v1/ok"
+    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        reset_pools()
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"), _post(url):
+            pass
+        monkeypatch.setenv("SSL_CERT_FILE", cert)
+        reset_pools()
+        with _post(url) as response:
+            assert response.read() == b"x"
+    finally:
+        reset_pools()
