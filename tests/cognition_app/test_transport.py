@@ -1,6 +1,6 @@
 """The HTTP of source calls (``cognition_app.sources.transport``) against real local servers:
 a body handed on as it arrives, content decoding, connections reused or dropped, no cookies,
-no redirects, environment proxies, and httpx's errors, without urllib3's object
+no redirects, environment proxies, TLS verified, and httpx's errors, without urllib3's object
 representations."""
 
 from __future__ import annotations
