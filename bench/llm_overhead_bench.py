@@ -222,8 +222,9 @@ def _http_baseline(
     llm: ScriptedServer, body: dict[str, Any], reply_text: str, n: int
 ) -> list[float]:
     """The same request and reply through the transport Chukwa's calls use
-    (``cognition_app.sources.transport``, its pooled connection; httpx's request and response
-    on urllib3), the body's lines split and dropped: loopback HTTP plus the scripted server's time, without any of Chukwa's own work."""
+    (``cognition_app.sources.transport``: urllib3's pooled connection under an httpx response),
+    the body's lines split and dropped: loopback HTTP plus the scripted server's time, without
+    any of Chukwa's own work."""
     from cognition_app.sources.transport import body_pieces, post
 
     content = json.dumps(body).encode()

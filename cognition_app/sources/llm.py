@@ -493,7 +493,9 @@ def _stream(
         raise
     except httpx.TimeoutException as exc:
         raise fail(
-            "transport", f"the LLM endpoint timed out after {timeout:.0f} s: {exc}"
+            "transport",
+            f"the LLM endpoint did not answer within timeout_ms ({round(timeout * 1000)} ms): "
+            f"{exc}",
         ) from None
     except httpx.HTTPError as exc:
         if time.monotonic() >= deadline:  # the stream was cut at its deadline

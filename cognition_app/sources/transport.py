@@ -46,7 +46,7 @@ from urllib3.exceptions import (
 from urllib3.util import parse_url
 
 # Note 1: mypy reads urllib3 1.26's stubs (types-urllib3, which selenium requires) instead of
-# urllib3 2's own annotations; these attributes are urllib3 2's.
+# urllib3 2's own annotations, which have the response's ``_fp``.
 
 # Idle connections kept per endpoint, at least: as many as subjects think at once in a worker
 # (CHUKWA_MAX_CONCURRENT_SUBJECTS), so that a concurrent turn's calls to one model reuse their
@@ -204,7 +204,7 @@ class _Body(httpx.SyncByteStream):
             try:
                 raw.close()
             except (OSError, urllib3.exceptions.HTTPError, http.client.HTTPException):
-                pass
+                pass  # closing a broken connection: the error that broke it is the caller's
         raw.release_conn()
 
 
@@ -343,10 +343,10 @@ def _httpx_errors() -> Iterator[None]:
 
 def _reason(exc: BaseException) -> str:
     """The message of an error, without urllib3's representations of its pool or connection."""
-    if isinstance(exc, NewConnectionError):
-        # what str() prefixes with the connection's representation
-        return str(exc._message)  # type: ignore[attr-defined]  # note 1
+    message = getattr(exc, "_message", None)  # a pool's and a new connection's errors keep it
+    if isinstance(message, str):
+        return message
     if isinstance(exc, OSError | http.client.HTTPException):
         return str(exc) or type(exc).__name__
-    texts = [arg for arg in exc.args if isinstance(arg, str)]  # the pool first, the text last
+    texts = [arg for arg in exc.args if isinstance(arg, str)]  # the connection first, the text last
     return texts[-1] if texts else str(exc) or type(exc).__name__

@@ -525,16 +525,38 @@ def test_an_error_reply_is_read_only_up_to_its_limit(
     monkeypatch.setattr(transport, "ERROR_BODY_BYTES", 30_000)
     create_world("ant_on_plate", "huge-error")
     scripted_llm.script(Reply(status=500, raw_body=b"overloaded " + b"x" * 5_000_000))
-    reads: list[int] = []
+    reads: list[tuple[int, int]] = []  # (the limit, the bytes read)
     read_at_most = transport.read_at_most
-    monkeypatch.setattr(
-        transport, "read_at_most", lambda r, n: reads.append(n) or read_at_most(r, n)
-    )
+
+    def spy(response: Any, limit: int) -> bytes:
+        data = read_at_most(response, limit)
+        reads.append((limit, len(data)))
+        return data
+
+    monkeypatch.setattr(transport, "read_at_most", spy)
     attempt = run_turn("huge-error")
     assert attempt.status == AttemptStatus.FAILED
     inv = SourceInvocation.objects.get(attempt=attempt, kind="llm_generation")
     assert (inv.failure_class, inv.http_status) == ("transport", 500)
     assert inv.failure_message.startswith("HTTP 500 from the LLM endpoint: overloaded xxx")
     assert inv.response_text.startswith("overloaded ") and len(inv.response_text) == 20_000
-    assert reads == [30_000]
+    assert reads == [(30_000, 30_000)]  # of 5 MB
+    assert_all_finished()
+
+
+def test_a_silent_llm_endpoint_fails_naming_timeout_ms_in_milliseconds(
+    scripted_llm: ScriptedLLM,
+) -> None:
+    """A read that waits past ``timeout_ms`` before the reply's head: the message names the
+    limit as it was authored (it said "0 s" for 500 ms)."""
+    create_world(_with_timeout("ant_on_plate", 500), "silent")
+    scripted_llm.script(Reply(text=json.dumps(ANT_OK), delay_s=1.5))
+    attempt = run_turn("silent")
+    assert attempt.status == AttemptStatus.FAILED
+    inv = SourceInvocation.objects.get(attempt=attempt, kind="llm_generation")
+    assert inv.failure_class == "transport"
+    assert inv.failure_message.startswith(
+        "the LLM endpoint did not answer within timeout_ms (500 ms): Read timed out"
+    ), inv.failure_message
+    assert "HTTPConnectionPool" not in inv.failure_message
     assert_all_finished()

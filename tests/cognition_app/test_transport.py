@@ -199,9 +199,10 @@ def test_a_refused_connection_is_a_connect_error_without_object_representations(
 
 def test_a_silent_server_is_a_read_timeout(server: _Server) -> None:
     started = time.monotonic()
-    with pytest.raises(httpx.ReadTimeout), _post(_url(server, "silent"), timeout=0.3):
+    with pytest.raises(httpx.ReadTimeout) as raised, _post(_url(server, "silent"), timeout=0.3):
         pass
     assert time.monotonic() - started < 1.5
+    assert str(raised.value) == "Read timed out. (read timeout=0.3)"  # no pool representation
     assert isinstance(httpx.ReadTimeout("x"), httpx.TimeoutException)
 
 
