@@ -7,6 +7,7 @@ import codecs
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
+import orjson
 from httpx_sse import ServerSentEvent
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
@@ -49,11 +50,19 @@ def chunk_events(content_type: str, body: Iterable[bytes]) -> Iterator[Chunk]:
                 pass
             return
         try:
-            event = loads_strict(data)
-        except ValueError:
-            if sse.event == "error":  # a provider's error need not be JSON
-                raise SourceFailure("transport", _stream_error(data)) from None
-            raise SourceFailure("transport", f"malformed stream event: {data[:200]!r}") from None
+            # orjson first; what it refuses goes to loads_strict, for json's reading or error.
+            # (What orjson reads otherwise, an integer beyond 64 bits as a float, is no token
+            # count either way: ``_usage`` keeps only ints below 2**31.)
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            try:
+                event = loads_strict(data)
+            except ValueError:
+                if sse.event == "error":  # a provider's error need not be JSON
+                    raise SourceFailure("transport", _stream_error(data)) from None
+                raise SourceFailure(
+                    "transport", f"malformed stream event: {data[:200]!r}"
+                ) from None
         # As the OpenAI client reads a stream: ``{"error": ...}`` data, or an ``error`` event,
         # ends the generation with the provider's message (a server that fails mid-reply after
         # sending HTTP 200 can say so only this way).

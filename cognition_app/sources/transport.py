@@ -1,21 +1,24 @@
 """The HTTP of source calls (LLM streams, ``http_json`` calls, the conformance check): httpx's
-responses and errors, over urllib3's connection pools and the standard library's HTTP parser.
+responses and errors, over urllib3's connections and httptools' HTTP/1.1 parser.
 
 Why not httpx's own transport and client: its HTTP/1.1 parser (h11) is pure Python, about 20 µs
 per piece of a streamed reply, half of the CPU time Chukwa spent reading an LLM stream; and its
 client adds, per request, URL and header merging and a cookie jar that parses every response's
-headers through the ``email`` package. ``http.client`` reads a chunk's size line and its data in
-C. On the scripted server's 50-event reply, the bare exchange took 2.46 ms through an httpx
-client and 1.30 ms through this module, in one run of ``bench/llm_overhead_bench.py`` (it prints
-both).
+headers through the ``email`` package. Why not urllib3's requests and responses either: on top
+of ``http.client`` (which also parses headers through ``email``), they cost 0.22-0.27 ms of CPU
+from sending a request to reading its reply's head, where writing the request in one piece and
+parsing the head with httptools (llhttp, in C, as uvicorn uses it) costs 0.02-0.05 ms, measured
+side by side on the scripted server's reply. urllib3 still does what it is made for: a pool of
+keep-alive connections per endpoint, a connection checked for a drop while idle, connecting,
+TLS, and proxies' tunnels.
 
 What :func:`post` does, and no more: a POST with a body of bytes, its reply read as it arrives.
 No retries (a failed exchange is reported, never sent twice), no redirects, no cookies (nothing
 one endpoint sets is sent again, to it or to another world's call), TLS verified as httpx
 verifies it (``httpx.create_ssl_context``: certifi's roots, or ``SSL_CERT_FILE`` /
 ``SSL_CERT_DIR``), HTTP(S) proxies from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``,
-``ALL_PROXY``, ``NO_PROXY``), as an httpx client reads them. urllib3's errors are raised as the
-httpx errors httpx's transport raises (``httpx.ConnectError``, ``httpx.ReadTimeout``…), their
+``ALL_PROXY``, ``NO_PROXY``), as an httpx client reads them. Errors are raised as the httpx
+errors httpx's transport raises (``httpx.ConnectError``, ``httpx.ReadTimeout``…), their
 messages the underlying reason without urllib3's object representations.
 """
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import re
 import socket
 import threading
 import urllib.request
@@ -30,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+import httptools
 import httpx
 import urllib3
 from django.conf import settings
@@ -45,8 +50,10 @@ from urllib3.exceptions import (
 )
 from urllib3.util import parse_url
 
-# Note 1: mypy reads urllib3 1.26's stubs (types-urllib3, which selenium requires) instead of
-# urllib3 2's own annotations, which have the response's ``_fp``.
+# Note: a pool's ``_get_conn`` and ``_put_conn`` are what urllib3's own ``urlopen`` uses to take a
+# connection (checked for a drop while it was idle) and give it back. They are private (and
+# mypy reads urllib3 1.26's stubs, which do not list them): urllib3 is pinned
+# (requirements-runtime.txt), and the transport's tests exercise both.
 
 # Idle connections kept per endpoint, at least: as many as subjects think at once in a worker
 # (CHUKWA_MAX_CONCURRENT_SUBJECTS), so that a concurrent turn's calls to one model reuse their
@@ -54,6 +61,8 @@ from urllib3.util import parse_url
 KEEPALIVE_PER_ENDPOINT = 20
 # The most one read asks for: a streamed reply's pieces are handed on as they arrive.
 READ_SIZE = 64 * 1024
+# The most a reply's status line and headers may hold.
+MAX_HEAD_BYTES = 64 * 1024
 # Of an error reply (an LLM endpoint's status other than 200), what is read.
 ERROR_BODY_BYTES = 256 * 1024
 DEFAULT_HEADERS = {
@@ -68,52 +77,32 @@ def post(
     url: str, *, content: bytes, headers: Mapping[str, str], timeout: float
 ) -> Iterator[httpx.Response]:
     """POST ``content`` to ``url`` (an absolute http(s) URL) and yield the reply once its head
-    is read; closed on leaving. ``timeout`` bounds connecting and each read
+    is read; closed on leaving. ``timeout`` bounds connecting, sending and each read
     (``cognition_app.sources.deadline`` bounds the whole exchange)."""
     parsed = _parsed(url)
-    with _httpx_errors():
-        raw = _route(parsed).urlopen(
-            "POST",
-            parsed,
-            body=content,
-            headers={**DEFAULT_HEADERS, **headers},  # the pool adds Host and Content-Length
-            retries=_NO_RETRIES,
-            redirect=False,
-            assert_same_host=False,
-            timeout=_timeout(timeout),
-            preload_content=False,
-            decode_content=False,
-            release_conn=False,
-        )
-    connection = raw.connection
+    route = _route(parsed)
+    exchange = _Exchange(route.pool, timeout)
+    try:
+        with _httpx_errors():
+            exchange.send(route.head(parsed, headers, len(content)), content)
+            exchange.read_head()
+    except BaseException:
+        exchange.release()
+        raise
     response = httpx.Response(
-        status_code=raw.status,
-        headers=list(raw.headers.iteritems()),
-        stream=_Body(raw),
+        status_code=exchange.status,
+        headers=exchange.headers,
+        stream=_Body(exchange),
         extensions={
-            "http_version": b"HTTP/1.1",
-            "reason_phrase": (raw.reason or "").encode("latin-1", "replace"),
-            "network_stream": _NetworkStream(connection.sock if connection else None),
+            "http_version": exchange.http_version,
+            "reason_phrase": exchange.reason,
+            "network_stream": _NetworkStream(exchange.sock),
         },
     )
     try:
         yield response
     finally:
         response.close()
-
-
-_NO_RETRIES = urllib3.Retry(total=False, redirect=False)
-_timeouts: dict[float, urllib3.Timeout] = {}
-
-
-def _timeout(seconds: float) -> urllib3.Timeout:
-    """Connecting and each read bounded by ``seconds`` (one object per value: a few)."""
-    timeout = _timeouts.get(seconds)
-    if timeout is None:
-        timeout = urllib3.Timeout(connect=seconds, read=seconds)
-        if len(_timeouts) < 256:
-            _timeouts[seconds] = timeout
-    return timeout
 
 
 # The URLs posted to, parsed (a URL object is copied, not parsed again); a few per process.
@@ -168,78 +157,228 @@ class _NetworkStream:
         return self._socket if info == "socket" else None
 
 
-class _Body(httpx.SyncByteStream):
-    """The body as it arrives (``read1``: whatever is there, up to ``READ_SIZE``), not decoded
-    (httpx decodes it, as for its own transport). A body read to its end gives its connection
-    back to the pool; one closed before is closed with its connection."""
+class _Exchange:
+    """One request and its reply on a connection of ``pool``: the request written in one
+    piece, the reply read with httptools (llhttp, in C: the head, the chunked coding). The
+    connection goes back to the pool once a reply it may carry another after has been read to
+    its end, and is closed otherwise (:meth:`release`, once). The ``on_*`` methods are the
+    parser's callbacks."""
 
-    def __init__(self, raw: urllib3.HTTPResponse) -> None:
-        self._raw = raw
+    def __init__(self, pool: HTTPConnectionPool, timeout: float) -> None:
+        self._pool = pool
+        self._timeout = timeout
+        self._connection: Any = None  # urllib3's HTTP(S)Connection, taken from the pool
+        self._parser = httptools.HttpResponseParser(self)
+        self.sock: socket.socket | None = None
+        self.status = 0
+        self.reason = b""
+        self.http_version = b"HTTP/1.1"
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.pieces: list[bytes] = []  # of the body, parsed and not yet handed on
+        self._head_size = 0  # the headers' bytes, as sent
+        self.head_read = False
+        self.done = False  # the reply read to its end
+        self._keep_alive = False
+        self._until_close = False  # a body without length or chunks: it ends with the connection
+        self._after = False  # something followed the reply: the connection is not used again
+        self._released = False
+
+    # -- the parser's callbacks (not raising: an exception in one becomes the parser's error)
+
+    def on_message_begin(self) -> None:
+        if self.done:
+            self._after = True
+
+    def on_status(self, reason: bytes) -> None:  # the reason phrase, possibly in parts
+        self.reason += reason
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+        self._head_size += len(name) + len(value) + 4
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:  # an interim reply: the real one follows
+            self.reason, self.headers, self._head_size = b"", [], 0
+            return
+        self.status = status
+        self.http_version = b"HTTP/" + self._parser.get_http_version().encode("ascii")
+        self.head_read = True
+        names = {name.lower(): value for name, value in self.headers}
+        coding = names.get(b"transfer-encoding", b"").rsplit(b",", 1)[-1].strip().lower()
+        self._until_close = b"content-length" not in names and coding != b"chunked"
+
+    def on_body(self, body: bytes) -> None:
+        self.pieces.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.head_read and not self.done:
+            self.done = True
+            self._keep_alive = self._parser.should_keep_alive()
+
+    # -- the exchange
+
+    def send(self, head: bytes, content: bytes) -> None:
+        pool: Any = self._pool  # ``_get_conn``: see the note at the top
+        connection = self._connection = pool._get_conn()
+        connection.timeout = self._timeout
+        if connection.sock is None:  # new, or dropped while idle (the pool checks)
+            try:
+                connection.connect()  # urllib3's: TLS verified, through a proxy's tunnel
+            except urllib3.exceptions.HTTPError:
+                raise  # its connect errors, mapped by _httpx_errors
+            except TimeoutError as exc:  # the TLS handshake, the proxy's tunnel
+                raise httpx.ConnectTimeout(_reason(exc)) from exc
+            except OSError as exc:  # a certificate refused, a tunnel refused
+                raise httpx.ConnectError(_reason(exc)) from exc
+        sock = self.sock = connection.sock
+        sock.settimeout(self._timeout)
+        try:
+            if len(content) < 65536:  # one write, one packet for a small request
+                sock.sendall(head + content)
+            else:
+                sock.sendall(head)
+                sock.sendall(content)
+        except TimeoutError:
+            raise httpx.WriteTimeout(f"Write timed out. (write timeout={self._timeout})") from None
+        except OSError as exc:
+            raise httpx.WriteError(_reason(exc)) from exc
+
+    def read_head(self) -> None:
+        received = 0
+        while not self.head_read:
+            data = self._recv()
+            if not data:
+                raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+            received += len(data)
+            self._feed(data)
+            # what the head holds once read, or what came without ending it
+            size = self._head_size if self.head_read else received
+            if size > MAX_HEAD_BYTES:
+                raise httpx.RemoteProtocolError(
+                    f"the response head is larger than {MAX_HEAD_BYTES:,} bytes"
+                )
+
+    def read_more(self) -> bool:
+        """Read and parse what arrives next; False once the reply has ended (``done``)."""
+        if self.done:
+            return False
+        data = self._recv()
+        if data:
+            self._feed(data)
+            return True
+        if self._until_close:
+            self.done = True  # the connection is closed: it cannot carry another reply
+            return False
+        raise httpx.RemoteProtocolError(
+            "peer closed connection without sending complete message body"
+        )
+
+    def _recv(self) -> bytes:
+        assert self.sock is not None
+        try:
+            return self.sock.recv(READ_SIZE)
+        except TimeoutError:
+            raise httpx.ReadTimeout(f"Read timed out. (read timeout={self._timeout})") from None
+
+    def _feed(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            if not self.done:
+                raise httpx.RemoteProtocolError(f"malformed HTTP response: {exc}") from None
+            self._after = True  # bytes after the reply that are not a reply
+
+    def release(self) -> None:
+        """Give the connection back: to be used again if its reply was read to its end and it
+        may carry another, else closed."""
+        if self._released:
+            return
+        self._released = True
+        connection = self._connection
+        if connection is None:
+            return
+        if not (self.done and self._keep_alive and not self._after):
+            connection.close()
+        pool: Any = self._pool  # ``_put_conn``: see the note at the top
+        pool._put_conn(connection)
+
+
+class _Body(httpx.SyncByteStream):
+    """The body as it arrives: what each read of the socket brought, joined (a reply's many
+    small chunks that arrived together are one piece), not decoded (httpx decodes it, as for
+    its own transport). Closing it gives its connection back (:meth:`_Exchange.release`)."""
+
+    def __init__(self, exchange: _Exchange) -> None:
+        self._exchange = exchange
 
     def __iter__(self) -> Iterator[bytes]:
-        # ``http.client``'s own ``read1`` on the response urllib3 wraps (``_fp``): urllib3's
-        # adds bookkeeping and error wrapping per read, 8-10 µs against 4 µs a piece of a
-        # buffered 52-piece stream. What urllib3 would check is checked here: a body cut short
-        # of its Content-Length is an error, and a body read to its end closes the response
-        # (not its connection), which is what urllib3 looks at before reusing the connection.
-        fp: http.client.HTTPResponse = self._raw._fp  # type: ignore[attr-defined]  # note 1
-        read1 = fp.read1
+        exchange = self._exchange
         with _httpx_errors():
             while True:
-                data = read1(READ_SIZE)
-                if data:
-                    yield data
-                    continue
-                if fp.length:  # the peer closed the connection early
-                    raise httpx.RemoteProtocolError(
-                        "peer closed connection without sending complete message body "
-                        f"({fp.length} bytes missing)"
-                    )
-                fp.close()  # a Content-Length body read to its end (chunked ones close here)
-                return
+                pieces = exchange.pieces
+                if pieces:
+                    exchange.pieces = []
+                    yield pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                elif not exchange.read_more():
+                    return
 
     def close(self) -> None:
-        raw = self._raw
-        if not raw.closed:  # not read to its end: its connection cannot be used again
-            try:
-                raw.close()
-            except (OSError, urllib3.exceptions.HTTPError, http.client.HTTPException):
-                pass  # closing a broken connection: the error that broke it is the caller's
-        raw.release_conn()
+        self._exchange.release()
 
 
 # --- connection pools -----------------------------------------------------------------------
 
 
-class _Direct:
-    """An endpoint's own pool (reached without a proxy): the request target is the URL's path
-    and query, and the pool is found once, not per request."""
+class _Route:
+    """How a request reaches an endpoint: the pool whose connections lead there (to the
+    endpoint itself, to a proxy that takes the absolute URL of a plain-HTTP request, or
+    through a proxy's tunnel for HTTPS), found once per endpoint, and the request head."""
 
-    def __init__(self, pool: HTTPConnectionPool) -> None:
-        self._pool = pool
+    def __init__(
+        self, pool: HTTPConnectionPool, *, absolute: bool, proxy_headers: Mapping[str, str]
+    ) -> None:
+        self.pool = pool
+        self._absolute = absolute
+        self._proxy_headers = dict(proxy_headers)
 
-    def urlopen(self, method: str, url: httpx.URL, **options: Any) -> urllib3.HTTPResponse:
-        return self._pool.urlopen(method, url.raw_path.decode("ascii"), **options)
+    def head(self, url: httpx.URL, headers: Mapping[str, str], length: int) -> bytes:
+        """The request line and headers of a POST of ``length`` bytes to ``url``: Host and
+        Content-Length, :data:`DEFAULT_HEADERS` unless ``headers`` names them (in any case),
+        ``headers``, and a proxy's own. A header that would break the head (a name that is
+        not a token, a value with a line break or a NUL, one outside Latin-1) is refused,
+        naming the header, never its value (a key may be in it)."""
+        target = str(url) if self._absolute else url.raw_path.decode("ascii")
+        merged = {name.lower(): (name, value) for name, value in DEFAULT_HEADERS.items()}
+        for name, value in (*headers.items(), *self._proxy_headers.items()):
+            merged[name.lower()] = (name, value)
+        lines = [f"POST {target} HTTP/1.1", f"Host: {url.netloc.decode('ascii')}"]
+        for lower, (name, value) in merged.items():
+            if lower in _SET_HERE or not _TOKEN.fullmatch(name) or _BREAK.search(value):
+                raise httpx.LocalProtocolError(f"the request header {name!r} cannot be sent")
+            lines.append(f"{name}: {value}")
+        lines.append(f"Content-Length: {length}\r\n\r\n")
+        try:
+            return "\r\n".join(lines).encode("latin-1")
+        except UnicodeEncodeError:
+            raise httpx.LocalProtocolError(
+                "a request header holds a character outside Latin-1"
+            ) from None
 
 
-class _Proxied:
-    """Through the environment's proxy, which takes the whole URL (the absolute form for plain
-    HTTP, a tunnel for HTTPS)."""
-
-    def __init__(self, manager: urllib3.ProxyManager) -> None:
-        self._manager = manager
-
-    def urlopen(self, method: str, url: httpx.URL, **options: Any) -> urllib3.HTTPResponse:
-        return self._manager.urlopen(method, str(url), **options)
+# Headers the transport writes itself, and what makes a header name or value unsendable.
+_SET_HERE = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_BREAK = re.compile(r"[\r\n\x00]")
 
 
 _lock = threading.Lock()
-_routes: dict[tuple[str, str, int | None], _Direct | _Proxied] = {}
+_routes: dict[tuple[str, str, int | None], _Route] = {}
 _managers: dict[str, urllib3.PoolManager] = {}
 _proxies: dict[str, str] | None = None
 
 
-def _route(url: httpx.URL) -> _Direct | _Proxied:
+def _route(url: httpx.URL) -> _Route:
     """What sends a request to ``url``: the endpoint's pool, or the environment's proxy."""
     key = (url.scheme, url.host, url.port)
     route = _routes.get(key)
@@ -252,7 +391,7 @@ def _route(url: httpx.URL) -> _Direct | _Proxied:
     return route
 
 
-def _new_route(scheme: str, host: str, port: int | None) -> _Direct | _Proxied:
+def _new_route(scheme: str, host: str, port: int | None) -> _Route:
     """Direct, or through the proxy the environment names for ``scheme`` unless ``NO_PROXY``
     names ``host`` (read once per process, as an httpx client reads them once)."""
     global _proxies
@@ -265,7 +404,8 @@ def _new_route(scheme: str, host: str, port: int | None) -> _Direct | _Proxied:
         manager = _managers.get("")
         if manager is None:
             manager = _managers[""] = urllib3.PoolManager(**_manager_options())
-        return _Direct(manager.connection_from_host(host, port, scheme))
+        pool = manager.connection_from_host(host, port, scheme)
+        return _Route(pool, absolute=False, proxy_headers={})
     parsed = parse_url(proxy)
     if parsed.scheme not in ("http", "https"):
         raise httpx.ProxyError(
@@ -279,7 +419,12 @@ def _new_route(scheme: str, host: str, port: int | None) -> _Direct | _Proxied:
             options["proxy_headers"] = urllib3.make_headers(proxy_basic_auth=parsed.auth)
         proxy_manager = urllib3.ProxyManager(proxy, **options)
         _managers[proxy] = proxy_manager
-    return _Proxied(proxy_manager)
+    # As urllib3's ProxyManager sends: plain HTTP to the proxy with the absolute URL and the
+    # proxy's headers; HTTPS through a tunnel (CONNECT, with those headers) to the endpoint.
+    pool = proxy_manager.connection_from_host(host, port, scheme)
+    if scheme == "https":
+        return _Route(pool, absolute=False, proxy_headers={})
+    return _Route(pool, absolute=True, proxy_headers=proxy_manager.proxy_headers)
 
 
 def _manager_options() -> dict[str, Any]:

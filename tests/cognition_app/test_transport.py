@@ -110,6 +110,34 @@ class _Handler(BaseHTTPRequestHandler):
     def _silent(self) -> None:
         time.sleep(2)
 
+    def _interim(self) -> None:  # a 100 Continue, then the reply
+        self.wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        self._chunks([b"after"])
+
+    def _huge_head(self) -> None:
+        self.send_response(200)
+        for n in range(200):
+            self.send_header(f"X-Filler-{n}", "f" * 400)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _old(self) -> None:  # HTTP/1.0 without keep-alive: the connection ends with the reply
+        self.close_connection = True
+        self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nold")
+
+    def _trailing(self) -> None:  # a whole reply, then bytes that are no reply
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokGARBAGE\r\n")
+
+    def _hang_up(self) -> None:  # a keep-alive reply, then the server drops the connection
+        self.close_connection = True
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nonce")
+
+    def _burst(self) -> None:  # three chunks in one write: they arrive together
+        self.send_response(200)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.write(b"3\r\none\r\n3\r\ntwo\r\n5\r\nthree\r\n0\r\n\r\n")
+
     def log_message(self, *args: Any) -> None:
         return
 
@@ -226,6 +254,61 @@ def test_a_shut_socket_wakes_its_reader(server: _Server) -> None:
         with pytest.raises(httpx.TransportError):
             next(pieces)
         assert time.monotonic() - started < 0.4  # not when "second" comes (0.5 s)
+
+
+def test_an_interim_reply_is_skipped(server: _Server) -> None:
+    with _post(_url(server, "interim")) as response:
+        assert response.status_code == 200
+        assert response.read() == b"after"
+
+
+def test_a_head_beyond_its_limit_is_refused(server: _Server) -> None:
+    with pytest.raises(httpx.RemoteProtocolError, match="larger than 65,536 bytes"):
+        with _post(_url(server, "huge_head")):
+            pass
+
+
+def test_pieces_that_arrive_together_are_handed_on_as_one(server: _Server) -> None:
+    with _post(_url(server, "burst")) as response:
+        assert list(body_pieces(response)) == [b"onetwothree"]
+
+
+@pytest.mark.parametrize("path", ["old", "trailing", "hang_up"])
+def test_a_connection_that_cannot_carry_another_reply_is_not_used_again(
+    server: _Server, path: str
+) -> None:
+    """HTTP/1.0 without keep-alive, bytes after the reply, or a connection the server dropped
+    while it was idle in the pool: the next request opens a new connection, and succeeds."""
+    with _post(_url(server, path)) as response:
+        assert response.status_code == 200
+        response.read()
+    time.sleep(0.1)  # the server's hang-up reaches the idle connection
+    with _post(_url(server, "ok")) as response:
+        assert response.read() == b"x"
+    assert server.connections == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("X-Chukwa-Subject", "keeper\r\nX-Injected: 1"),
+        ("Authorization", "Bearer sk-secret\n"),
+        ("Bad Name", "v"),
+        ("Host", "elsewhere.test"),
+        ("X-Note", "caf\u00e9 \u2603"),
+    ],
+)
+def test_a_header_that_would_break_the_request_is_refused_without_its_value(
+    server: _Server, name: str, value: str
+) -> None:
+    headers = {name: value}
+    with (
+        pytest.raises(httpx.LocalProtocolError) as raised,
+        post(_url(server, "ok"), content=b"{}", headers=headers, timeout=5),
+    ):
+        pass
+    assert "secret" not in str(raised.value) and "Injected" not in str(raised.value)
+    assert server.requests == []  # nothing was sent
 
 
 class _Proxy(ThreadingHTTPServer):
