@@ -290,8 +290,12 @@ class _Send:
             raise config_failure
         # Both rows exist before any byte is sent: one round trip with the attempt's pending
         # events and, without a budget, the price lookup (the price row is stored when the
-        # call finishes).
-        opening = [insert_statement(inv), insert_statement(call)]
+        # call finishes). Their JSON is parts of the payload, canonicalized for the request
+        # key (so orjson may write it).
+        opening = [
+            insert_statement(inv, checked=("request",)),
+            insert_statement(call, checked=("messages", "params", "response_format")),
+        ]
         if ctx.budget is None:
             opening.append(
                 price_statement(

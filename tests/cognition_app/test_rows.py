@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
-from django.db import DataError, transaction
+from django.db import DataError, connection, transaction
 
 from cognition_app.rows import RowTable, insert_rows, insert_statement, update_statement
 from cognition_app.sources.tracing import trace_batch
@@ -405,3 +405,55 @@ def test_rows_of_scalars_dump_to_what_json_dumps_gives(row: tuple[Any, ...]) -> 
         assert json.loads(text) == json.loads(expected)
     if row[0].startswith(("big", "lone")):
         assert text == expected
+
+
+_NESTED_VALUES: list[Any] = [
+    {"flat": "déjà \u2028 \x00", "n": 2**60, "f": 0.1, "ok": True, "none": None},  # orjson
+    ["a", 1, 2.5e-7, None],  # orjson
+    {"deep": {"nan": float("nan")}},  # not flat: json (which writes NaN, refused by PG)
+    {"nan": float("nan")},  # flat but not finite: json
+    [float("inf")],
+    {"when": __import__("datetime").datetime(2026, 1, 1)},  # json refuses it; orjson would not
+    {"id": uuid.UUID(int=7)},
+    {1: "int key"},  # json writes "1"; orjson refuses
+    {"big": 2**70},  # orjson refuses
+    {"lone": "\ud800"},  # orjson refuses
+    [("tuple", 1)],
+]
+
+
+@pytest.mark.parametrize("value", _NESTED_VALUES)
+def test_a_records_json_value_dumps_as_json_dumps_does(value: Any) -> None:
+    """A record's JSON (``_dumps_record``, orjson where it writes what json means) reads back as
+    ``json.dumps``'s text does, is ``json.dumps``'s own text where orjson would write NaN as
+    null, and raises where ``json.dumps`` raises."""
+    from cognition_app.rows import _dumps_record
+
+    record = {"id": "x", "payload": value, "n": None}
+    try:
+        expected = json.dumps(record)
+    except TypeError as exc:
+        with pytest.raises(type(exc)):
+            _dumps_record(record, [value])
+        return
+    text = _dumps_record(record, [value])
+    if "NaN" in expected or "Infinity" in expected:
+        assert text == expected
+    else:
+        assert json.loads(text) == json.loads(expected)
+
+
+def test_a_vouched_json_value_is_written_by_orjson_and_an_unvouched_deep_one_by_json(
+    attempt: TurnAttempt,
+) -> None:
+    """``insert_statement(checked=…)``: the caller vouches for a deep value (canonicalized);
+    otherwise a deep value goes to ``json.dumps`` (its escapes show which wrote it)."""
+    event = AttemptEvent(attempt=attempt, seq=1, kind="x", payload={"deep": {"text": "déjà"}})
+    _, (unvouched,) = insert_statement(event)
+    _, (vouched,) = insert_statement(event, checked=("payload",))
+    assert "d\\u00e9j\\u00e0" in unvouched  # json's escape
+    assert "déjà" in vouched  # orjson writes it as it is
+    assert json.loads(unvouched) == json.loads(vouched)
+    with connection.cursor() as cursor:  # PostgreSQL reads the same row from either
+        cursor.execute("SELECT %s::jsonb = %s::jsonb", [unvouched, vouched])
+        assert cursor.fetchone() == (True,)
