@@ -290,17 +290,12 @@ class _Send:
             raise config_failure
         # Both rows exist before any byte is sent: one round trip with the attempt's pending
         # events and, without a budget, the price lookup (the price row is stored when the
-        # call finishes). Their JSON is parts of the payload, canonicalized for the request
-        # key (so orjson may write it).
-        opening = [
-            insert_statement(inv, checked=("request",)),
-            insert_statement(call, checked=("messages", "params", "response_format")),
-        ]
+        # call finishes). Their JSON is the payload's, canonicalized (orjson may write it).
+        opening = [insert_statement(inv, checked=_REQUEST), insert_statement(call, checked=_LLM)]
         if ctx.budget is None:
+            at = inv.started_at
             opening.append(
-                price_statement(
-                    url_env=iface["base_url_env"], model=iface["model"], at=inv.started_at
-                )
+                price_statement(url_env=iface["base_url_env"], model=iface["model"], at=at)
             )
         results = open_rows(ctx, opening)
         if ctx.budget is None:
@@ -323,6 +318,10 @@ class _Send:
                 ctx.cancel,
                 finish,
             )
+
+
+# The JSON fields of the opening's rows: parts of the payload (``insert_statement(checked=…)``).
+_REQUEST, _LLM = ("request",), ("messages", "params", "response_format")
 
 
 @dataclass
