@@ -71,10 +71,7 @@ def _dumps_scalars(rows: Sequence[Sequence[Any]]) -> str:
         math.isfinite(v) for v in values if type(v) is float
     ):
         return _dumps(rows)
-    try:
-        return orjson.dumps(rows).decode()
-    except orjson.JSONEncodeError:
-        return _dumps(rows)
+    return _orjson_else_json(rows)
 
 
 def _dumps_record(record: dict[str, Any], json_values: Iterable[Any]) -> str:
@@ -85,12 +82,16 @@ def _dumps_record(record: dict[str, Any], json_values: Iterable[Any]) -> str:
     a key that is not a string) goes to :func:`_dumps`, as does any other value — orjson would
     write NaN as null where ``json`` writes a token PostgreSQL refuses, and would write a UUID
     or a datetime nested in a JSON value that ``json`` refuses."""
-    if all(map(_flat_json, json_values)):
-        try:
-            return orjson.dumps(record).decode()
-        except orjson.JSONEncodeError:
-            pass
-    return _dumps(record)
+    return _orjson_else_json(record) if all(map(_flat_json, json_values)) else _dumps(record)
+
+
+def _orjson_else_json(value: Any) -> str:
+    """orjson's text of a value it writes as ``json`` would mean it; :func:`_dumps`'s where
+    orjson refuses it (a lone surrogate, an integer beyond 64 bits, a key that is no string)."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return _dumps(value)
 
 
 _FLAT_SCALARS = frozenset({str, int, bool, type(None)})

@@ -24,7 +24,6 @@ messages the underlying reason without urllib3's object representations.
 
 from __future__ import annotations
 
-import http.client
 import os
 import re
 import socket
@@ -39,16 +38,9 @@ import httpx
 import urllib3
 from django.conf import settings
 from urllib3.connectionpool import HTTPConnectionPool
-from urllib3.exceptions import (
-    ConnectTimeoutError,
-    DecodeError,
-    NewConnectionError,
-    ProtocolError,
-    ProxyError,
-    ReadTimeoutError,
-    SSLError,
-)
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util import parse_url
+from urllib3.util.ssl_match_hostname import CertificateError
 
 # Note: a pool's ``_get_conn`` and ``_put_conn`` are what urllib3's own ``urlopen`` uses to take a
 # connection (checked for a drop while it was idle) and give it back. They are private (and
@@ -229,7 +221,7 @@ class _Exchange:
                 raise  # its connect errors, mapped by _httpx_errors
             except TimeoutError as exc:  # the TLS handshake, the proxy's tunnel
                 raise httpx.ConnectTimeout(_reason(exc)) from exc
-            except OSError as exc:  # a certificate refused, a tunnel refused
+            except (OSError, CertificateError) as exc:  # a certificate refused, a tunnel refused
                 raise httpx.ConnectError(_reason(exc)) from exc
         sock = self.sock = connection.sock
         sock.settimeout(self._timeout)
@@ -462,27 +454,17 @@ def reset_pools() -> None:
 
 @contextmanager
 def _httpx_errors() -> Iterator[None]:
-    """urllib3's and http.client's errors as the httpx errors httpx's transport raises."""
+    """What urllib3 raises taking or opening a connection, and the socket's own errors, as the
+    httpx errors httpx's transport raises (the exchange raises httpx's errors itself)."""
     try:
         yield
-    except ProxyError as exc:
-        raise httpx.ProxyError(_reason(exc)) from exc
-    except (NewConnectionError, SSLError) as exc:  # NewConnectionError is a ConnectTimeoutError
+    except NewConnectionError as exc:  # a NewConnectionError is a ConnectTimeoutError
         raise httpx.ConnectError(_reason(exc)) from exc
     except ConnectTimeoutError as exc:
         raise httpx.ConnectTimeout(_reason(exc)) from exc
-    except ReadTimeoutError as exc:
-        raise httpx.ReadTimeout(_reason(exc)) from exc
-    except DecodeError as exc:
-        raise httpx.DecodingError(_reason(exc)) from exc
-    except (ProtocolError, http.client.HTTPException) as exc:
-        cause = exc.args[-1] if isinstance(exc, ProtocolError) and exc.args else exc
-        if isinstance(cause, OSError):  # reset, aborted, shut
-            raise httpx.ReadError(_reason(cause)) from exc
-        raise httpx.RemoteProtocolError(_reason(cause)) from exc
-    except urllib3.exceptions.HTTPError as exc:
+    except urllib3.exceptions.HTTPError as exc:  # a pool closed by reset_pools
         raise httpx.TransportError(_reason(exc)) from exc
-    except OSError as exc:
+    except OSError as exc:  # reset, aborted
         raise httpx.ReadError(_reason(exc)) from exc
 
 
@@ -491,7 +473,7 @@ def _reason(exc: BaseException) -> str:
     message = getattr(exc, "_message", None)  # a pool's and a new connection's errors keep it
     if isinstance(message, str):
         return message
-    if isinstance(exc, OSError | http.client.HTTPException):
+    if isinstance(exc, OSError | ValueError):
         return str(exc) or type(exc).__name__
     texts = [arg for arg in exc.args if isinstance(arg, str)]  # the connection first, the text last
     return texts[-1] if texts else str(exc) or type(exc).__name__

@@ -423,5 +423,9 @@ def test_tls_is_verified_against_the_trusted_roots(
         reset_pools()
         with _post(url) as response:
             assert response.read() == b"x"
+        # trusted, but not for this name (the certificate is for 127.0.0.1 only)
+        elsewhere = url.replace("127.0.0.1", "localhost")
+        with pytest.raises(httpx.ConnectError, match="Hostname mismatch"), _post(elsewhere):
+            pass
     finally:
         reset_pools()
