@@ -298,8 +298,8 @@ LOGGING = {
     # finished" (cognition_app.sources.tracing) says what happened without the URL. The MCP
     # SDK's client (mcp_tool sources) uses httpx2 the same way, and logs a server's malformed
     # replies (which may echo a key) at ERROR: the call's scrubbed trace row says it instead.
-    # urllib3 (under source calls, cognition_app.sources.transport) logs each request's line at
-    # DEBUG.
+    # urllib3 (the connections under source calls, cognition_app.sources.transport) logs each
+    # new connection's host and port at DEBUG.
     "loggers": {
         "httpx": {"level": "WARNING"},
         "urllib3": {"level": "WARNING"},
