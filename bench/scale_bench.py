@@ -376,17 +376,33 @@ def _worker_tree(bench: Bench) -> list[Any]:
 # --- main ------------------------------------------------------------------------------------
 
 
+def _batch_size(text: str) -> int:
+    """A count of turns run as one batch: 1 to the most one batch may hold (100)."""
+    import django
+
+    django.setup()  # settings only (no database): the limit is the service's own
+    from worlds_app.services.attempts import MAX_BATCH
+
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= count <= MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"must be 1…{MAX_BATCH} (one batch), got {count}")
+    return count
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
         "--parts", default="a,c,e,g", help="comma-separated: a,c (c includes d),e,g"
     )
-    parser.add_argument("--turns", type=int, default=10, help="turns per measured batch")
+    parser.add_argument("--turns", type=_batch_size, default=10, help="turns per measured batch")
     parser.add_argument("--sizes", default="100,500,1000", help="part e: agent counts")
     parser.add_argument("--g-agents", type=int, default=100, help="part g: agents per world")
     parser.add_argument("--g-workers", type=int, default=2, help="part g: the largest W")
     parser.add_argument(
-        "--g-turns", type=int, default=40, help="part g: turns per world (a longer window)"
+        "--g-turns", type=_batch_size, default=40, help="part g: turns per world (a longer window)"
     )
     parser.add_argument("--g-rounds", type=int, default=3, help="part g: rounds of W=1..max")
     args = parser.parse_args()
