@@ -9,9 +9,10 @@ else within CPython's switch interval (5 ms) — on its own database connection,
 transaction per batch, ``synchronous_commit`` off like every trace write; a worker crash can
 lose only what was built in those few milliseconds, as it could lose a write in flight before.
 Whoever needs them written waits for them, and writes itself what the thread has not taken yet:
-an attempt :meth:`TraceWriter.drain`\\ s before it commits its turn or records its failure, so
-a committed turn's calls are all finished rows, and a failed attempt's "close what is still
-running" never overwrites a call that succeeded.
+an attempt :meth:`TraceWriter.drain`\\ s before it records its failure, so a failed attempt's
+"close what is still running" never overwrites a call that succeeded; its commit
+(:meth:`TraceWriter.held`) waits for what the thread took and sends what it has not taken in
+the commit's own transaction, so a committed turn's calls are all finished rows.
 
 Writes that arrive together (concurrent subjects) go in one round trip. A batch the database
 refuses is sent again job by job, each once more after a reconnect; a job that still fails is
@@ -24,8 +25,9 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from django.db import DatabaseError, connection
 
@@ -72,13 +74,40 @@ class TraceWriter:
             mine, self._queued = self._queued, []
         if mine:
             _write(mine)
+        return self._wait(0)
+
+    @contextmanager
+    def held(self) -> Iterator[Held]:
+        """For a caller that writes in one transaction of its own (a turn's commit, in one round
+        trip): waits until the writer thread wrote what it took, then yields the statements of
+        the jobs it has not taken yet (the subject's last call, usually: the thread had no turn
+        since) and why something could not be written (``""`` when all was). The caller sends
+        the statements in its transaction; when its block ends without an exception, those jobs
+        are done. When it raises, they are written here on their own first, as :meth:`drain`
+        would have — a database error the caller met then becomes theirs if they could not be
+        written either (``failure`` names it)."""
         with self._cond:
-            while self._pending:
+            mine, self._queued = self._queued, []
+        held = Held([s for job in mine for s in job.statements], self._wait(len(mine)))
+        try:
+            yield held
+        except BaseException:
+            if mine:
+                _write(mine)
+                held.failure = self.failure
+            raise
+        _finished(mine, dict.fromkeys(range(len(mine)), ""))
+
+    def _wait(self, mine: int) -> str:
+        """Wait until only the caller's ``mine`` jobs are left unwritten; returns
+        :attr:`failure`."""
+        with self._cond:
+            while self._pending > mine:
                 self._cond.wait(timeout=1.0)
                 writer = _current
-                if self._pending and (writer is None or not writer.is_alive()):  # never: the thread
-                    self.failure = self.failure or "the trace writer thread stopped"  # catches all
-                    break
+                if self._pending > mine and (writer is None or not writer.is_alive()):  # never:
+                    self.failure = self.failure or "the trace writer thread stopped"  # the thread
+                    break  # catches all
             return self.failure
 
     def _take(self, job: _Job) -> bool:
@@ -96,6 +125,14 @@ class TraceWriter:
             if failure and not self.failure:
                 self.failure = failure
             self._cond.notify_all()
+
+
+@dataclass
+class Held:
+    """What :meth:`TraceWriter.held` yields."""
+
+    statements: list[Statement] = field(default_factory=list)
+    failure: str = ""
 
 
 class _Writer:
@@ -153,6 +190,11 @@ def _write(jobs: list[_Job]) -> None:
     except Exception as exc:  # a bug must not stop the thread: its jobs fail instead
         logger.exception("trace writer: %s", type(exc).__name__)
         failures = dict.fromkeys(failures, f"the trace writer failed: {type(exc).__name__}")
+    _finished(jobs, failures)
+
+
+def _finished(jobs: list[_Job], failures: dict[int, str]) -> None:
+    """Each job's ``after``, then its writer told (with why it could not be written)."""
     for index, job in enumerate(jobs):
         try:
             if job.after is not None:

@@ -19,6 +19,8 @@ from cognition_app.sources import write_behind
 from tests.cognition_app.conftest import create_world, run_turn
 from tests.support.scripted_llm import ScriptedLLM
 from worlds_app.models import AttemptStatus, TurnAttempt
+from worlds_app.services import turn_attempt_enqueue, turn_attempt_run
+from worlds_app.services import turn_commit as commit_module
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -118,6 +120,85 @@ def test_a_finishing_write_the_database_refuses_fails_the_attempt_with_every_row
     assert not LlmCall.objects.filter(invocation__attempt=attempt, status="running").exists()
     # each refused job was tried again alone (after a reconnect), then given up
     assert len(spy.threads) >= spy.jobs * 2
+
+
+def _untaken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer thread never has its turn (the subject holds the interpreter until it
+    waits): whatever is submitted stays for the commit, or the failure, to write."""
+    monkeypatch.setattr(write_behind._Writer, "put", lambda _writer, _job: None)
+
+
+def test_what_the_thread_has_not_taken_goes_in_the_commits_own_transaction(
+    scripted_llm: ScriptedLLM, toy_sources: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = _Spy(monkeypatch)
+    _untaken(monkeypatch)
+    sent: list[list[str]] = []
+    send_batch = commit_module.send_batch
+
+    def commit_batch(statements: Any) -> Any:
+        sent.append([sql for sql, _params in statements])
+        return send_batch(statements)
+
+    monkeypatch.setattr(commit_module, "send_batch", commit_batch)
+    create_world("park", "held")
+    scripted_llm.script(TOOL_CALL, FINAL)
+    attempt = run_turn("held")
+
+    assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
+    rows = [r for r in _rows(attempt) if r[0] != "conformance_check"]
+    assert len(rows) == spy.jobs == 6
+    assert {status for _kind, status, _failure in rows} == {"succeeded"}
+    assert spy.threads == []  # no round trip of their own: all went with the commit
+    (commit,) = sent
+    finishing = [sql for sql in commit if "cognition_app_sourceinvocation" in sql]
+    assert len(finishing) >= 6 and commit[0].startswith("WITH w AS")  # the checks lock first
+    assert all(c.raw_text for c in LlmCall.objects.filter(invocation__attempt=attempt))
+
+
+def test_a_commit_that_fails_still_leaves_the_calls_it_held_succeeded(
+    scripted_llm: ScriptedLLM, toy_sources: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit is refused: the finishing rows it held are written on their own before the
+    failure closes what still runs, so the calls that succeeded are not made failures."""
+    spy = _Spy(monkeypatch)
+    _untaken(monkeypatch)
+
+    def refused(_statements: Any) -> Any:
+        raise DatabaseError("commit refused by the test")
+
+    monkeypatch.setattr(commit_module, "send_batch", refused)
+    create_world("park", "held_refused")
+    scripted_llm.script(FINAL)
+    (attempt_id,) = turn_attempt_enqueue(slug="held_refused")["attempt_ids"]
+    with pytest.raises(DatabaseError):
+        turn_attempt_run(attempt_id=attempt_id, owner="test")
+    attempt = TurnAttempt.objects.get(pk=attempt_id)
+
+    assert (attempt.status, attempt.failure_step) == (AttemptStatus.FAILED, "internal_error")
+    rows = [r for r in _rows(attempt) if r[0] != "conformance_check"]
+    assert len(rows) == spy.jobs > 1
+    assert {status for _kind, status, _failure in rows} == {"succeeded"}
+    assert spy.threads == [threading.current_thread().name]  # in one batch, after the refusal
+
+
+def test_a_failed_commit_whose_held_rows_cannot_be_written_either_is_a_traces_failure(
+    scripted_llm: ScriptedLLM, toy_sources: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = _Spy(monkeypatch)
+    _untaken(monkeypatch)
+    spy.refuse = True
+    monkeypatch.setattr(
+        commit_module, "send_batch", lambda _s: (_ for _ in ()).throw(DatabaseError("no"))
+    )
+    create_world("park", "held_lost")
+    scripted_llm.script(FINAL)
+    attempt = run_turn("held_lost")
+
+    assert (attempt.status, attempt.failure_step) == (AttemptStatus.FAILED, "traces")
+    assert "could not be written" in attempt.failure_reason
+    rows = [r for r in _rows(attempt) if r[0] != "conformance_check"]
+    assert set(rows) == {(kind, "failed", "attempt_ended") for kind, _s, _f in rows}
 
 
 def test_the_writer_thread_survives_a_refused_job_and_a_fork_gets_its_own(

@@ -103,13 +103,48 @@ def commit_turn(
     """Commit the turn; returns it and, with ``claim_next``, the next attempt of the batch
     claimed for ``owner`` (None when there is none or it is not queued: then, and without
     ``claim_next``, the world's next attempt is kicked as always)."""
-    attempt, previous = claim.attempt, claim.previous
-    if previous is None:
+    if claim.previous is None:
         raise RuntimeError("the claim's turn N-1 is loaded before the commit")
-    # A committed turn's calls are finished rows: wait for the writer thread's last ones.
-    unwritten = events.traces.drain()
-    if unwritten:
-        raise AttemptFailure("traces", unwritten)
+    # A committed turn's calls are finished rows: the writer thread's last writes are waited
+    # for, and what it has not taken yet (usually the last call's: the subject had the thread
+    # wait for the interpreter since) goes in the commit's transaction, one round trip less.
+    held = events.traces.held()
+    try:
+        with held as finishing:
+            if finishing.failure:
+                raise AttemptFailure("traces", finishing.failure)
+            return _commit(
+                claim,
+                claim.previous,
+                working,
+                staged,
+                events,
+                started,
+                finishing.statements,
+                owner=owner,
+                claim_next=claim_next,
+            )
+    except DatabaseError as exc:
+        if finishing.failure:  # they could not be written on their own either: theirs
+            raise AttemptFailure("traces", finishing.failure) from exc
+        raise
+
+
+def _commit(
+    claim: Claim,
+    previous: Turn,
+    working: WorldState,
+    staged: list[StagedTransition],
+    events: EventLog,
+    started: float,
+    finishing: list[Statement],
+    *,
+    owner: str,
+    claim_next: bool,
+) -> tuple[Turn, Claim | None]:
+    """:func:`commit_turn` once the calls' finishing rows are written but ``finishing``, which
+    go in its transaction."""
+    attempt = claim.attempt
     world = attempt.world
     number = previous.number + 1
     # The working world is done with: its snapshot shares its entities (no copy) and is hashed
@@ -149,6 +184,7 @@ def commit_turn(
                     *(number, now, duration_ms, attempt.pk, attempt.lease_owner),
                 ],
             ),
+            *finishing,  # after the checks: the world's row is locked first
             *TURN_ROWS.statements(
                 [(world.pk, number, turn.simulation_time, state, turn.state_hash, attempt.pk, now)]
             ),
