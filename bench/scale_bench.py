@@ -11,7 +11,7 @@ Parts (the letters of issue 10's targets table):
      characters per generation as the world grows (the fixture's prompt).
   c  one LLM agent, model at 0 ms: attempt started → ended, over one batch of ``--c-turns``
      (default 100: a run is long); the batch's first ten turns and the rest are shown apart
-     (the first ones are slower, 10 to 20 ms here: the machine waking from idle, see part_c_d).
+     (the first ones are slower, 10 to 20 ms here; see part_c_d).
   d  the gap between turns of one batch: attempt i ended → attempt i+1 started.
   e  rule-policy turn at 100 / 500 / 1,000 agents (rooms of 20 agents and 10 props): attempt
      started → ended, and the ratio 1,000 / 100 (linear: 10).
@@ -263,10 +263,12 @@ def part_c_d(bench: Bench, turns: int) -> tuple[float, float]:
     gaps = _gaps_ms(attempts)
     print(f"  c. attempt started → ended     {_ms(durations)}")
     if turns > 20:
-        # The first turns of every batch are slower, the same code in every batch of a run: the
-        # database executes its statements in the same time from the first turn (its log), but
-        # each round trip and each piece of CPU work takes longer until the machine (a VM whose
-        # two cores idled between batches) is busy again.
+        # The first ten or so turns of every batch are slower, in a batch started right after
+        # another too. Measured (2026-11-27): PostgreSQL executes the statements in the same time
+        # from the first turn (its statement log); the worker's CPU per step is about a quarter
+        # higher and its two durable round trips take about twice as long, with no page faults
+        # or preemption to show for it. The cause is not pinned down: a plain two-process ping-
+        # pong on this machine does not slow down after idling.
         print(f"     {'its first ten turns':<27} {_ms(durations[:10])}")
         print(f"     {f'turns 11–{turns}':<27} {_ms(durations[10:])}")
     print(f"  d. gap between turns of a batch {_ms(gaps)}")
