@@ -1,8 +1,9 @@
 """Sign-in throttling (SPEC §11): after repeated failures from one address, refuse with a 429.
 
 Password sign-ins (the login page, the admin login, anything calling ``authenticate``) count
-failures per username and client address; API token failures count per client address (a
-token carries no username). The counters are rows (``surfaces.models.SigninFailure``), so every
+attempts per username and client address, each before its password is checked (a success
+clears the count), so parallel guesses cannot all pass the check before any is counted; API
+token failures count per client address (a token carries no username). The counters are rows (``surfaces.models.SigninFailure``), so every
 web process sees the same counts, each failure is counted by one atomic statement, and tests
 roll them back with the rest. An API request with a token checks the throttle in the same
 statement as the token.
@@ -75,6 +76,12 @@ ON CONFLICT (key) DO UPDATE SET
     until = CASE WHEN f.until <= clock_timestamp() THEN EXCLUDED.until ELSE f.until END
 """  # noqa: S608  (the model's own table; the values are parameters)
 
+# One password attempt, counted before the password is checked (as one failure, atomically):
+# the count so far and the seconds left in its window.
+_TAKE_SQL = f"""{_RECORD_SQL}
+RETURNING f.count, greatest(1, ceil(extract(epoch FROM f.until - clock_timestamp())))::int
+"""
+
 # Ended windows, a bounded number per failure recorded: the table holds the windows still open.
 _PRUNE_SQL = f"""
 DELETE FROM {SigninFailure._meta.db_table} WHERE key IN (
@@ -95,6 +102,17 @@ def record_failure(*, kind: str, username: str, address: str) -> None:
     with connection.cursor() as cursor:
         cursor.execute(_RECORD_SQL, [_key(kind, username, address), _window_seconds()])
         cursor.execute(_PRUNE_SQL)
+
+
+def take_attempt(*, kind: str, username: str, address: str) -> int | None:
+    """Count one attempt as a failure before it is checked; the seconds until sign-in is allowed
+    again when it is over the limit (the attempt must be refused), else None. Racing attempts
+    each count, so no more than the limit pass in a window, however many run at once."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TAKE_SQL, [_key(kind, username, address), _window_seconds()])
+        count, wait = cursor.fetchone()
+        cursor.execute(_PRUNE_SQL)
+    return int(wait) if count > _limit() else None
 
 
 def clear_failures(*, kind: str, username: str, address: str) -> None:
@@ -123,17 +141,17 @@ class ThrottledModelBackend(ModelBackend):
             username = kwargs.get(self._username_field(), "")
         name = str(username or "")
         address = client_address(request)
-        wait = retry_after(kind="password", username=name, address=address)
+        if name:  # counted now, as a failure until the password proves right
+            wait = take_attempt(kind="password", username=name, address=address)
+        else:  # no username: nothing to guess, nothing counted
+            wait = retry_after(kind="password", username=name, address=address)
         if wait is not None:
             if request is not None:
                 setattr(request, RETRY_AFTER_ATTRIBUTE, wait)
             # PermissionDenied stops authenticate() from trying any later backend.
             raise PermissionDenied(throttled_message(wait))
         user = super().authenticate(request, username=username, password=password, **kwargs)
-        if user is None:
-            if name:
-                record_failure(kind="password", username=name, address=address)
-        else:
+        if user is not None:
             clear_failures(kind="password", username=name, address=address)
         return user
 

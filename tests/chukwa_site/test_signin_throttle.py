@@ -1,22 +1,28 @@
 """The sign-in throttle's counters (SPEC §11; surfaces/signin_throttle.py): failures racing each
 other are all counted, ended windows start again and are pruned, and an API request with a token
-checks the throttle in the same statement as the token."""
+checks the throttle in the same statement as the token; password attempts racing each other
+never get more guesses than the limit."""
 
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from django.contrib.auth import authenticate
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.models import User
 from django.db import connection, connections
+from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from surfaces.models import SigninFailure
-from surfaces.signin_throttle import _key, record_failure, retry_after
+from surfaces.signin_throttle import RETRY_AFTER_ATTRIBUTE, _key, record_failure, retry_after
 
 
 @pytest.mark.django_db(transaction=True)
@@ -44,6 +50,56 @@ def test_racing_failures_are_all_counted() -> None:
     assert errors == []
     assert SigninFailure.objects.get(key=_key("token", "", "10.7.7.7")).count == threads
     assert retry_after(kind="token", username="", address="10.7.7.7") is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_password_guesses_get_no_more_tries_than_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Twelve guesses at once from one address: each is counted before its password is checked,
+    so five are checked and seven refused — not twelve checked because none had been counted
+    when each looked."""
+    User.objects.create_user("carol", password="the-right-password-1")
+    checked: list[str] = []
+    check = ModelBackend.authenticate
+
+    def slow_check(backend: Any, request: Any, **kwargs: Any) -> Any:
+        checked.append(kwargs.get("password", ""))
+        time.sleep(0.2)  # a password hash takes a while: every guess is in flight at once
+        return check(backend, request, **kwargs)
+
+    monkeypatch.setattr(ModelBackend, "authenticate", slow_check)
+    threads = 12
+    start = threading.Barrier(threads)
+    outcomes: list[str] = []
+
+    def guess(n: int) -> None:
+        request = RequestFactory().post("/accounts/login/", REMOTE_ADDR="10.9.9.9")
+        try:
+            start.wait()
+            user = authenticate(request, username="carol", password=f"guess-{n}")
+            refused = hasattr(request, RETRY_AFTER_ATTRIBUTE)  # the 429's mark
+            outcomes.append("refused" if refused else "wrong" if user is None else "in")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            outcomes.append(repr(exc))
+        finally:
+            connections.close_all()
+
+    workers = [threading.Thread(target=guess, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert sorted(outcomes) == ["refused"] * 7 + ["wrong"] * 5
+    assert len(checked) == 5
+    # the right password is refused too until the window ends (not checked); a success clears
+    request = RequestFactory().post("/", REMOTE_ADDR="10.9.9.9")
+    assert authenticate(request, username="carol", password="the-right-password-1") is None
+    assert hasattr(request, RETRY_AFTER_ATTRIBUTE) and len(checked) == 5
+    SigninFailure.objects.all().delete()
+    request = RequestFactory().post("/", REMOTE_ADDR="10.9.9.9")
+    assert authenticate(request, username="carol", password="the-right-password-1") is not None
+    assert not SigninFailure.objects.exists()
 
 
 @pytest.mark.django_db
