@@ -83,18 +83,18 @@ class TraceWriter:
         the jobs it has not taken yet (the subject's last call, usually: the thread had no turn
         since) and why something could not be written (``""`` when all was). The caller sends
         the statements in its transaction; when its block ends without an exception, those jobs
-        are done. When it raises, they are written here on their own first, as :meth:`drain`
-        would have — a database error the caller met then becomes theirs if they could not be
-        written either (``failure`` names it)."""
+        are done. When it raises (or the wait is interrupted), they are written here on their
+        own first, as :meth:`drain` would have; :attr:`failure` then says whether they could
+        be."""
         with self._cond:
             mine, self._queued = self._queued, []
-        held = Held([s for job in mine for s in job.statements], self._wait(len(mine)))
+        held = Held([s for job in mine for s in job.statements])
         try:
+            held.failure = self._wait(len(mine))
             yield held
         except BaseException:
             if mine:
                 _write(mine)
-                held.failure = self.failure
             raise
         _finished(mine, dict.fromkeys(range(len(mine)), ""))
 

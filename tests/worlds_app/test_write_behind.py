@@ -201,6 +201,28 @@ def test_a_failed_commit_whose_held_rows_cannot_be_written_either_is_a_traces_fa
     assert set(rows) == {(kind, "failed", "attempt_ended") for kind, _s, _f in rows}
 
 
+def test_what_a_commit_held_is_written_if_its_wait_is_interrupted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A soft time limit (an exception raised inside the wait for the thread) must not leave
+    the jobs the commit took unwritten and counted pending: the failure's drain would wait
+    for them for ever."""
+    _untaken(monkeypatch)
+    writer = write_behind.TraceWriter()
+    done: list[str] = []
+    writer.submit([("SELECT 1", [])], lambda: done.append("after"))
+
+    def interrupted(_writer: Any, _mine: int) -> str:
+        raise TimeoutError("the soft time limit, say")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(write_behind.TraceWriter, "_wait", interrupted)
+        with pytest.raises(TimeoutError), writer.held():
+            pytest.fail("the block does not run when the wait is interrupted")
+    assert done == ["after"]
+    assert writer.drain() == ""  # nothing left pending: returns at once
+
+
 def test_the_writer_thread_survives_a_refused_job_and_a_fork_gets_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

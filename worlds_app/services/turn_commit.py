@@ -108,9 +108,8 @@ def commit_turn(
     # A committed turn's calls are finished rows: the writer thread's last writes are waited
     # for, and what it has not taken yet (usually the last call's: the subject had the thread
     # wait for the interpreter since) goes in the commit's transaction, one round trip less.
-    held = events.traces.held()
     try:
-        with held as finishing:
+        with events.traces.held() as finishing:
             if finishing.failure:
                 raise AttemptFailure("traces", finishing.failure)
             return _commit(
@@ -125,8 +124,8 @@ def commit_turn(
                 claim_next=claim_next,
             )
     except DatabaseError as exc:
-        if finishing.failure:  # they could not be written on their own either: theirs
-            raise AttemptFailure("traces", finishing.failure) from exc
+        if events.traces.failure:  # what it held could not be written on its own either
+            raise AttemptFailure("traces", events.traces.failure) from exc
         raise
 
 
