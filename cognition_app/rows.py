@@ -85,6 +85,23 @@ def _dumps_record(record: dict[str, Any], json_values: Iterable[Any]) -> str:
     return _orjson_else_json(record) if all(map(_flat_json, json_values)) else _dumps(record)
 
 
+def _dumps_rows(rows: Sequence[Sequence[Any]], json_indexes: frozenset[int]) -> str:
+    """:func:`_dumps` of rows of a table with JSON columns (events: their payloads), by orjson
+    when every value in a JSON column is :func:`_flat_json` and every other value is a flat
+    scalar (a float only if finite): then orjson writes what ``json`` would mean. Any other row
+    set goes to :func:`_dumps` whole (a nested payload, NaN, a value no column converted)."""
+    for row in rows:
+        for index, value in enumerate(row):
+            if index in json_indexes:
+                if not _flat_json(value):
+                    return _dumps(rows)
+            elif type(value) not in _FLAT_SCALARS and not (
+                type(value) is float and math.isfinite(value)
+            ):
+                return _dumps(rows)
+    return _orjson_else_json(rows)
+
+
 def _orjson_else_json(value: Any) -> str:
     """orjson's text of a value it writes as ``json`` would mean it; :func:`_dumps`'s where
     orjson refuses it (a lone surrogate, an integer beyond 64 bits, a key that is no string)."""
@@ -201,13 +218,14 @@ class RowTable:
         for row in rows:
             if len(row) != width:
                 raise ValueError(f"{self.table}: a row of {len(row)} values for {width} columns")
-        dumps = _dumps if self.json_indexes else _dumps_scalars
-        if not self.converted:
-            return dumps(rows)
-        by_column: list[Sequence[Any]] = list(zip(*rows, strict=True))
-        for index in self.converted:
-            by_column[index] = _converted(by_column[index])
-        return dumps(list(zip(*by_column, strict=True)))
+        if self.converted:
+            by_column: list[Sequence[Any]] = list(zip(*rows, strict=True))
+            for index in self.converted:
+                by_column[index] = _converted(by_column[index])
+            rows = list(zip(*by_column, strict=True))
+        if self.json_indexes:
+            return _dumps_rows(rows, self.json_indexes)
+        return _dumps_scalars(rows)
 
     def statements(self, rows: Sequence[tuple[Any, ...]]) -> Iterable[Statement]:
         """(SQL, parameters) inserting the rows: one statement, one parameter (none when there

@@ -443,6 +443,47 @@ def test_a_records_json_value_dumps_as_json_dumps_does(value: Any) -> None:
         assert json.loads(text) == json.loads(expected)
 
 
+@pytest.mark.parametrize("value", _NESTED_VALUES)
+def test_rows_with_a_json_column_dump_as_json_dumps_does(value: Any) -> None:
+    """Rows of a table with JSON columns (``_dumps_rows``: events) likewise: orjson where every
+    JSON value is flat and every other value a flat scalar, else ``json.dumps``'s text."""
+    from cognition_app.rows import _dumps_rows
+
+    rows = [("evt", 1, value, None), ("evt", 2, {"ok": 1}, 2.5)]
+    try:
+        expected = json.dumps(rows)
+    except TypeError as exc:
+        with pytest.raises(type(exc)):
+            _dumps_rows(rows, frozenset({2}))
+        return
+    text = _dumps_rows(rows, frozenset({2}))
+    if "NaN" in expected or "Infinity" in expected:
+        assert text == expected
+    else:
+        assert json.loads(text) == json.loads(expected)
+    # a value outside the JSON columns that orjson would write and json refuses: json's refusal
+    with pytest.raises(TypeError):
+        _dumps_rows([("evt", uuid.UUID(int=1), {"ok": 1}, None)], frozenset({2}))
+
+
+def test_event_rows_with_flat_payloads_go_by_orjson_and_read_back_the_same(
+    attempt: TurnAttempt,
+) -> None:
+    at = EVENT_ROWS.columns.index("payload")
+    flat = [
+        (*row[:at], {"text": HOSTILE, "n": row[1], "ok": True, "x": 1.5}, *row[at + 1 :])
+        for row in _rows(attempt, 3)
+    ]
+    (statement,) = EVENT_ROWS.statements(flat)
+    text = statement[1][0]
+    assert text == __import__("orjson").dumps(json.loads(text)).decode()  # orjson's own text
+    assert insert_rows(EVENT_ROWS, flat) == 3
+    stored = list(
+        AttemptEvent.objects.filter(attempt=attempt).order_by("seq").values_list("payload")
+    )
+    assert [p for (p,) in stored] == [row[at] for row in flat]
+
+
 def test_a_vouched_json_value_is_written_by_orjson_and_an_unvouched_deep_one_by_json(
     attempt: TurnAttempt,
 ) -> None:
