@@ -3,9 +3,9 @@
 Password sign-ins (the login page, the admin login, anything calling ``authenticate``) count
 attempts per username and client address, each before its password is checked (a success
 clears the count), so parallel guesses cannot all pass the check before any is counted; API
-token failures count per client address (a token carries no username). The counters are rows (``surfaces.models.SigninFailure``), so every
-web process sees the same counts, each failure is counted by one atomic statement, and tests
-roll them back with the rest. An API request with a token checks the throttle in the same
+token failures count per client address (a token carries no username). The counters are rows
+(``surfaces.models.SigninFailure``), so every web process sees the same counts, each attempt
+or failure is counted by one atomic statement, and tests roll them back with the rest. An API request with a token checks the throttle in the same
 statement as the token.
 """
 
