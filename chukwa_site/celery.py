@@ -7,8 +7,9 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging
+from celery.signals import setup_logging, task_postrun, task_prerun
 from django.conf import settings
+from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chukwa_site.settings")
 
@@ -23,6 +24,17 @@ def _use_django_logging(**_kwargs: Any) -> None:
     Celery's own format: connecting this signal is what stops Celery configuring the root
     logger. The level is CHUKWA_LOG_LEVEL's, not the command line's --loglevel."""
     logging.config.dictConfig(settings.LOGGING)
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _connections_as_for_a_request(**_kwargs: Any) -> None:
+    """A task's database connections are handled as Django handles a request's, at its start
+    and end: kept (settings.CELERY_DB_REUSE_MAX stops Celery closing them), but closed when
+    unusable, after an error, or older than CONN_MAX_AGE, and checked before their first use
+    in the task (CONN_HEALTH_CHECKS: a PostgreSQL restart costs one reconnect, not a failed
+    task). So a worker's next batch runs on the backend whose statements are prepared."""
+    close_old_connections()
 
 
 @app.task(name="chukwa.ping")

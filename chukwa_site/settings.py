@@ -212,6 +212,12 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes a worker's database connections before and after every task
+# unless this is set: every batch then started on a new PostgreSQL backend, its statements
+# parsed and planned again (its first ten or so turns 1.5-2x slower). It is never reached;
+# chukwa_site/celery.py treats a task as Django treats a request instead (CONN_MAX_AGE, health
+# checks).
+CELERY_DB_REUSE_MAX = 2**62
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 # Workers and beat keep reconnecting however long Redis is away (a restart, an outage).
