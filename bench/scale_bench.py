@@ -10,8 +10,8 @@ Parts (the letters of issue 10's targets table):
      after 50 ms: seconds per turn, ``concurrent`` and ``per_subject_ordered``; the prompt
      characters per generation as the world grows (the fixture's prompt).
   c  one LLM agent, model at 0 ms: attempt started → ended, over one batch of ``--c-turns``
-     (default 100: a run is long); the batch's first ten turns and the rest are shown apart
-     (the first ones are slower, 10 to 20 ms here; see part_c_d).
+     (default 100: a run is long), after a warm-up batch of 10; the batch's first ten turns
+     and the rest are shown apart (see part_c_d).
   d  the gap between turns of one batch: attempt i ended → attempt i+1 started.
   e  rule-policy turn at 100 / 500 / 1,000 agents (rooms of 20 agents and 10 props): attempt
      started → ended, and the ratio 1,000 / 100 (linear: 10).
@@ -252,7 +252,9 @@ def part_a(bench: Bench, turns: int) -> dict[str, float]:
 
 
 def part_c_d(bench: Bench, turns: int) -> tuple[float, float]:
-    """(c) and (d) from one batch of ``turns`` (after a warm-up batch of 3)."""
+    """(c) and (d) from one batch of ``turns``, after a warm-up batch of 10 turns: the
+    worker's statements are then prepared on its connection (psycopg prepares a statement
+    after its fifth run there), as in a worker that has run a while."""
     print("\n== c/d. one LLM agent, model at 0 ms: a batch of turns ==")
     bench.ensure_worker(1)
     with _llm(0.0):
@@ -260,18 +262,17 @@ def part_c_d(bench: Bench, turns: int) -> tuple[float, float]:
             agents=1, props=10, rooms=1, execution="per_subject_ordered", slug="scale_c"
         )
         slug = bench.world(scenario)
-        bench.run_batches([slug], 3)  # warm-up
+        bench.run_batches([slug], 10)  # warm-up
         wall, (attempts,) = bench.run_batches([slug], turns)
     durations = _durations_ms(attempts)
     gaps = _gaps_ms(attempts)
     print(f"  c. attempt started → ended     {_ms(durations)}")
     if turns > 20:
-        # The first ten or so turns of every batch are slower, in a batch started right after
-        # another too. Measured (2026-11-27): PostgreSQL executes the statements in the same time
-        # from the first turn (its statement log); the worker's CPU per step is about a quarter
-        # higher and its two durable round trips take about twice as long, with no page faults
-        # or preemption to show for it. The cause is not pinned down: a plain two-process ping-
-        # pong on this machine does not slow down after idling.
+        # Until 2026-11-27 every batch's first ten turns took 10-20 ms against 6-9 for the rest:
+        # Celery closed the worker's database connection around each task, so each batch began
+        # on a new PostgreSQL backend (cold caches) with its statements parsed and planned again
+        # until psycopg prepared them. Workers keep their connection now (chukwa_site/celery.py);
+        # the two figures show that a batch no longer starts slow.
         print(f"     {'its first ten turns':<27} {_ms(durations[:10])}")
         print(f"     {f'turns 11–{turns}':<27} {_ms(durations[10:])}")
     print(f"  d. gap between turns of a batch {_ms(gaps)}")
