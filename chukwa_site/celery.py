@@ -28,12 +28,16 @@ def _use_django_logging(**_kwargs: Any) -> None:
 
 @task_prerun.connect
 @task_postrun.connect
-def _connections_as_for_a_request(**_kwargs: Any) -> None:
+def _connections_as_for_a_request(sender: Any = None, **_kwargs: Any) -> None:
     """A task's database connections are handled as Django handles a request's, at its start
     and end: kept (settings.CELERY_DB_REUSE_MAX stops Celery closing them), but closed when
     unusable, after an error, or older than CONN_MAX_AGE, and checked before their first use
     in the task (CONN_HEALTH_CHECKS: a PostgreSQL restart costs one reconnect, not a failed
-    task). So a worker's next batch runs on the backend whose statements are prepared."""
+    task). So a worker's next batch runs on the backend whose statements are prepared. A task
+    run eagerly, inside its caller's work, leaves the caller's connections alone (as Celery's
+    fixup does)."""
+    if getattr(getattr(sender, "request", None), "is_eager", False):
+        return
     close_old_connections()
 
 
