@@ -92,12 +92,7 @@ def _dumps_rows(rows: Sequence[Sequence[Any]], json_indexes: frozenset[int]) -> 
     set goes to :func:`_dumps` whole (a nested payload, NaN, a value no column converted)."""
     for row in rows:
         for index, value in enumerate(row):
-            if index in json_indexes:
-                if not _flat_json(value):
-                    return _dumps(rows)
-            elif type(value) not in _FLAT_SCALARS and not (
-                type(value) is float and math.isfinite(value)
-            ):
+            if not (_flat_json(value) if index in json_indexes else _flat_scalar(value)):
                 return _dumps(rows)
     return _orjson_else_json(rows)
 
@@ -114,24 +109,23 @@ def _orjson_else_json(value: Any) -> str:
 _FLAT_SCALARS = frozenset({str, int, bool, type(None)})
 
 
-def _flat_json(value: Any) -> bool:
-    """A JSON scalar (a float only if finite), or a list or a dict (string keys) of them."""
+def _flat_scalar(value: Any) -> bool:
+    """A JSON scalar orjson writes as ``json`` means it: text, a whole number, a boolean, None,
+    or a finite float."""
     kind = type(value)
-    if kind in _FLAT_SCALARS:
-        return True
-    if kind is float:
-        return math.isfinite(value)
+    return kind in _FLAT_SCALARS or (kind is float and math.isfinite(value))
+
+
+def _flat_json(value: Any) -> bool:
+    """A :func:`_flat_scalar`, or a list or a dict (string keys) of them."""
+    kind = type(value)
     if kind is dict:
         if not all(type(key) is str for key in value):
             return False
         value = value.values()
     elif kind is not list:
-        return False
-    for item in value:
-        kind = type(item)
-        if kind not in _FLAT_SCALARS and not (kind is float and math.isfinite(item)):
-            return False
-    return True
+        return _flat_scalar(value)
+    return all(map(_flat_scalar, value))
 
 
 def _plain(value: Any) -> Any:

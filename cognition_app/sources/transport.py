@@ -216,9 +216,9 @@ class _Exchange:
         connection.timeout = self._timeout
         if connection.sock is None:  # new, or dropped while idle (the pool checks)
             try:
-                connection.connect()  # urllib3's: TLS verified, through a proxy's tunnel
-            except urllib3.exceptions.HTTPError:
-                raise  # its connect errors, mapped by _httpx_errors
+                # urllib3's: TLS verified, through a proxy's tunnel; its own errors (refused,
+                # unresolvable, timed out) are mapped by _httpx_errors
+                connection.connect()
             except TimeoutError as exc:  # the TLS handshake, the proxy's tunnel
                 raise httpx.ConnectTimeout(_reason(exc)) from exc
             except (OSError, CertificateError) as exc:  # a certificate refused, a tunnel refused
