@@ -9,6 +9,7 @@ import math
 import uuid
 from typing import Any
 
+import orjson
 import pytest
 from django.db import DataError, connection, transaction
 
@@ -476,7 +477,7 @@ def test_event_rows_with_flat_payloads_go_by_orjson_and_read_back_the_same(
     ]
     (statement,) = EVENT_ROWS.statements(flat)
     text = statement[1][0]
-    assert text == __import__("orjson").dumps(json.loads(text)).decode()  # orjson's own text
+    assert text == orjson.dumps(json.loads(text)).decode()  # orjson's own text
     assert insert_rows(EVENT_ROWS, flat) == 3
     stored = list(
         AttemptEvent.objects.filter(attempt=attempt).order_by("seq").values_list("payload")
