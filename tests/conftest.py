@@ -165,17 +165,26 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
-    """A real Celery worker (prefork, 2 processes) on the embedded Redis, reading and writing the
-    test database, consuming a queue of its own. Yields the queue name."""
+def _celery_worker_queue(django_db_setup: Any, django_db_blocker: Any) -> Iterator[str]:
+    """The session's Celery worker (see :func:`celery_worker`), started once; its queue."""
     from django.db import connection
 
-    from tests.support.worker import routed_to, worker_process
+    from tests.support.worker import worker_process
 
     queue = f"test-{os.getpid()}"
     env = {"CHUKWA_DB_NAME": connection.settings_dict["NAME"]}
-    with (
-        worker_process(f"it-{os.getpid()}", env=env, queue=queue, pool="prefork", concurrency=2),
-        routed_to(queue),
-    ):
+    with worker_process(f"it-{os.getpid()}", env=env, queue=queue, pool="prefork", concurrency=2):
         yield queue
+
+
+@pytest.fixture
+def celery_worker(_celery_worker_queue: str) -> Iterator[str]:
+    """A real Celery worker (prefork, 2 processes) on the embedded Redis, reading and writing the
+    test database, consuming a queue of its own. Yields the queue name. Attempt tasks go to it
+    during the test that asks for it only: a later test that runs a turn in-process must not
+    have its attempt claimed by the worker first (a kept connection makes the worker that
+    fast)."""
+    from tests.support.worker import routed_to
+
+    with routed_to(_celery_worker_queue):
+        yield _celery_worker_queue
