@@ -127,11 +127,15 @@ REDIS_URL = env.str("REDIS_URL", "") or embedded.redis_ensure()
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Sign-in throttling (SPEC §11): the backend refuses a username+address after
-# CHUKWA_SIGNIN_FAILURE_LIMIT failures within CHUKWA_SIGNIN_WINDOW_SECONDS.
+# Sign-in throttling (docs/operations.md): the backend refuses a username+address after
+# CHUKWA_SIGNIN_FAILURE_LIMIT failures within CHUKWA_SIGNIN_WINDOW_SECONDS; invalid API tokens
+# are refused per address over the same limit, valid ones never.
 AUTHENTICATION_BACKENDS = ["surfaces.signin_throttle.ThrottledModelBackend"]
 CHUKWA_SIGNIN_FAILURE_LIMIT = env.int("CHUKWA_SIGNIN_FAILURE_LIMIT", 5)
 CHUKWA_SIGNIN_WINDOW_SECONDS = env.int("CHUKWA_SIGNIN_WINDOW_SECONDS", 900)
+# How many reverse proxies in front of the web server append to X-Forwarded-For; the client's
+# address for throttling is read from the entry the outermost of them wrote. 0: REMOTE_ADDR only.
+CHUKWA_TRUSTED_PROXY_HOPS = env.int("CHUKWA_TRUSTED_PROXY_HOPS", 0, validate=Range(min=0, max=16))
 # The failure counts are rows of their own (surfaces.models.SigninFailure), never culled.
 # Django's cache is the database's (table created by chukwa_site's migration), so anything that
 # uses it is shared by every web process.

@@ -1,12 +1,20 @@
-"""Sign-in throttling (SPEC §11): after repeated failures from one address, refuse with a 429.
+"""Sign-in throttling (docs/operations.md, "Sign-in throttling"): slow down guessing, never lock
+out an owner of valid credentials by their address.
 
 Password sign-ins (the login page, the admin login, anything calling ``authenticate``) count
 attempts per username and client address, each before its password is checked (a success
-clears the count), so parallel guesses cannot all pass the check before any is counted; API
-token failures count per client address (a token carries no username). The counters are rows
-(``surfaces.models.SigninFailure``), so every web process sees the same counts, each attempt
-or failure is counted by one atomic statement, and tests roll them back with the rest. An API request with a token checks the throttle in the same
-statement as the token.
+clears the count), so parallel guesses cannot all pass the check before any is counted.
+
+API tokens are different: a token is 160 random bits, which no one guesses, and the clients
+behind one address (a proxy, a NAT, one host running several scripts) share that address. So a
+valid token is always accepted, whatever the address's count; only invalid tokens count, per
+client address, and only they are refused (429) once the address is over the limit. One
+misconfigured script therefore slows itself down, not every other client of its address.
+
+The counters are rows (``surfaces.models.SigninFailure``), so every web process sees the same
+counts, each attempt or failure is counted by one atomic statement, and tests roll them back
+with the rest. An API request with a token checks the throttle in the same statement as the
+token.
 """
 
 from __future__ import annotations
@@ -44,12 +52,33 @@ def _window_seconds() -> int:
     return int(getattr(settings, "CHUKWA_SIGNIN_WINDOW_SECONDS", 15 * 60))
 
 
+def _trusted_proxy_hops() -> int:
+    return int(getattr(settings, "CHUKWA_TRUSTED_PROXY_HOPS", 0))
+
+
 def client_address(request: HttpRequest | None) -> str:
-    # REMOTE_ADDR only: X-Forwarded-For is whatever the client says unless a trusted proxy
-    # rewrites it, and trusting it would let an attacker pick a fresh address per attempt.
+    """The address a request came from, for counting failures.
+
+    With no trusted proxy (``CHUKWA_TRUSTED_PROXY_HOPS=0``, the default), ``REMOTE_ADDR`` only:
+    ``X-Forwarded-For`` is whatever the client says, and trusting it would let an attacker pick
+    a fresh address per attempt. With N trusted proxies in front, each appends the address it
+    received the request from, so the N-th entry from the right was written by the outermost
+    trusted proxy and names the client; entries left of it are the client's own claims and are
+    ignored. A request carrying fewer entries than N did not come through every proxy: its
+    ``REMOTE_ADDR`` is used."""
     if request is None:
         return ""
-    return str(request.META.get("REMOTE_ADDR", ""))
+    remote = str(request.META.get("REMOTE_ADDR", ""))
+    hops = _trusted_proxy_hops()
+    if hops <= 0:
+        return remote
+    forwarded = [
+        part.strip() for part in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",")
+    ]
+    forwarded = [part for part in forwarded if part]
+    if len(forwarded) < hops:
+        return remote
+    return forwarded[-hops][:64]
 
 
 def _key(kind: str, username: str, address: str) -> str:
@@ -196,7 +225,8 @@ class SigninThrottled(drf_exceptions.APIException):
 
 
 class ThrottledTokenAuthentication(TokenAuthentication):
-    """Token authentication that stops answering an address after repeated invalid tokens.
+    """Token authentication that refuses invalid tokens from an address after too many of them,
+    and always accepts a valid one.
 
     A request that sends a token is checked in one statement: the token, its user and the
     address's failure count. A request without one (a signed-in browser) costs no query here.
@@ -223,7 +253,9 @@ class ThrottledTokenAuthentication(TokenAuthentication):
         one statement written once: every API request runs it, and the ORM spent ~0.4 ms of
         CPU compiling the query, several times what running it costs. Read on every request,
         never cached, so a deleted token stops working at once. Within a request, the same
-        statement reads the address's failure count (:class:`SigninThrottled` when over)."""
+        statement reads the address's failure count: a key that matched nothing from an address
+        over the limit is :class:`SigninThrottled`; a key that matched is accepted whatever the
+        count (refusing it would only lock its owner out with the guesser)."""
         # DRF keys are 40 hex characters; anything else is refused before the lookup, so a NUL
         # byte in a header never reaches PostgreSQL as a text parameter.
         if len(key) > 40 or "\x00" in key:
@@ -238,9 +270,9 @@ class ThrottledTokenAuthentication(TokenAuthentication):
                 [_key("token", "", self._address), _limit(), key],
             )
             assert row is not None  # one row always: the token's columns NULL without a match
-            if row["wait"] is not None:
-                raise SigninThrottled(row["wait"])
             if row["t_key"] is None:
+                if row["wait"] is not None:
+                    raise SigninThrottled(row["wait"])
                 row = None
         if row is None:
             raise drf_exceptions.AuthenticationFailed("Invalid token.")
