@@ -20,8 +20,9 @@ from django.db.models.fields.json import KeyTransform
 from cognition_app.models import LlmChunk, SourceInvocation
 
 # Failure classes that are the network's or the endpoint's fault (SPEC §4: connection, timeout,
-# HTTP 5xx/429), not the model's and not the configuration's.
-TRANSPORT_CLASSES = frozenset({"transport"})
+# HTTP 5xx/429), not the model's and not the configuration's. ``server_error`` is the
+# conformance check's name for a 5xx.
+TRANSPORT_CLASSES = frozenset({"transport", "server_error"})
 LABELS = {
     "running": "running",
     "accepted": "accepted",

@@ -1,5 +1,12 @@
-"""The conformance check (SPEC §5): whether an LLM backend enforces a ``response_format`` JSON
-schema, with verdicts that expire."""
+"""The conformance check (docs/workflows.md, "The conformance check"): whether an LLM backend
+enforces a ``response_format`` JSON schema, with verdicts that expire.
+
+Only an answer about schemas is a verdict: a reply that does not follow the probe's schema, or a
+request refused for its ``response_format`` (HTTP 400/422). Everything else is a failed call of
+the check, named for what it is and never kept, so the next call checks again: no connection or
+no complete answer in time (``transport``), the credentials refused (HTTP 401/403,
+``authentication``), the server failing (HTTP 5xx, ``server_error``), rate limited (HTTP 429,
+``transport``), any other status (``http_status``)."""
 
 from __future__ import annotations
 
@@ -103,7 +110,7 @@ def ensure_schema_enforced(
         inv.request = {**payload, "url_env": ctx_url_env(source), "path": "/chat/completions"}
         open_rows(ctx, [insert_statement(inv)])  # the row exists before any byte is sent
         with finished_on_error(inv):
-            enforces, detail = _run_probe(inv, base_url, payload, headers, timeout)
+            enforces, detail = _run_probe(inv, source, base_url, payload, headers, timeout)
             SourceProbe.objects.update_or_create(
                 base_url=base_url,
                 model=model,
@@ -147,19 +154,44 @@ def _probe_payload(model: str) -> dict[str, Any]:
 
 
 def _unreached(inv: SourceInvocation, why: str) -> NoReturn:
-    fail_invocation(inv, "transport", f"conformance check could not reach the backend: {why}")
+    fail_invocation(
+        inv,
+        "transport",
+        f"conformance check could not reach the backend: {why}; nothing was concluded about "
+        f"JSON schemas and the check runs again on the next call",
+    )
     raise AssertionError("unreachable")  # fail_invocation always raises
+
+
+def _failure_of_status(status: int, source: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The failure class of a status that says nothing about schemas, or None when the answer
+    is one (200, or the request refused for its response_format: 400, 422)."""
+    iface = source["interface"]
+    url_env = str(iface.get("base_url_env", ""))
+    if status in (401, 403):
+        key_env = iface.get("api_key_env")
+        fix = f"check {key_env}" if key_env else "the source names no api_key_env"
+        return "authentication", f"the endpoint behind {url_env} refused the credentials ({fix})"
+    if status >= 500:
+        return "server_error", f"the endpoint behind {url_env} failed"
+    if status in (408, 429):
+        return "transport", f"the endpoint behind {url_env} did not serve the request now"
+    if status >= 400 and status not in (400, 422):
+        return "http_status", f"the endpoint behind {url_env} refused the request"
+    return None
 
 
 def _run_probe(
     inv: SourceInvocation,
+    source: Mapping[str, Any],
     base_url: str,
     payload: dict[str, Any],
     headers: dict[str, str],
     timeout: float,
 ) -> tuple[bool, str]:
-    """Send the check; a transport failure finishes the row and raises (no verdict is kept, so
-    the next attempt checks again); otherwise returns the verdict with the response recorded."""
+    """Send the check; a failure that says nothing about schemas finishes the row and raises
+    (no verdict is kept, so the next attempt checks again); otherwise returns the verdict with
+    the response recorded."""
     try:
         # timeout_ms bounds the whole exchange; the probe's reply is a few dozen bytes
         response, response_text = post_json(
@@ -181,15 +213,19 @@ def _run_probe(
         "response_headers": redact_headers(response.headers),
         "response_text": text,
     }
-    if response.status_code >= 500 or response.status_code == 429:
+    status = response.status_code
+    failure = _failure_of_status(status, source)
+    if failure is not None:
+        failure_class, why = failure
         fail_invocation(
             inv,
-            "transport",
-            f"conformance check: HTTP {response.status_code}: {text[:300]}",
+            failure_class,
+            f"conformance check: HTTP {status}: {why}; nothing was concluded about JSON schemas "
+            f"and the check runs again on the next call: {text[:300]}",
             **recorded,
         )
     SourceInvocation.objects.filter(pk=inv.pk).update(**recorded)
-    if response.status_code >= 400:
+    if status >= 400:
         return (
             False,
             f"rejected response_format (HTTP {response.status_code}): {text[:300]}",

@@ -148,6 +148,66 @@ def test_a_backend_that_was_down_is_checked_again(monkeypatch: pytest.MonkeyPatc
     assert_all_finished()
 
 
+@pytest.mark.parametrize(
+    ("status", "failure_class", "named"),
+    [
+        (401, "authentication", "refused the credentials (check CHUKWA_LLM_API_KEY)"),
+        (403, "authentication", "refused the credentials (check CHUKWA_LLM_API_KEY)"),
+        (500, "server_error", "HTTP 500"),
+        (503, "server_error", "HTTP 503"),
+        (429, "transport", "HTTP 429"),
+        (404, "http_status", "HTTP 404"),
+    ],
+)
+def test_a_check_refused_for_another_reason_than_schemas_is_no_verdict(
+    scripted_llm: ScriptedLLM, status: int, failure_class: str, named: str
+) -> None:
+    """A wrong key once read "the backend does not enforce JSON schemas", and that verdict was
+    kept: the next attempt, after the key was fixed, was refused without asking the backend."""
+    scripted_llm.probe_reply = Reply(
+        status=status, error_body={"error": {"message": "Incorrect API key provided: sk-..."}}
+    )
+    create_world("ant_on_plate", f"probe-{status}")
+    first = run_turn(f"probe-{status}")
+    assert first.status == AttemptStatus.FAILED
+    (check,) = SourceInvocation.objects.filter(attempt=first)
+    assert (check.kind, check.status, check.failure_class) == (
+        "conformance_check",
+        "failed",
+        failure_class,
+    )
+    assert check.http_status == status
+    assert named in check.failure_message
+    assert "nothing was concluded about JSON schemas" in check.failure_message
+    assert "does not enforce" not in check.failure_message
+    assert failure_class in first.failure_reason
+    assert "does not enforce" not in first.failure_reason
+    assert not SourceProbe.objects.exists()  # nothing kept
+    assert_world_unchanged(f"probe-{status}")
+
+    # The key is fixed (the backend answers): the next attempt asks again, and commits.
+    scripted_llm.probe_reply = None
+    scripted_llm.script(ANT_OK)
+    second = run_turn(f"probe-{status}")
+    assert second.status == AttemptStatus.COMMITTED
+    assert kinds(second) == [("conformance_check", "succeeded"), ("llm_generation", "succeeded")]
+    assert len(scripted_llm.probes) == 2
+    assert SourceProbe.objects.get(base_url=scripted_llm.base_url).enforces_schema is True
+    assert_all_finished()
+
+
+def test_a_refused_response_format_is_still_a_verdict(scripted_llm: ScriptedLLM) -> None:
+    scripted_llm.probe_reply = Reply(
+        status=400, error_body={"error": {"message": "response_format is not supported"}}
+    )
+    create_world("ant_on_plate", "probe-400")
+    first = run_turn("probe-400")
+    (check,) = SourceInvocation.objects.filter(attempt=first)
+    assert check.failure_class == "backend_not_enforcing"
+    assert "does not enforce" in check.failure_message
+    assert SourceProbe.objects.get(base_url=scripted_llm.base_url).enforces_schema is False
+
+
 # --- model output that parses but cannot be stored -------------------------------------------
 
 
@@ -492,7 +552,8 @@ def test_a_conformance_answer_larger_than_the_limit_is_not_read(
     assert (check.kind, check.failure_class) == ("conformance_check", "transport")
     assert check.failure_message == (
         "conformance check could not reach the backend: its answer is larger than "
-        f"{PROBE_MAX_BYTES:,} bytes"
+        f"{PROBE_MAX_BYTES:,} bytes; nothing was concluded about JSON schemas and the check "
+        "runs again on the next call"
     )
     assert not SourceProbe.objects.exists()  # no verdict: checked again next time
     assert_all_finished()
