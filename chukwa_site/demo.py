@@ -36,33 +36,41 @@ def main(argv: list[str] | None = None) -> int:
     print("\n== fixture scenarios, stored through the assembly service ==", flush=True)
     _run("load_demo_scenarios", "--operator", "demo", env=env)
 
-    children: list[subprocess.Popen[bytes]] = []
+    children: list[stack.Child] = []
     try:
         print("\n== sources and a Celery worker ==", flush=True)
-        for line in stack.start_aux(env, children):
-            print(f"[chukwa] {line}", flush=True)
+        try:
+            for line in stack.start_aux(env, children):
+                print(f"[chukwa] {line}", flush=True)
+        except stack.StackError as exc:
+            print(f"[chukwa] error: {exc}", file=sys.stderr, flush=True)
+            return 1
         hostname = f"demo-{os.getpid()}"
         log = (embedded.data_dir() / "demo-worker.log").open("ab")
         children.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "chukwa_site",
-                    "worker",
-                    "--pool",
-                    "solo",
-                    "--hostname",
-                    f"{hostname}@%h",
-                    "--loglevel",
-                    "INFO",
-                ],
-                cwd=embedded.PROJECT_DIR,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
+            stack.Child(
+                "the demo worker",
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "chukwa_site",
+                        "worker",
+                        "--pool",
+                        "solo",
+                        "--hostname",
+                        f"{hostname}@%h",
+                        "--loglevel",
+                        "INFO",
+                    ],
+                    cwd=embedded.PROJECT_DIR,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                ),
+                log=log.name,
             )
         )
         from chukwa_site.celery import app
@@ -91,14 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     finally:
-        for child in reversed(children):
-            if child.poll() is None:
-                child.terminate()
-        for child in children:
-            try:
-                child.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        stack.stop_children(children)
     return 0
 
 

@@ -8,6 +8,8 @@ made every other client queue. Django keeps one database connection per thread
 
 Environment: ``CHUKWA_WEB_WORKERS`` (processes, default 2), ``CHUKWA_WEB_THREADS`` (threads
 per process, default 4), ``CHUKWA_WEB_BIND`` (default 127.0.0.1:8000; ``--bind`` overrides).
+Gunicorn's control socket lives in the data folder (``CHUKWA_DATA_DIR``), not in the user's
+home: two stacks on one machine would otherwise share ``~/.gunicorn/gunicorn.ctl``.
 
 The defaults fit 2 cores (``bench/web_bench.py``, 20 keep-alive clients doing reads): a read now
 costs a few ms of CPU and waits little on PostgreSQL, so one process per core is enough and
@@ -21,6 +23,8 @@ database (a remote server).
 from __future__ import annotations
 
 import os
+
+from chukwa_site import embedded
 
 
 def _positive(name: str, default: int) -> int:
@@ -39,5 +43,6 @@ bind = [os.environ.get("CHUKWA_WEB_BIND", "127.0.0.1:8000")]
 worker_class = "gthread"
 workers = _positive("CHUKWA_WEB_WORKERS", 2)
 threads = _positive("CHUKWA_WEB_THREADS", 4)
+control_socket = str(embedded.data_dir() / "gunicorn.ctl")
 # An idle keep-alive connection holds no thread in gthread workers; close it after a while.
 keepalive = 5

@@ -15,11 +15,14 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from chukwa_site import embedded
 
@@ -52,9 +55,14 @@ def _manage(*args: str) -> None:
     )
 
 
-LLM_PORT = int(os.environ.get("CHUKWA_EMBEDDED_LLM_PORT", "8091"))
-TOYS_PORT = int(os.environ.get("CHUKWA_TOYS_PORT", "8092"))
-TOY_MCP_PORT = int(os.environ.get("CHUKWA_TOY_MCP_PORT", "8093"))
+LLM_PORT_VAR, TOYS_PORT_VAR, TOY_MCP_PORT_VAR = (
+    "CHUKWA_EMBEDDED_LLM_PORT",
+    "CHUKWA_TOYS_PORT",
+    "CHUKWA_TOY_MCP_PORT",
+)
+LLM_PORT = int(os.environ.get(LLM_PORT_VAR, "8091"))
+TOYS_PORT = int(os.environ.get(TOYS_PORT_VAR, "8092"))
+TOY_MCP_PORT = int(os.environ.get(TOY_MCP_PORT_VAR, "8093"))
 TOY_MCP_URL_VAR = "CHUKWA_MCP_LAMP_URL"
 TOY_MCP_KEY_VAR = "CHUKWA_MCP_LAMP_API_KEY"
 TOY_VARS = (
@@ -67,25 +75,118 @@ TOY_VARS = (
 )
 
 
-def start_aux(env: dict[str, str], children: list[subprocess.Popen[bytes]]) -> list[str]:
+class StackError(Exception):
+    """A server of the stack could not start or stopped: the message names it, its port and
+    the variable that moves the port."""
+
+
+@dataclass
+class Child:
+    """A process the stack started, with what a reader needs to know when it fails."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int | None = None
+    port_variable: str | None = None
+    log: str | None = None
+
+    def where(self) -> str:
+        parts = []
+        if self.port is not None:
+            parts.append(f"port {self.port}, moved by {self.port_variable}")
+        if self.log is not None:
+            parts.append(f"log {self.log}")
+        return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _require_free(name: str, host: str, port: int, variable: str) -> None:
+    """Fail at once, before anything starts, when another program holds a port the stack needs
+    (a health check would otherwise be answered by that program and the stack stopped later,
+    when its own server exited)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # SO_REUSEADDR, as the servers bind: a port left in TIME_WAIT by a stack that just
+        # stopped is free to them, one that something listens on is not.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise StackError(
+                f"{name} cannot start: port {port} on {host} is taken ({exc.strerror}); "
+                f"stop what uses it or set {variable} to a free port"
+            ) from None
+
+
+def _wait_ready(child: Child, url: str, timeout: float) -> None:
+    """Wait until ``url`` answers, failing as soon as the child exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = child.process.poll()
+        if code is not None:
+            raise StackError(f"{child.name} exited with code {code} while starting{child.where()}")
+        if _answers(url):
+            if child.process.poll() is None:
+                return
+            continue  # someone else answered: report the child's exit above
+        time.sleep(0.3)
+    raise StackError(f"{child.name} did not answer {url} within {timeout:g} s{child.where()}")
+
+
+def _spawn(
+    children: list[Child],
+    name: str,
+    args: list[str],
+    env: dict[str, str],
+    *,
+    port: int | None = None,
+    port_variable: str | None = None,
+    log_name: str | None = None,
+) -> Child:
+    log = (embedded.data_dir() / log_name).open("ab") if log_name else None
+    process = subprocess.Popen(
+        args,
+        cwd=embedded.PROJECT_DIR,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT if log else None,
+    )
+    child = Child(name, process, port, port_variable, log.name if log else None)
+    children.append(child)
+    return child
+
+
+def aux_ports(env: dict[str, str]) -> list[tuple[str, str, int, str]]:
+    """(name, host, port, variable) of every loopback server :func:`start_aux` will start."""
+    ports = []
+    if not env.get("CHUKWA_LLM_BASE_URL"):
+        ports.append(("the embedded model", "127.0.0.1", LLM_PORT, LLM_PORT_VAR))
+    if not any(env.get(name) for name in TOY_VARS):
+        ports.append(("the toy sources", "127.0.0.1", TOYS_PORT, TOYS_PORT_VAR))
+    if not env.get(TOY_MCP_URL_VAR):
+        ports.append(("the toy MCP server", "127.0.0.1", TOY_MCP_PORT, TOY_MCP_PORT_VAR))
+    return ports
+
+
+def start_aux(env: dict[str, str], children: list[Child]) -> list[str]:
     """The embedded model (when CHUKWA_LLM_BASE_URL is unset), the toy sources (when the
     CHUKWA_TOY_* variables are unset) and the toy MCP server (when CHUKWA_MCP_LAMP_URL is
-    unset); sets the variables in ``env`` for the web and worker."""
+    unset); sets the variables in ``env`` for the web and worker. :class:`StackError` when a
+    port is taken or a server does not come up."""
+    for name, host, port, variable in aux_ports(env):
+        _require_free(name, host, port, variable)
     lines: list[str] = []
     if not env.get("CHUKWA_LLM_BASE_URL"):
-        log = (embedded.data_dir() / "embedded-llm.log").open("ab")
-        children.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "cognition_app.embedded_llm", "--port", str(LLM_PORT)],
-                cwd=embedded.PROJECT_DIR,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
         base = f"http://127.0.0.1:{LLM_PORT}"
-        if not _wait_http(f"{base}/health", 60):
-            raise RuntimeError(f"the embedded model did not start; see {log.name}")
+        child = _spawn(
+            children,
+            "the embedded model",
+            [sys.executable, "-m", "cognition_app.embedded_llm", "--port", str(LLM_PORT)],
+            env,
+            port=LLM_PORT,
+            port_variable=LLM_PORT_VAR,
+            log_name="embedded-llm.log",
+        )
+        _wait_ready(child, f"{base}/health", 60)
         env["CHUKWA_LLM_BASE_URL"] = f"{base}/v1"
         # Sources may name an API key variable; the local server needs none.
         env.setdefault("CHUKWA_LLM_API_KEY", "embedded-model-needs-no-key")
@@ -93,27 +194,25 @@ def start_aux(env: dict[str, str], children: list[subprocess.Popen[bytes]]) -> l
     else:
         lines.append(f"LLM endpoint from CHUKWA_LLM_BASE_URL: {env['CHUKWA_LLM_BASE_URL']}")
     if not any(env.get(name) for name in TOY_VARS):
-        log = (embedded.data_dir() / "toys.log").open("ab")
-        children.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "cognition_app.toys",
-                    "--port",
-                    str(TOYS_PORT),
-                    "--state-dir",
-                    str(embedded.data_dir() / "toys"),
-                ],
-                cwd=embedded.PROJECT_DIR,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
         base = f"http://127.0.0.1:{TOYS_PORT}"
-        if not _wait_http(f"{base}/health", 30):
-            raise RuntimeError(f"the toy sources did not start; see {log.name}")
+        child = _spawn(
+            children,
+            "the toy sources",
+            [
+                sys.executable,
+                "-m",
+                "cognition_app.toys",
+                "--port",
+                str(TOYS_PORT),
+                "--state-dir",
+                str(embedded.data_dir() / "toys"),
+            ],
+            env,
+            port=TOYS_PORT,
+            port_variable=TOYS_PORT_VAR,
+            log_name="toys.log",
+        )
+        _wait_ready(child, f"{base}/health", 30)
         for name in TOY_VARS:
             env[name] = base
         lines.append(f"toy sources (weather, PA, phone, vending, fountain, send_text): {base}")
@@ -122,59 +221,102 @@ def start_aux(env: dict[str, str], children: list[subprocess.Popen[bytes]]) -> l
     return lines
 
 
-def _start_toy_mcp(env: dict[str, str], children: list[subprocess.Popen[bytes]]) -> str:
+def _start_toy_mcp(env: dict[str, str], children: list[Child]) -> str:
     """The park's toy MCP server (a lamp), requiring a bearer key made up for this run unless
     CHUKWA_MCP_LAMP_API_KEY is set; the worker sends it (the mcp_tool source names the
     variable)."""
     env.setdefault(TOY_MCP_KEY_VAR, secrets.token_urlsafe(24))
-    log = (embedded.data_dir() / "toy-mcp.log").open("ab")
-    children.append(
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cognition_app.toy_mcp",
-                "--port",
-                str(TOY_MCP_PORT),
-                "--api-key-env",
-                TOY_MCP_KEY_VAR,
-            ],
-            cwd=embedded.PROJECT_DIR,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    child = _spawn(
+        children,
+        "the toy MCP server",
+        [
+            sys.executable,
+            "-m",
+            "cognition_app.toy_mcp",
+            "--port",
+            str(TOY_MCP_PORT),
+            "--api-key-env",
+            TOY_MCP_KEY_VAR,
+        ],
+        env,
+        port=TOY_MCP_PORT,
+        port_variable=TOY_MCP_PORT_VAR,
+        log_name="toy-mcp.log",
     )
     base = f"http://127.0.0.1:{TOY_MCP_PORT}"
-    if not _wait_http(f"{base}/health", 30):
-        raise RuntimeError(f"the toy MCP server did not start; see {log.name}")
+    _wait_ready(child, f"{base}/health", 30)
     env[TOY_MCP_URL_VAR] = f"{base}/mcp"
     return f"toy MCP server (lamp; tool toggle_lamp): {base}/mcp"
 
 
-def _wait_http(url: str, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):  # noqa: S310 - our own loopback URL
+            return True
+    except urllib.error.HTTPError:
+        return True  # the server answered (a 503 health is still an answer)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def stop_children(children: list[Child]) -> None:
+    """Terminate every child still running, newest first, and wait for each (kill after 20 s)."""
+    for child in reversed(children):
+        if child.process.poll() is None:
+            child.process.terminate()
+    for child in children:
         try:
-            with urllib.request.urlopen(url, timeout=2):  # noqa: S310 - our own loopback URL
-                return True
-        except urllib.error.HTTPError:
-            return True  # the server answered (a 503 health is still an answer)
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.3)
-    return False
+            child.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            child.process.kill()
 
 
 def up(host: str, port: int, concurrency: int) -> int:
+    env = _env()
+    # Every port is checked before anything starts or migrates: a taken one fails in a second.
+    _require_free("the web server", host, port, "CHUKWA_PORT (or --port)")
+    for name, aux_host, aux_port, variable in aux_ports(env):
+        _require_free(name, aux_host, aux_port, variable)
     for line in services().values():
         print(f"[chukwa] {line}", flush=True)
     _manage("migrate", "--noinput", "-v", "0")
-    env = _env()
-    children: list[subprocess.Popen[bytes]] = []
+    children: list[Child] = []
+    stopping = False
+
+    def stop(*_args: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for child in children:
+            if child.process.poll() is None:
+                child.process.terminate()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        code = _run_children(host, port, concurrency, env, children, lambda: stopping)
+    except StackError:
+        stop_children(children)
+        if stopping:  # Ctrl-C while starting: the children's exits are not failures
+            return 0
+        raise
+    stop_children(children)
+    return code
+
+
+def _run_children(
+    host: str,
+    port: int,
+    concurrency: int,
+    env: dict[str, str],
+    children: list[Child],
+    stopping: Callable[[], bool],
+) -> int:
     for line in start_aux(env, children):
         print(f"[chukwa] {line}", flush=True)
     bin_dir = os.path.dirname(sys.executable)
-    web = subprocess.Popen(
+    web = _spawn(
+        children,
+        "the web server (gunicorn)",
         [
             os.path.join(bin_dir, "gunicorn"),
             "-c",
@@ -184,12 +326,15 @@ def up(host: str, port: int, concurrency: int) -> int:
             "--access-logfile",
             "-",
         ],
-        cwd=embedded.PROJECT_DIR,
-        env=env,
+        env,
+        port=port,
+        port_variable="CHUKWA_PORT (or --port)",
     )
     queue = os.environ.get("CHUKWA_CELERY_QUEUE", "chukwa")
     control_queue = os.environ.get("CHUKWA_CELERY_CONTROL_QUEUE", "chukwa-control")
-    worker = subprocess.Popen(
+    _spawn(
+        children,
+        "the Celery worker",
         [
             os.path.join(bin_dir, "celery"),
             "-A",
@@ -204,13 +349,14 @@ def up(host: str, port: int, concurrency: int) -> int:
             "--hostname",
             f"chukwa-worker-{os.getpid()}@%h",
         ],
-        cwd=embedded.PROJECT_DIR,
-        env=env,
+        env,
     )
     # The periodic reaper/re-drive (interrupts attempts of dead workers, re-sends lost
     # dispatches) runs in a worker of its own, so it never waits behind turn attempts; the
     # beat scheduler that queues it runs in the same process.
-    control = subprocess.Popen(
+    _spawn(
+        children,
+        "the control worker (reaper and beat)",
         [
             os.path.join(bin_dir, "celery"),
             "-A",
@@ -228,43 +374,35 @@ def up(host: str, port: int, concurrency: int) -> int:
             "--schedule",
             str(embedded.data_dir() / "celerybeat-schedule"),
         ],
-        cwd=embedded.PROJECT_DIR,
-        env=env,
+        env,
     )
-    children += [web, worker, control]
-
-    def stop(*_args: object) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.terminate()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     base = f"http://{host}:{port}"
-    if _wait_http(f"{base}/healthz", 30):
+    _wait_ready(web, f"{base}/healthz", 60)
+    print(
+        f"\n[chukwa] web:     {base}/\n"
+        f"[chukwa] admin:   {base}/admin/\n"
+        f"[chukwa] API:     {base}/api/  (OpenAPI schema at {base}/api/schema/)\n"
+        f"[chukwa] MCP:     {base}/mcp/  (streamable HTTP, Authorization: Bearer <token>)\n"
+        f"[chukwa] health:  {base}/healthz\n"
+        "[chukwa] Ctrl-C stops the web server and the workers; "
+        "`python -m chukwa_site.stack stop` stops PostgreSQL and Redis.\n",
+        flush=True,
+    )
+    while True:
+        ended = [child for child in children if child.process.poll() is not None]
+        if ended:
+            break
+        time.sleep(0.5)
+    if stopping():
+        return 0
+    for child in ended:
         print(
-            f"\n[chukwa] web:     {base}/\n"
-            f"[chukwa] admin:   {base}/admin/\n"
-            f"[chukwa] API:     {base}/api/  (OpenAPI schema at {base}/api/schema/)\n"
-            f"[chukwa] MCP:     {base}/mcp/  (streamable HTTP, Authorization: Bearer <token>)\n"
-            f"[chukwa] health:  {base}/healthz\n"
-            "[chukwa] Ctrl-C stops the web server and the workers; "
-            "`python -m chukwa_site.stack stop` stops PostgreSQL and Redis.\n",
+            f"[chukwa] {child.name} exited with code {child.process.returncode}{child.where()}; "
+            f"stopping the rest of the stack",
+            file=sys.stderr,
             flush=True,
         )
-    code = 0
-    while all(child.poll() is None for child in children):
-        time.sleep(0.5)
-    for child in children:
-        if child.poll() not in (None, 0, -signal.SIGTERM):
-            code = 1
-    stop()
-    for child in children:
-        try:
-            child.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            child.kill()
-    return code
+    return 1
 
 
 def status() -> dict[str, object]:
@@ -291,7 +429,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("stop", help="stop the embedded PostgreSQL and Redis")
     args = parser.parse_args(argv)
     if args.command == "up":
-        return up(args.host, args.port, args.concurrency)
+        try:
+            return up(args.host, args.port, args.concurrency)
+        except StackError as exc:
+            print(f"[chukwa] error: {exc}", file=sys.stderr, flush=True)
+            return 1
     if args.command == "services":
         for line in services().values():
             print(f"[chukwa] {line}")
