@@ -268,7 +268,7 @@ def _turn_in_pieces(slug: str, *, capture: bool = False) -> PieceTiming:
     )
     t1 = time.perf_counter()
     try:
-        working, staged, patches = turn_attempt_execute(
+        working, staged, patches, _ = turn_attempt_execute(
             attempt=attempt, previous=previous, events=events, limits=claim.limits
         )
     except AttemptFailure as failure:

@@ -119,9 +119,9 @@ def _schema_problem(patch: Any) -> PatchRejected | None:
     return PatchRejected(f"{where or 'patch'}: {error.message}", pointer)
 
 
-def validate_patch(patch: Any, world: WorldState) -> None:
-    """Schema first, then the working world: exact ids, agents-only memory, known labels. An
-    accepted patch is recorded on the world (see :func:`validate_patch_once`)."""
+def check_patch_shape(patch: Any) -> None:
+    """What a patch must be whatever world it meets: the WorldPatch schema, a narration that
+    says something. :class:`PatchRejected` naming the first problem."""
     problem = _schema_problem(patch)
     if problem is not None:
         raise problem
@@ -129,6 +129,12 @@ def validate_patch(patch: Any, world: WorldState) -> None:
         raise PatchRejected(
             "narration must be a non-empty sentence (it is only whitespace)", "/narration"
         )
+
+
+def validate_patch(patch: Any, world: WorldState) -> None:
+    """Schema first, then the working world: exact ids, agents-only memory, known labels. An
+    accepted patch is recorded on the world (see :func:`validate_patch_once`)."""
+    check_patch_shape(patch)
     for index, effect in enumerate(patch["effects"]):
         op = effect["op"]
         for key in ("state", "content"):

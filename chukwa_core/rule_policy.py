@@ -22,6 +22,7 @@ from chukwa_core.ids import is_entity_id, is_label
 from chukwa_core.patch_schema import PATCH_OPS
 from chukwa_core.pointers import pointer_get
 from chukwa_core.prompt_templates import PLACEHOLDER_RE
+from chukwa_core.seeds import rule_seed
 from chukwa_core.workflow_refs import NodeCheck, validate_tools
 from chukwa_core.world_state import WorldState, memory_of
 
@@ -277,6 +278,8 @@ class RuleContext:
     attempted_turn: int
     simulation_time: str
     ambient: Mapping[str, Any]
+    # the world's seed (chukwa_core.seeds); None: the draws come from the slug, as before seeds
+    world_seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,10 @@ class RuleOutcome:
 
 
 def seed_for(ctx: RuleContext, subject_id: str, node_id: str) -> int:
+    """The seed of a rule node's draws: from the world's seed when it has one, else from its
+    slug (so an unseeded world behaves exactly as before seeds existed)."""
+    if ctx.world_seed is not None:
+        return rule_seed(ctx.world_seed, ctx.attempted_turn, subject_id, node_id)
     material = "\x1f".join([ctx.world_slug, str(ctx.attempted_turn), subject_id, node_id])
     return int.from_bytes(hashlib.sha256(material.encode("utf-8")).digest()[:8], "big")
 

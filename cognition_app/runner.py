@@ -87,6 +87,7 @@ def _run_rule_policy(node: Mapping[str, Any], run: SubjectRun) -> dict[str, Any]
                 attempted_turn=run.ctx.attempted_turn,
                 simulation_time=run.ctx.simulation_time,
                 ambient=run.ambient,
+                world_seed=run.ctx.world_seed,
             ),
             call_tool=_rule_tool_caller(node, run),
         )

@@ -68,6 +68,7 @@ class TurnContext:
     turn: int
     attempted_turn: int
     simulation_time: str
+    world_seed: int | None = None
 
 
 @dataclass

@@ -176,13 +176,40 @@ def _world(slug: str, field: str) -> World:
     return world
 
 
+def _owners(world: World) -> list[tuple[int, int]]:
+    """Whose turns a world's history is made of, as (world id, first turn it holds), newest
+    first: the world's own from its first turn, and for a branch its parent's before that (and
+    the parent's parent's, for a branch of a branch). A deleted parent ends the chain: those
+    turns are gone."""
+    owners: list[tuple[int, int]] = []
+    current: World | None = world
+    while current is not None:
+        start = current.branched_from_turn or 0
+        owners.append((current.pk, start))
+        if current.branched_from_turn is None:
+            break
+        current = current.branch_parent
+    return owners
+
+
+def _owner(owners: list[tuple[int, int]], number: int) -> int | None:
+    return next((world_id for world_id, start in owners if number >= start), None)
+
+
+def _first_turn(owners: list[tuple[int, int]]) -> int:
+    """The first turn of a history: the oldest owner's, 0 unless a parent was deleted."""
+    return owners[-1][1]
+
+
 def _paired_states(
-    left: World, right: World, numbers: list[int]
+    pairs: dict[int, tuple[int, int]],
 ) -> Iterator[tuple[int, dict[str, Any], dict[str, Any]]]:
-    """Both worlds' states for each turn number in ``numbers``, in turn order: one query,
-    streamed so a page of large states is never held in memory at once."""
+    """Both sides' states for each turn number of ``pairs`` (number → (left owner, right
+    owner)), in turn order: one query, streamed so a page of large states is never held in
+    memory at once."""
+    owners = {world_id for pair in pairs.values() for world_id in pair}
     rows = (
-        Turn.objects.filter(world__in=(left, right), number__in=numbers)
+        Turn.objects.filter(world_id__in=owners, number__in=list(pairs))
         .order_by("number", "world_id")
         .values_list("number", "world_id", "state")
         .iterator(chunk_size=50)
@@ -193,34 +220,45 @@ def _paired_states(
         if number != current:
             pending, current = {}, number
         pending[world_id] = state
-        if len(pending) == 2:
-            yield number, pending[left.pk], pending[right.pk]
+        left, right = pairs[number]
+        if left in pending and right in pending:
+            yield number, pending[left], pending[right]
 
 
 def world_compare(*, slug: str, other: str, params: Mapping[str, Any]) -> WorldComparison:
     """Per common turn (paged with limit/offset), the entities and environments whose values
-    differ, and the first turn whose states differ (null if none)."""
+    differ, and the first turn whose states differ (null if none). A branch is aligned with
+    its parent by turn number: its turns before the branch point are its parent's."""
     limit, offset = parse_paging(params)
     left = _world(slug, "slug")
     right = _world(other, "other")
+    left_owners, right_owners = _owners(left), _owners(right)
+    first_common = max(_first_turn(left_owners), _first_turn(right_owners))
     last_common = min(left.current_turn, right.current_turn)
-    hashes: dict[int, dict[int, str]] = {}
-    for number, world_id, state_hash in (
-        Turn.objects.filter(world__in=(left, right), number__lte=last_common)
-        .order_by("number")
-        .values_list("number", "world_id", "state_hash")
-    ):
-        hashes.setdefault(number, {})[world_id] = state_hash
-    first_divergent = next(
-        (n for n in sorted(hashes) if hashes[n].get(left.pk) != hashes[n].get(right.pk)), None
-    )
-    common = last_common + 1
-    page = range(min(offset, common), min(offset + limit, common))
-    differing = [n for n in page if hashes[n][left.pk] != hashes[n][right.pk]]
+    owner_ids = {world_id for world_id, _ in left_owners + right_owners}
+    by_world: dict[tuple[int, int], str] = {
+        (number, world_id): state_hash
+        for number, world_id, state_hash in Turn.objects.filter(
+            world_id__in=owner_ids, number__gte=first_common, number__lte=last_common
+        ).values_list("number", "world_id", "state_hash")
+    }
+    hashes: dict[int, tuple[str, str]] = {}
+    pairs: dict[int, tuple[int, int]] = {}
+    for number in range(first_common, last_common + 1):
+        a, b = _owner(left_owners, number), _owner(right_owners, number)
+        if a is None or b is None or (number, a) not in by_world or (number, b) not in by_world:
+            continue
+        pairs[number] = (a, b)
+        hashes[number] = (by_world[(number, a)], by_world[(number, b)])
+    numbers = sorted(hashes)
+    first_divergent = next((n for n in numbers if hashes[n][0] != hashes[n][1]), None)
+    common = len(numbers)
+    page = numbers[offset : offset + limit]
+    differing = {n: pairs[n] for n in page if hashes[n][0] != hashes[n][1]}
     diffs: dict[int, tuple[list[EntityDiff], list[EnvironmentDiff]]] = {}
     if differing:
-        for number, a, b in _paired_states(left, right, differing):
-            diffs[number] = (_entity_diffs(a, b), _environment_diffs(a, b))
+        for number, a_state, b_state in _paired_states(differing):
+            diffs[number] = (_entity_diffs(a_state, b_state), _environment_diffs(a_state, b_state))
     turns: list[TurnComparison] = []
     for number in page:
         entities, environments = diffs.get(number, ([], []))
@@ -228,8 +266,8 @@ def world_compare(*, slug: str, other: str, params: Mapping[str, Any]) -> WorldC
             {
                 "number": number,
                 "identical": number not in diffs,
-                "left_state_hash": hashes[number][left.pk],
-                "right_state_hash": hashes[number][right.pk],
+                "left_state_hash": hashes[number][0],
+                "right_state_hash": hashes[number][1],
                 "entities": entities,
                 "environments": environments,
             }

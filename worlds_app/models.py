@@ -43,6 +43,16 @@ class World(models.Model):
     replay_source = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays"
     )
+    # The world's seed (chukwa_core.seeds, docs/determinism.md): its rule-policy draws and the
+    # seeds its LLM calls send come from it. NULL: unseeded (draws from the slug, no seed sent).
+    seed = models.BigIntegerField(null=True, blank=True)
+    # A branch (docs/worlds.md): the world and committed turn it started from, as given. The
+    # parent row may be deleted later (branch_parent becomes NULL); the slug and turn stay.
+    branched_from_slug = models.CharField(max_length=64, blank=True)
+    branched_from_turn = models.IntegerField(null=True, blank=True)
+    branch_parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="branches"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -57,6 +67,20 @@ class World(models.Model):
             models.CheckConstraint(
                 condition=Q(replay_source__isnull=True) | Q(replay_from__isnull=False),
                 name="world_replay_source_has_replay_from",
+            ),
+            # Rule: a seed is 0 ≤ seed < 2^63 (the bigint's upper bound holds by itself).
+            models.CheckConstraint(
+                condition=Q(seed__isnull=True) | Q(seed__gte=0), name="world_seed_gte_0"
+            ),
+            # Rule: a branch names its parent's slug and turn together (turn ≥ 0).
+            models.CheckConstraint(
+                condition=Q(branched_from_slug="", branched_from_turn__isnull=True)
+                | Q(branched_from_turn__gte=0) & ~Q(branched_from_slug=""),
+                name="world_branch_slug_and_turn",
+            ),
+            models.CheckConstraint(
+                condition=Q(branch_parent__isnull=True) | Q(branched_from_turn__isnull=False),
+                name="world_branch_parent_has_turn",
             ),
         ]
 
@@ -116,11 +140,17 @@ class Turn(models.Model):
             models.CheckConstraint(
                 condition=Q(state_hash__regex=HASH_PATTERN), name="turn_state_hash_grammar"
             ),
-            # Rule: turn 0 is the creation snapshot; every later turn comes from an attempt.
+            # Rule: a world's first turn is its creation snapshot (turn 0, or the turn a branch
+            # starts at: a copy of its parent's), the only turn without an attempt; every
+            # later turn comes from an attempt.
             models.CheckConstraint(
-                condition=Q(number=0, attempt__isnull=True)
-                | Q(number__gt=0, attempt__isnull=False),
-                name="turn_attempt_iff_not_zero",
+                condition=Q(attempt__isnull=True) | Q(number__gt=0),
+                name="turn_attempt_not_at_zero",
+            ),
+            models.UniqueConstraint(
+                fields=["world"],
+                condition=Q(attempt__isnull=True),
+                name="turn_one_creation_snapshot",
             ),
         ]
 
@@ -274,6 +304,10 @@ class PatchTransition(models.Model):
     # The generation that decided it (LLM nodes); empty for rule policies.
     invocation_id = models.UUIDField(null=True, blank=True)
     llm_call_id = models.UUIDField(null=True, blank=True)
+    # The operator's intervention that made it (patch_seq 1 of its turn); empty otherwise.
+    intervention = models.ForeignKey(
+        "Intervention", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["world", "turn_number", "patch_seq", "effect_index"]
@@ -288,6 +322,44 @@ class PatchTransition(models.Model):
 
     def __str__(self) -> str:
         return f"{self.target_id}: {self.before[:20]} → {self.after[:20]}"
+
+
+class Intervention(models.Model):
+    """An operator's WorldPatch for one future turn of a world (docs/worlds.md): applied as that
+    turn's first patch, before any subject thinks, by the same kernel as every patch. Pending
+    until the turn commits with it; then consumed, and kept as the turn's provenance."""
+
+    world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="interventions")
+    turn = models.IntegerField()
+    patch = models.JSONField()
+    note = models.TextField(blank=True)
+    created_by = models.CharField(max_length=150)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Set in the commit of the turn that applied it: the intervention is consumed.
+    consumed_by = models.OneToOneField(
+        TurnAttempt, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["world", "turn"]
+        constraints = [
+            # Rule: one intervention holds a turn (pending or consumed).
+            models.UniqueConstraint(fields=["world", "turn"], name="intervention_one_per_turn"),
+            models.CheckConstraint(condition=Q(turn__gt=0), name="intervention_turn_gt_0"),
+            models.CheckConstraint(
+                condition=Q(consumed_by__isnull=True, consumed_at__isnull=True)
+                | Q(consumed_by__isnull=False, consumed_at__isnull=False),
+                name="intervention_consumed_together",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"intervention {self.pk} of {self.world_id} at turn {self.turn}"
+
+    @property
+    def consumed(self) -> bool:
+        return self.consumed_by_id is not None
 
 
 class DeletedWorld(models.Model):

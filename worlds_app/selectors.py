@@ -14,12 +14,14 @@ from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
 from cognition_app.budgets import BudgetLimits
 from cognition_app.selectors import cost_totals_from_row
+from cognition_app.sources.components import source_content
 from scenarios_app.selectors import parse_paging
 from worlds_app import read_sql
 from worlds_app.models import (
     Annotation,
     AnnotationTarget,
     AttemptStatus,
+    Intervention,
     Turn,
     World,
     WorldBudget,
@@ -75,6 +77,12 @@ def world_summary(row: Mapping[str, Any]) -> dict[str, Any]:
         "scenario_hash": row["scenario_id"],
         "scenario_ref": row["scenario_ref"],
         "replay_from": row["replay_from"],
+        "seed": row["seed"],
+        "branched_from": (
+            {"world": row["branched_from_slug"], "turn": row["branched_from_turn"]}
+            if row["branched_from_turn"] is not None
+            else None
+        ),
         "chronon_seconds": row["chronon_seconds"],
         "current_turn": row["current_turn"],
         "created_at": row["created_at"],
@@ -167,7 +175,59 @@ def world_get(*, slug: str) -> dict[str, Any]:
             {name: row[name] for name in BUDGET_LIMITS} if row["budget_id"] is not None else None
         ),
         "cost": cost_totals_from_row(row, "cost_"),
+        "warnings": seed_warnings(row["scenario_snapshot"]) if row["seed"] is not None else [],
     }
+
+
+def workflow_llm_sources(workflow: Mapping[str, Any]) -> list[str]:
+    """The hashes of the LLM sources a stored workflow's nodes call, in node order."""
+    return [
+        node["llm_source_ref"]["hash"]
+        for node in workflow["nodes"]
+        if isinstance(node.get("llm_source_ref"), dict) and "hash" in node["llm_source_ref"]
+    ]
+
+
+def seed_warnings(snapshot: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The LLM sources of a seeded world whose params fix a seed: their calls send that seed,
+    not one derived from the world's, so the world's seed does not vary them."""
+    warnings: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for profile in snapshot["cognition_profiles"].values():
+        for source_hash in workflow_llm_sources(profile["workflow"]):
+            if source_hash in seen:
+                continue
+            seen.add(source_hash)
+            content = source_content(source_hash)
+            params = content["interface"].get("params", {})
+            if content["interface"]["name"] == "llm_chat_completions" and "seed" in params:
+                warnings.append(
+                    {
+                        "code": "source_seed_fixed",
+                        "message": f"source {content['label']!r} ({source_hash[:12]}) fixes "
+                        f"seed {params['seed']} in its params: its calls send that seed, not "
+                        "one derived from the world's, so worlds of other seeds repeat them",
+                        "source_hash": source_hash,
+                    }
+                )
+    return warnings
+
+
+def _refuse_before_branch(slug: str, number: int) -> None:
+    """404 ``before_branch`` for a turn a branch never had: it is its parent's."""
+    branch = (
+        World.objects.filter(slug=slug, branched_from_turn__gt=number)
+        .values("branched_from_slug", "branched_from_turn")
+        .first()
+    )
+    if branch is not None:
+        parent, start = branch["branched_from_slug"], branch["branched_from_turn"]
+        raise NotFoundError(
+            "before_branch",
+            f"number: world {slug!r} is a branch of {parent!r} from turn {start}; turn {number} "
+            f"is {parent!r}'s (GET /api/worlds/{parent}/turns/{number}/)",
+            {"field": "number", "parent": parent, "branched_at": start},
+        )
 
 
 def turn_get(*, slug: str, number: int) -> dict[str, Any]:
@@ -177,6 +237,7 @@ def turn_get(*, slug: str, number: int) -> dict[str, Any]:
     if row is None:
         raise NotFoundError("world_not_found", f"slug: no world {slug!r}", {"field": "slug"})
     if row["turn_id"] is None:
+        _refuse_before_branch(slug, number)
         raise NotFoundError(
             "turn_not_found",
             f"number: world {slug!r} has no committed turn {number} (current: {row['current_turn']})",
@@ -197,6 +258,8 @@ def turn_get(*, slug: str, number: int) -> dict[str, Any]:
                 "patch_seq": seq,
                 "narration": p["patch"]["narration"],
                 "patch": p["patch"],
+                # an operator's intervention (patch_seq 1, no subject): who and why
+                "intervention": p.get("intervention"),
             }
             for s, seq, p in row["narrations"]
         ],
@@ -491,3 +554,30 @@ def annotation_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
         "offset": offset,
         "results": [annotation_summary(a) for a in rows[offset : offset + limit]],
     }
+
+
+def intervention_row(intervention: Intervention) -> dict[str, Any]:
+    return {
+        "id": intervention.pk,
+        "world": intervention.world.slug,
+        "turn": intervention.turn,
+        "patch": intervention.patch,
+        "note": intervention.note,
+        "created_by": intervention.created_by,
+        "created_at": intervention.created_at,
+        "status": "consumed" if intervention.consumed else "pending",
+        "consumed_by_attempt": intervention.consumed_by_id,
+        "consumed_at": intervention.consumed_at,
+    }
+
+
+def intervention_list(*, slug: str) -> list[dict[str, Any]]:
+    """A world's interventions in turn order, pending and consumed."""
+    require_slug(slug)
+    world = World.objects.filter(slug=slug).first()
+    if world is None:
+        raise NotFoundError("world_not_found", f"slug: no world {slug!r}", {"field": "slug"})
+    return [
+        intervention_row(i)
+        for i in Intervention.objects.filter(world=world).select_related("world").order_by("turn")
+    ]

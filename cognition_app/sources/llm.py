@@ -3,7 +3,6 @@ traced durably."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -17,6 +16,7 @@ from django.utils import timezone
 
 from chukwa_core.hashing import canonical_json_bytes
 from chukwa_core.json_values import storable_text
+from chukwa_core.seeds import seeded_params
 from cognition_app.budgets import BudgetLedger, Reservation, completion_cap, prompt_estimate
 from cognition_app.costs import price_at, price_from_rows, price_statement, usage_cost
 from cognition_app.models import (
@@ -48,6 +48,7 @@ from cognition_app.sources.generation import (
 from cognition_app.sources.limits import source_slot
 from cognition_app.sources.llm_replay import replayed_generation
 from cognition_app.sources.replay import fail_miss, open_replayed, request_key_of
+from cognition_app.sources.schema_delivery import deliver_schema
 from cognition_app.sources.stream_events import chunk_events
 from cognition_app.sources.tracing import (
     CallContext,
@@ -97,7 +98,8 @@ def invoke_llm(
         raise SourceFailure("not_executable", f"source {source_hash[:12]} is not an LLM source")
     what = f"generation of {ctx.subject_id or 'no subject'}, node {ctx.node_id!r}"
     ctx.check_cancelled(what)
-    params = dict(iface.get("params", {}))
+    # a seeded world's own seed, unless the source fixes one (the world's pages warn then)
+    params = seeded_params(dict(iface.get("params", {})), ctx)
     payload: dict[str, Any] = {
         **params,
         # after the params, so that nothing authored can replace what Chukwa sets
@@ -108,21 +110,13 @@ def invoke_llm(
     }
     response_format = None
     if response_schema is not None:
-        if iface["schema_delivery"] == "response_format":
-            response_format = {
-                "type": "json_schema",
-                "json_schema": {"name": schema_name, "schema": response_schema, "strict": True},
-            }
-            payload["response_format"] = response_format
-        else:  # prompt_only, only because the source says so
-            payload["messages"] = [
-                *messages,
-                {
-                    "role": "system",
-                    "content": "Reply with one JSON object that validates against this JSON "
-                    f"Schema, and nothing else:\n{json.dumps(response_schema)}",
-                },
-            ]
+        response_format = deliver_schema(
+            payload,
+            messages,
+            response_schema,
+            schema_name=schema_name,
+            delivery=iface["schema_delivery"],
+        )
     # The messages and the response format live on the LLM call row (not stored twice).
     request = {
         **{k: v for k, v in payload.items() if k not in ("messages", "response_format")},

@@ -54,6 +54,9 @@ class CallContext:
     parent_id: UUID | None = None
     generation_attempt: int | None = None
     tool_loop_round: int | None = None
+    # the world's seed (chukwa_core.seeds): an LLM call whose source fixes no seed sends one
+    # derived from it; None for an unseeded world
+    world_seed: int | None = None
     # Set when the world replays another (SPEC §12): the worlds layer decides which recordings
     # count and hands them down here, since this layer may not look up worlds.
     replay: ReplaySource | None = None

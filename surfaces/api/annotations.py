@@ -95,8 +95,11 @@ class AnnotationTurnSerializer(serializers.Serializer):
         ref_name = "AnnotationTurn"
 
 
+ANNOTATION_TARGET_KINDS = tuple(AnnotationTarget.values)
+
+
 class AnnotationTargetSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=AnnotationTarget.values)
+    kind = serializers.ChoiceField(choices=ANNOTATION_TARGET_KINDS)
     attempt = serializers.UUIDField(allow_null=True)
     turn = AnnotationTurnSerializer(allow_null=True)
     llm_call = serializers.UUIDField(allow_null=True)

@@ -13,6 +13,11 @@ from rest_framework.views import APIView
 
 from chukwa_core.errors import invalid
 from cognition_app.sources import REPLAY_MODES
+from surfaces.api.branches import (
+    BranchFromInputSerializer,
+    BranchFromSerializer,
+    SeedWarningSerializer,
+)
 from surfaces.api.cognition import InvocationSummarySerializer
 from surfaces.api.contract import (
     HASH_SCHEMA,
@@ -41,6 +46,7 @@ from surfaces.api.contract import (
     uuid_path,
     validate_body,
 )
+from surfaces.api.interventions import PatchInterventionSerializer
 from surfaces.api.queries import (
     AttemptEventsQuerySerializer,
     PagingQuerySerializer,
@@ -97,7 +103,13 @@ class WorldSummarySerializer(serializers.Serializer):
     label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
     scenario_hash = HashOutField()
     scenario_ref = JSONObjectField(help_text="the reference the world was created from")
-    replay_from = ReplayFromSerializer(allow_null=True, help_text="replay (SPEC §12), if any")
+    replay_from = ReplayFromSerializer(allow_null=True, help_text="replay, if any")
+    seed = serializers.IntegerField(
+        allow_null=True, help_text="the world's seed (0 ≤ seed < 2^63); null: unseeded"
+    )
+    branched_from = BranchFromSerializer(
+        allow_null=True, help_text="the world and turn this branch started from; null: none"
+    )
     chronon_seconds = serializers.IntegerField()
     current_turn = serializers.IntegerField()
     created_at = InstantField()
@@ -133,6 +145,11 @@ class WorldDetailSerializer(WorldSummarySerializer):
     recent_attempts = RecentAttemptSerializer(many=True)
     budget = BudgetSerializer(allow_null=True, help_text="the budget in force; null: none")
     cost = CostTotalsSerializer(help_text="every LLM call of the world, failed attempts included")
+    warnings = SeedWarningSerializer(
+        many=True,
+        help_text="what undoes the world's seed: an LLM source whose params fix a seed sends "
+        "that seed, not the world's",
+    )
 
     class Meta:
         ref_name = "WorldDetail"
@@ -156,6 +173,10 @@ class WorldCreateInputSerializer(StrictInputSerializer):
         "replay_from": "invalid_replay_from",
         "replay_from.world": "invalid_replay_from",
         "replay_from.mode": "invalid_replay_from",
+        "seed": "invalid_seed",
+        "branch_from": "invalid_branch_from",
+        "branch_from.world": "invalid_branch_from",
+        "branch_from.turn": "invalid_branch_from",
         **{f"budget.{k}": v for k, v in BudgetInputSerializer.field_codes.items()},
     }
     slug = LabelField()
@@ -169,7 +190,9 @@ class WorldCreateInputSerializer(StrictInputSerializer):
                 "additionalProperties": False,
             }
         ),
-        help_text='{"name": N} | {"hash": H} | {"data": <full scenario input>}',
+        help_text='{"name": N} | {"hash": H} | {"data": <full scenario input>}; required '
+        "unless branch_from is given (a branch defaults to its parent's scenario)",
+        required=False,
     )
     start_time = InstantInField(
         required=False, allow_null=True, help_text="ISO 8601 with an offset; default now"
@@ -179,7 +202,21 @@ class WorldCreateInputSerializer(StrictInputSerializer):
         help_text="serve calls from another world's recordings (SPEC §12); replaying exactly "
         "needs the same scenario and start_time",
     )
-    budget = BudgetInputSerializer(required=False, allow_null=True, help_text="SPEC §12")
+    budget = BudgetInputSerializer(required=False, allow_null=True, help_text="spending limits")
+    seed = StrictIntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=2**63 - 1,
+        help_text="0 ≤ seed < 2^63: rule-policy draws and the seed each LLM call sends come "
+        "from it; a replay without one takes the replayed world's",
+    )
+    branch_from = BranchFromInputSerializer(
+        required=False,
+        help_text="start at a committed turn of another world, with a copy of its state; "
+        "scenario_ref then defaults to that world's scenario and must have its entity ids, "
+        "kinds and environment labels",
+    )
 
     class Meta:
         ref_name = "WorldCreateInput"
@@ -357,10 +394,13 @@ class TurnCollectionApi(APIView):
 
 
 class TurnPatchSerializer(serializers.Serializer):
-    subject_id = serializers.CharField()
+    subject_id = serializers.CharField(allow_blank=True, help_text='"" for an intervention')
     patch_seq = serializers.IntegerField()
     narration = serializers.CharField()
     patch = JSONObjectField(help_text="the accepted WorldPatch")
+    intervention = PatchInterventionSerializer(
+        allow_null=True, required=False, help_text="the operator's intervention it is, if any"
+    )
 
     class Meta:
         ref_name = "TurnPatch"
@@ -377,6 +417,9 @@ class TransitionSerializer(serializers.Serializer):
     target_id = _text()
     before = _text()
     after = _text()
+    intervention_id = serializers.IntegerField(
+        allow_null=True, required=False, help_text="the intervention that made it, if any"
+    )
 
     class Meta:
         ref_name = "PatchTransition"

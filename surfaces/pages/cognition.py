@@ -15,12 +15,12 @@ from django.http import HttpRequest, HttpResponse
 
 from cognition_app import selectors
 from cognition_app.models import LlmCall, SourceInvocation
+from cognition_app.sources.schema_delivery import SCHEMA_INSTRUCTION
 from cognition_app.verdicts import NodeGeneration, invocation_verdict, node_generations
 from surfaces.pages.live import stop_polling_when
 from surfaces.pages.rendering import page, respond
 
 # The prompt_only schema delivery appends this system message to what the node rendered.
-SCHEMA_INSTRUCTION = "Reply with one JSON object that validates against this JSON Schema"
 CHUNK_ROWS = 300  # chunk table rows rendered (all of them are in ?format=json)
 CHUNK_MARKS = 400  # ticks drawn on the arrival track
 

@@ -14,7 +14,7 @@ from chukwa_core.errors import NotFoundError
 from surfaces.pages.layout import memory_lines, page_links, page_offset
 from surfaces.pages.rendering import page, respond
 from worlds_app import selectors
-from worlds_app.models import AttemptEvent, PatchTransition
+from worlds_app.models import AttemptEvent, Intervention, PatchTransition
 
 HISTORY_PER_PAGE = 40
 
@@ -56,8 +56,15 @@ def _provenance(
             "attempt_id",
             "llm_call_id",
             "invocation_id",
+            "intervention_id",
         )[offset : offset + HISTORY_PER_PAGE]
     ]
+    operators = {
+        i["id"]: i
+        for i in Intervention.objects.filter(
+            id__in={r["intervention_id"] for r in rows if r["intervention_id"]}
+        ).values("id", "created_by", "note")
+    }
     rule_attempts = {r["attempt_id"] for r in rows if not r["llm_call_id"]}
     monologues: dict[tuple[Any, str, str], dict[str, Any]] = {}
     for attempt_id, subject, node, rule, intent in AttemptEvent.objects.filter(
@@ -80,8 +87,15 @@ def _provenance(
             row["before"], row["after"] = before, after
         row["narration"] = narrations.get((row["attempt_id"], row["patch_seq"]), "")
         monologue = monologues.get((row["attempt_id"], row["subject_id"], row["node_id"]))
+        intervention = operators.get(row["intervention_id"])
         row["decided_by"] = (
-            {"llm_call_id": row["llm_call_id"]}
+            {
+                "operator": intervention["created_by"],
+                "note": intervention["note"],
+                "intervention_id": intervention["id"],
+            }
+            if intervention is not None
+            else {"llm_call_id": row["llm_call_id"]}
             if row["llm_call_id"]
             else {
                 "rule_policy": True,

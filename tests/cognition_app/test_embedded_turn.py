@@ -57,3 +57,35 @@ def test_a_real_ant_turn_on_the_embedded_model_commits_a_valid_patch(
     assert chunks == accepted.raw_text
     # the backend proved it enforces schemas before the first schema-bound generation
     assert SourceProbe.objects.get(base_url=embedded_endpoint).enforces_schema
+
+
+def test_seeded_worlds_on_the_embedded_model_commit_identical_turns(
+    embedded_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama.cpp is deterministic for a given seed: the same scenario, start time and world
+    seed give the same reply, byte for byte, and the same turn; another seed another reply.
+    (The fixture's source fixes no seed, so each call's seed is derived from the world's.)"""
+    monkeypatch.setenv("CHUKWA_LLM_BASE_URL", embedded_endpoint)
+    monkeypatch.setenv("CHUKWA_LLM_API_KEY", "embedded-model-needs-no-key")
+    scenario = scenario_assemble(data=load_fixture("ant_on_plate"))["scenario_hash"]
+    replies: dict[str, list[str]] = {}
+    hashes: dict[str, str] = {}
+    for slug, seed in (("ant-s5-a", 5), ("ant-s5-b", 5), ("ant-s6", 6)):
+        world_create(
+            data={
+                "slug": slug,
+                "scenario_ref": {"hash": scenario},
+                "seed": seed,
+                "start_time": "2026-05-01T08:00:00+00:00",
+            }
+        )
+        attempt_id = turn_attempt_enqueue(slug=slug)["attempt_ids"][0]
+        status = turn_attempt_run(attempt_id=attempt_id, owner="test")
+        assert status == "committed", selectors.attempt_get(attempt_id=attempt_id)["failure"]
+        calls = LlmCall.objects.filter(invocation__world__slug=slug).order_by("started_at")
+        replies[slug] = [c.raw_text for c in calls]
+        assert calls and all(isinstance(c.params.get("seed"), int) for c in calls)
+        hashes[slug] = selectors.turn_get(slug=slug, number=1)["state_hash"]
+    assert replies["ant-s5-a"] == replies["ant-s5-b"]
+    assert hashes["ant-s5-a"] == hashes["ant-s5-b"]
+    assert replies["ant-s5-a"] != replies["ant-s6"]

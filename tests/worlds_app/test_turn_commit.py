@@ -52,7 +52,7 @@ def _executed(claim: Claim) -> tuple[Any, list[StagedTransition], EventLog, floa
     assert claim.previous is not None
     started = time.monotonic()
     events = EventLog(claim.attempt)
-    working, staged, _ = turn_attempt_execute(
+    working, staged, _, _ = turn_attempt_execute(
         attempt=claim.attempt, previous=claim.previous, events=events, limits=claim.limits
     )
     return working, staged, events, started

@@ -38,8 +38,9 @@ from cognition_app.subject_run import (
     TurnContext,
     failure_step,
 )
-from worlds_app.models import AttemptStatus, Turn, TurnAttempt, World
+from worlds_app.models import AttemptStatus, Intervention, Turn, TurnAttempt, World
 from worlds_app.services.events import EventLog
+from worlds_app.services.interventions import pending_for
 from worlds_app.services.subject_threads import think_concurrently
 
 CONCURRENT = "concurrent"
@@ -55,6 +56,17 @@ class StagedTransition(NamedTuple):
     transition: Transition
     invocation_id: UUID | None
     llm_call_id: UUID | None
+    intervention_id: int | None = None
+
+
+class Execution(NamedTuple):
+    """What executing an attempt produced, for its commit."""
+
+    working: WorldState
+    staged: list[StagedTransition]
+    patch_count: int
+    # the operator's intervention applied as patch_seq 1, consumed by the commit
+    intervention_id: int | None = None
 
 
 @dataclass
@@ -129,6 +141,7 @@ class _TurnRun:
             turn=previous.number,
             attempted_turn=self.attempted_turn,
             simulation_time=simulation_time.isoformat(),
+            world_seed=world.seed,
         )
         # Invocation sequence numbers: unique and in the order the rows are opened, whichever
         # subject's thread opens them.
@@ -162,6 +175,7 @@ class _TurnRun:
             world_id=self.world.pk,
             world_slug=self.world.slug,
             attempted_turn=self.attempted_turn,
+            world_seed=self.world.seed,
             next_seq=self.next_seq,
             replay=self.replay,
             budget=self.budget,
@@ -237,6 +251,43 @@ class _TurnRun:
                     self.run_ambient(
                         source, workflow_hash, None, self.request_context, self.ambient_results
                     )
+
+    # --- the operator's intervention -----------------------------------------------------
+
+    def apply_intervention(self, intervention: Intervention) -> None:
+        """The intervention as the turn's first patch, by the kernel, before anyone thinks.
+        Its targets are checked against this turn's world: a patch that does not fit fails
+        the attempt (``intervention_invalid``) and stays pending for the next try."""
+        patch = intervention.patch
+        try:
+            validate_patch_once(patch, self.working)
+        except PatchRejected as exc:
+            raise AttemptFailure(
+                "intervention_invalid",
+                f"intervention {intervention.pk} by operator {intervention.created_by!r} does "
+                f"not fit turn {self.attempted_turn}'s world: {exc.message}",
+            ) from None
+        transitions = apply_patch(patch, self.working)
+        self.patch_seq += 1
+        seq = self.patch_seq
+        self.events.append(
+            StagedEvent(
+                "world_patch_applied",
+                {
+                    "patch": patch,
+                    "transition_count": len(transitions),
+                    "intervention": {
+                        "id": intervention.pk,
+                        "operator": intervention.created_by,
+                        "note": intervention.note,
+                    },
+                },
+                patch_seq=seq,
+            )
+        )
+        self.staged.extend(
+            StagedTransition(seq, "", "", "", t, None, None, intervention.pk) for t in transitions
+        )
 
     # --- subjects ------------------------------------------------------------------------
 
@@ -376,11 +427,15 @@ class _TurnRun:
 
 def turn_attempt_execute(
     *, attempt: TurnAttempt, previous: Turn, events: EventLog, limits: BudgetLimits | None
-) -> tuple[WorldState, list[StagedTransition], int]:
-    """Run ambient sources and every subject against the working copy, under the budget
-    ``limits`` in force (read with the claim). Returns the working world, the staged
-    transitions and the patch count. Nothing here writes world state."""
+) -> Execution:
+    """Apply the turn's pending intervention, then run ambient sources and every subject
+    against the working copy, under the budget ``limits`` in force (read with the claim).
+    Returns the working world, the staged transitions, the patch count and the intervention
+    applied. Nothing here writes world state."""
     turn = _TurnRun(attempt, previous, events, limits)
+    intervention = pending_for(world_id=turn.world.pk, turn=turn.attempted_turn)
+    if intervention is not None:
+        turn.apply_intervention(intervention)
     agents = turn.working.agents()
     turn.run_once_per_turn_sources(agents)
     concurrent = [s for s in agents if _workflow_for(turn.world, s)[0]["execution"] == CONCURRENT]
@@ -401,4 +456,9 @@ def turn_attempt_execute(
         with log_context.bound(subject=subject["id"]):
             thought = turn.think(subject, turn.request_context, turn.ambient_results)
         turn.apply(thought)
-    return turn.working, turn.staged, turn.patch_seq
+    return Execution(
+        turn.working,
+        turn.staged,
+        turn.patch_seq,
+        intervention.pk if intervention is not None else None,
+    )

@@ -30,7 +30,7 @@ from chukwa_core.hashing import json_hash
 from chukwa_core.world_state import WorldState
 from cognition_app.rows import RowTable, Statement, insert_rows, send_batch
 from cognition_app.subject_run import AttemptFailure, StagedEvent
-from worlds_app.models import PatchTransition, Turn, TurnAttempt, World
+from worlds_app.models import Intervention, PatchTransition, Turn, TurnAttempt, World
 from worlds_app.services.claims import (
     Claim,
     LeaseLost,
@@ -61,6 +61,7 @@ TRANSITION_ROWS = RowTable.of(
         "after",
         "invocation_id",
         "llm_call_id",
+        "intervention",
     ),
 )
 TURN_ROWS = RowTable.of(
@@ -90,6 +91,12 @@ FROM (SELECT (SELECT count(*) FROM w) AS worlds, (SELECT count(*) FROM a) AS att
 """  # noqa: S608
 
 
+_CONSUME = (
+    f"UPDATE {connection.ops.quote_name(Intervention._meta.db_table)} "  # noqa: S608
+    "SET consumed_by_id = %s, consumed_at = %s WHERE id = %s AND consumed_by_id IS NULL"
+)
+
+
 def commit_turn(
     claim: Claim,
     working: WorldState,
@@ -99,10 +106,12 @@ def commit_turn(
     *,
     owner: str,
     claim_next: bool = False,
+    intervention_id: int | None = None,
 ) -> tuple[Turn, Claim | None]:
     """Commit the turn; returns it and, with ``claim_next``, the next attempt of the batch
     claimed for ``owner`` (None when there is none or it is not queued: then, and without
-    ``claim_next``, the world's next attempt is kicked as always)."""
+    ``claim_next``, the world's next attempt is kicked as always). ``intervention_id``: the
+    intervention the turn applied, marked consumed by this commit."""
     if claim.previous is None:
         raise RuntimeError("the claim's turn N-1 is loaded before the commit")
     # A committed turn's calls are finished rows: the writer thread's last writes are waited
@@ -122,6 +131,7 @@ def commit_turn(
                 finishing.statements,
                 owner=owner,
                 claim_next=claim_next,
+                intervention_id=intervention_id,
             )
     except DatabaseError as exc:
         if events.traces.failure:  # what it held could not be written on its own either
@@ -140,6 +150,7 @@ def _commit(
     *,
     owner: str,
     claim_next: bool,
+    intervention_id: int | None,
 ) -> tuple[Turn, Claim | None]:
     """:func:`commit_turn` once the calls' finishing rows are written but ``finishing``, which
     go in its transaction."""
@@ -161,9 +172,11 @@ def _commit(
         (
             *(attempt.pk, world.pk, number, seq, t.effect_index, subject_id, node_id),
             *(workflow_hash, t.op, t.target_kind, t.target_id, t.before, t.after),
-            *(invocation_id, llm_call_id),
+            *(invocation_id, llm_call_id, intervention),
         )
-        for seq, subject_id, node_id, workflow_hash, t, invocation_id, llm_call_id in staged
+        for seq, subject_id, node_id, workflow_hash, t, invocation_id, llm_call_id, intervention in (
+            staged
+        )
     ]
     follows = claim_next and attempt.batch_index + 1 < attempt.batch_size
     outcome = StagedEvent("turn_committed", {"turn": number, "state_hash": turn.state_hash})
@@ -188,6 +201,9 @@ def _commit(
                 [(world.pk, number, turn.simulation_time, state, turn.state_hash, attempt.pk, now)]
             ),
         ]
+        if intervention_id is not None:
+            # Consumed with the turn that applied it, or not at all (it stays pending).
+            statements.append((_CONSUME, [attempt.pk, now, intervention_id]))
         if inline:
             statements += [
                 *EVENT_ROWS.statements(event_rows),

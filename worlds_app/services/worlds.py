@@ -1,4 +1,4 @@
-"""World creation and deletion (SPEC §6)."""
+"""World creation (from a scenario, or as a branch of another world) and deletion."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from chukwa_core import clock
 from chukwa_core.component_validation import check_keys, require_object, type_name
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
+from chukwa_core.seeds import seed_problem
 from chukwa_core.world_state import WorldState
 from cognition_app.sources import REPLAY_MODES
 from scenarios_app import selectors as scenario_selectors
@@ -18,10 +19,19 @@ from scenarios_app.services import scenario_assemble_within
 from scenarios_app.services._store import reject_nul
 from worlds_app.models import AttemptStatus, DeletedWorld, Turn, TurnAttempt, World
 from worlds_app.selectors import require_slug
+from worlds_app.services.branches import branch_point, branch_state
 from worlds_app.services.budgets import BudgetInput, parse_budget, world_budget_record
 
-CREATE_FIELDS = ("slug", "scenario_ref")
-CREATE_OPTIONAL = ("name", "start_time", "replay_from", "budget")
+CREATE_FIELDS = ("slug",)
+CREATE_OPTIONAL = (
+    "scenario_ref",
+    "name",
+    "start_time",
+    "replay_from",
+    "budget",
+    "seed",
+    "branch_from",
+)
 
 
 def _scenario_hash_from_ref(ref: Any) -> tuple[str, dict[str, Any]]:
@@ -125,8 +135,16 @@ def _replay_from(value: Any) -> tuple[World, ReplayFromInput]:
     return source, {"world": slug, "mode": mode}
 
 
+class BranchFromInput(TypedDict):
+    """A branch (docs/worlds.md): the parent world and its committed turn to start from."""
+
+    world: str
+    turn: int
+
+
 class WorldCreateInput(TypedDict, total=False):
-    """World creation (SPEC §6); the service checks it in full (the CLI hands it raw input)."""
+    """World creation (docs/worlds.md); the service checks it in full (the CLI hands it raw
+    input). ``scenario_ref`` is required unless ``branch_from`` is given."""
 
     slug: str
     scenario_ref: dict[str, Any]  # {"name"} | {"hash"} | {"data": <assembly input>}
@@ -134,17 +152,30 @@ class WorldCreateInput(TypedDict, total=False):
     start_time: str
     replay_from: ReplayFromInput
     budget: BudgetInput
+    seed: int
+    branch_from: BranchFromInput
+
+
+def _seed(value: Any) -> int:
+    problem = seed_problem(value)
+    if problem is not None:
+        raise invalid("invalid_seed", "seed", problem)
+    assert isinstance(value, int)
+    return value
 
 
 def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
-    """Create a world and its turn 0 from ``{"slug", "scenario_ref", "name"?, "start_time"?,
-    "replay_from"?, "budget"?}``."""
+    """Create a world and its first turn from ``{"slug", "scenario_ref"?, "name"?,
+    "start_time"?, "replay_from"?, "budget"?, "seed"?, "branch_from"?}``: turn 0 from the
+    scenario, or, for a branch, the parent's turn n copied as this world's turn n."""
     body = require_object(data, "body", "invalid_input")
     check_keys(body, "", required=CREATE_FIELDS, optional=CREATE_OPTIONAL, code="invalid_input")
     slug = body["slug"]
     problem = label_problem(slug)
     if problem is not None:
         raise invalid("invalid_slug", "slug", f"{slug!r} {problem}")
+    if "scenario_ref" not in body and "branch_from" not in body:
+        raise invalid("invalid_input", "scenario_ref", "is required (unless branch_from is given)")
     name = body.get("name")
     if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > 200):
         raise invalid(
@@ -154,7 +185,14 @@ def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
         )
     if name is not None:
         reject_nul(name, "name")
+    if "branch_from" in body and body.get("start_time") is not None:
+        raise invalid(
+            "invalid_start_time",
+            "start_time",
+            "a branch starts at its parent's simulation time; leave start_time out",
+        )
     start = _parse_start_time(body.get("start_time"))
+    seed = _seed(body["seed"]) if body.get("seed") is not None else None
     budget = parse_budget(body["budget"]) if body.get("budget") is not None else None
     with transaction.atomic(durable=True):
         if World.objects.filter(slug=slug).exists():
@@ -164,10 +202,22 @@ def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
         replay_source, replay_from = (
             _replay_from(body["replay_from"]) if "replay_from" in body else (None, None)
         )
-        scenario_hash, recorded_ref = _scenario_hash_from_ref(body["scenario_ref"])
+        if seed is None and replay_source is not None:
+            seed = replay_source.seed  # a replay draws what the replayed world drew
+        point = branch_point(body["branch_from"]) if "branch_from" in body else None
+        if "scenario_ref" in body:
+            scenario_hash, recorded_ref = _scenario_hash_from_ref(body["scenario_ref"])
+        else:
+            assert point is not None
+            scenario_hash = point.parent.scenario_id
+            recorded_ref = {"branch_parent": point.parent.slug, "resolved_hash": scenario_hash}
         snapshot = scenario_snapshot(scenario_hash)
+        if point is not None:
+            state = branch_state(point, snapshot)
+            start, first_turn = point.turn.simulation_time, point.turn.number
+        else:
+            state, first_turn = WorldState.from_scenario(snapshot), 0
         _check_room_to_run(start, snapshot["chronon_seconds"])
-        state = WorldState.from_scenario(snapshot)
         label = snapshot["scenario_slug"]
         try:
             with transaction.atomic():
@@ -179,8 +229,13 @@ def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
                     scenario_ref=recorded_ref,
                     label=label,
                     chronon_seconds=snapshot["chronon_seconds"],
+                    current_turn=first_turn,
                     replay_from=replay_from,
                     replay_source=replay_source,
+                    seed=seed,
+                    branched_from_slug=point.parent.slug if point else "",
+                    branched_from_turn=first_turn if point else None,
+                    branch_parent=point.parent if point else None,
                 )
         except IntegrityError:
             # Two creates racing on one slug: the unique constraint decides.
@@ -189,7 +244,7 @@ def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
             ) from None
         Turn.objects.create(
             world=world,
-            number=0,
+            number=first_turn,
             simulation_time=start,
             state=state.to_snapshot(),
             state_hash=state.snapshot_hash(),

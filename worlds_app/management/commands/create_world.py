@@ -1,4 +1,4 @@
-"""Create a world from a named or hashed scenario."""
+"""Create a world from a named or hashed scenario, or as a branch of another world."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ from worlds_app.services.budgets import BUDGET_FIELDS
 
 
 class Command(BaseCommand):
-    help = "Create a world: manage.py create_world SLUG --scenario NAME (or --scenario-hash H)."
+    help = (
+        "Create a world: manage.py create_world SLUG --scenario NAME (or --scenario-hash H), "
+        "or a branch: --branch-from WORLD:TURN [--scenario NAME]."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("slug")
-        group = parser.add_mutually_exclusive_group(required=True)
+        group = parser.add_mutually_exclusive_group()
         group.add_argument("--scenario", help="scenario name")
         group.add_argument("--scenario-hash", help="scenario hash")
         parser.add_argument("--name", help='display name (default "<label> #<slug>")')
@@ -36,19 +39,41 @@ class Command(BaseCommand):
             help="with --replay-from: replay_then_live (unmatched calls go live) or "
             "replay_strict (they fail the attempt)",
         )
-        budget = parser.add_argument_group("budget (SPEC §12; any of them, none by default)")
+        parser.add_argument(
+            "--seed",
+            type=int,
+            help="0 ≤ SEED < 2^63: rule-policy draws and each LLM call's seed come from it",
+        )
+        parser.add_argument(
+            "--branch-from",
+            metavar="WORLD:TURN",
+            help="start at a committed turn of another world, with a copy of its state "
+            "(the scenario defaults to that world's)",
+        )
+        budget = parser.add_argument_group("budget (any of them, none by default)")
         budget.add_argument("--budget-max-tokens-per-turn", type=int, metavar="N")
         budget.add_argument("--budget-max-cost-per-turn", metavar="AMOUNT")
         budget.add_argument("--budget-max-tokens-total", type=int, metavar="N")
         budget.add_argument("--budget-max-cost-total", metavar="AMOUNT")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        ref = (
-            {"name": options["scenario"]}
-            if options["scenario"]
-            else {"hash": options["scenario_hash"]}
-        )
-        data: dict[str, Any] = {"slug": options["slug"], "scenario_ref": ref}
+        data: dict[str, Any] = {"slug": options["slug"]}
+        if options["scenario"]:
+            data["scenario_ref"] = {"name": options["scenario"]}
+        elif options["scenario_hash"]:
+            data["scenario_ref"] = {"hash": options["scenario_hash"]}
+        elif not options["branch_from"]:
+            raise CommandError("one of --scenario, --scenario-hash or --branch-from is required")
+        if options["branch_from"]:
+            world, sep, turn = options["branch_from"].rpartition(":")
+            if not sep or not world or not turn.isdigit():
+                raise CommandError(
+                    f"--branch-from takes WORLD:TURN (a slug and a turn number), got "
+                    f"{options['branch_from']!r}"
+                )
+            data["branch_from"] = {"world": world, "turn": int(turn)}
+        if options["seed"] is not None:
+            data["seed"] = options["seed"]
         if options["name"]:
             data["name"] = options["name"]
         if options["start_time"]:
@@ -75,9 +100,16 @@ class Command(BaseCommand):
             if world.replay_from
             else ""
         )
+        branched = (
+            f", branched from {world.branched_from_slug!r} at turn {world.branched_from_turn}"
+            if world.branched_from_turn is not None
+            else ""
+        )
+        seeded = f", seed {world.seed}" if world.seed is not None else ""
         self.stdout.write(
             f"world {world.slug!r} created from {world.label} ({world.scenario_id[:12]}), "
-            f"turn 0{replaying}" + (f", budget {_budget_text(budget)}" if budget else "")
+            f"turn {world.current_turn}{branched}{seeded}{replaying}"
+            + (f", budget {_budget_text(budget)}" if budget else "")
         )
 
 

@@ -1,0 +1,80 @@
+"""Seeds (docs/determinism.md): every random draw of a seeded world comes from its seed.
+
+A world's seed is an integer in [0, 2⁶³). From it, one function derives each number a turn
+needs, by hashing the seed with where the number is used, so two worlds with the same seed draw
+the same numbers in the same places and a change in one place moves nothing elsewhere:
+
+- :func:`call_seed` — the ``seed`` sent to an LLM source whose ``params`` fix none, from
+  (world seed, attempted turn, subject id, node id, generation number), in [0, 2³¹): the range
+  every OpenAI-compatible backend accepts (llama.cpp, vLLM and OpenAI take 32-bit seeds);
+- :func:`rule_seed` — the rule policy's random draws, from (world seed, attempted turn, subject
+  id, node id), a 64-bit integer.
+
+Pure: no Django, no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Protocol
+
+SEED_LIMIT = 2**63  # a world's seed is 0 ≤ seed < 2⁶³ (a PostgreSQL bigint, never negative)
+CALL_SEED_LIMIT = 2**31
+
+
+def _digest(*parts: str) -> bytes:
+    # \x1f (unit separator) cannot occur in ids, labels or decimal numbers: no two different
+    # part lists give the same material.
+    return hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()
+
+
+def generation_number(tool_loop_round: int | None, generation_attempt: int | None) -> str:
+    """Which generation of a node a call is: its tool-loop round and its try in the retry lane
+    (``r<round>.g<try>``, 0 where the node has none)."""
+    return f"r{tool_loop_round or 0}.g{generation_attempt or 0}"
+
+
+def call_seed(
+    world_seed: int, attempted_turn: int, subject_id: str, node_id: str, generation: str
+) -> int:
+    """The seed an LLM call of a seeded world sends, in [0, 2³¹)."""
+    digest = _digest("llm", str(world_seed), str(attempted_turn), subject_id, node_id, generation)
+    return int.from_bytes(digest[:8], "big") % CALL_SEED_LIMIT
+
+
+def rule_seed(world_seed: int, attempted_turn: int, subject_id: str, node_id: str) -> int:
+    """The seed of a rule policy's random draws in a seeded world (64 bits)."""
+    digest = _digest("rule", str(world_seed), str(attempted_turn), subject_id, node_id)
+    return int.from_bytes(digest[:8], "big")
+
+
+def seed_problem(value: object) -> str | None:
+    """Why ``value`` is not a world seed, or None when it is one."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"must be an integer, got {type(value).__name__}"
+    if not 0 <= value < SEED_LIMIT:
+        return f"must be 0 ≤ seed < 2^63 ({SEED_LIMIT}), got {value}"
+    return None
+
+
+class CallPlace(Protocol):
+    """Where an LLM call is made (a call context has these)."""
+
+    world_seed: int | None
+    attempted_turn: int
+    subject_id: str
+    node_id: str
+    tool_loop_round: int | None
+    generation_attempt: int | None
+
+
+def seeded_params(params: dict[str, Any], place: CallPlace) -> dict[str, Any]:
+    """An LLM call's sampling parameters with the world's derived seed added, unless the world
+    has no seed or the source fixes one (the source's wins)."""
+    if place.world_seed is None or "seed" in params:
+        return params
+    generation = generation_number(place.tool_loop_round, place.generation_attempt)
+    seed = call_seed(
+        place.world_seed, place.attempted_turn, place.subject_id, place.node_id, generation
+    )
+    return {**params, "seed": seed}
