@@ -43,3 +43,18 @@ class JsonFormatter(logging.Formatter):
 
 def _is_scalar(value: object) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
+
+
+class HealthCheckFilter(logging.Filter):
+    """``/healthz`` answering 503 while a service warms up (or is down) is logged at INFO, not
+    as Django's "Service Unavailable" ERROR: a stack starting up polls it until it answers 200,
+    and a monitor polls it for ever."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request = getattr(record, "request", None)
+        if getattr(record, "status_code", None) != 503 or getattr(request, "path", "") != (
+            "/healthz"
+        ):
+            return True
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return logging.getLogger(record.name).isEnabledFor(logging.INFO)

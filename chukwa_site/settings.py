@@ -81,6 +81,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "surfaces.pages.context_processors.roles",
+                "surfaces.pages.context_processors.embedded_model",
             ],
         },
     },
@@ -195,6 +196,16 @@ SPECTACULAR_SETTINGS = {
     # Operations are tagged by their first path segment under /api (worlds, scenarios, …); the
     # prefix is explicit because /mcp/ is a DRF view too (left out of the document).
     "SCHEMA_PATH_PREFIX": "/api",
+    # Several choice sets are named "status" or "kind": each has a name of its own, and the
+    # first two keep the names they had before the others came (clients generated from the
+    # document depend on them).
+    "ENUM_NAME_OVERRIDES": {
+        "StatusEnum": "surfaces.api.worlds.STATUSES",
+        "KindEnum": "surfaces.api.annotations.ANNOTATION_TARGET_KINDS",
+        "InvocationKindEnum": "surfaces.api.indexes.INVOCATION_KINDS",
+        "InvocationStatusEnum": "surfaces.api.indexes.INVOCATION_STATUSES",
+        "InterventionStatusEnum": "surfaces.api.interventions.INTERVENTION_STATUSES",
+    },
 }
 
 # A turn attempt's Celery time limits (seconds); the soft limit lets it record its failure.
@@ -288,10 +299,17 @@ OPERATORS_GROUP = "operators"
 # One JSON object per line by default (what log collectors read); `text` for a terminal. The web
 # process and the Celery workers (chukwa_site.celery) both log through this configuration.
 CHUKWA_LOG_FORMAT = env.str("CHUKWA_LOG_FORMAT", "json", validate=OneOf(["json", "text"]))
+# Set by the stack and the demo when they start the embedded toy model for CHUKWA_LLM_BASE_URL:
+# every page then says, in a banner, that replies come from a 135M toy model.
+CHUKWA_EMBEDDED_MODEL = env.bool("CHUKWA_EMBEDDED_MODEL", False)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"log_context": {"()": "chukwa_core.log_context.LogContextFilter"}},
+    "filters": {
+        "log_context": {"()": "chukwa_core.log_context.LogContextFilter"},
+        "health_checks": {"()": "chukwa_site.logs.HealthCheckFilter"},
+    },
     "formatters": {
         "json": {"()": "chukwa_site.logs.JsonFormatter"},
         "text": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
@@ -310,7 +328,10 @@ LOGGING = {
     # replies (which may echo a key) at ERROR: the call's scrubbed trace row says it instead.
     # urllib3 (the connections under source calls, cognition_app.sources.transport) logs each
     # new connection's host and port at DEBUG.
+    # A health check answering 503 (a service warming up or down) is what /healthz is for, not
+    # an error of the web server: logged at INFO (the answer's body says what is down).
     "loggers": {
+        "django.request": {"filters": ["health_checks"]},
         "httpx": {"level": "WARNING"},
         "urllib3": {"level": "WARNING"},
         "httpx2": {"level": "WARNING"},

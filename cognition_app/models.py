@@ -102,6 +102,8 @@ class SourceInvocation(models.Model):
         ]
         indexes = [
             models.Index(fields=["status"], name="invocation_status_idx"),
+            # the invocation index (page and API) reads the newest calls first
+            models.Index(fields=["-started_at", "id"], name="invocation_started_idx"),
             # replay looks up the k-th recording of a key in one world
             models.Index(
                 fields=["world", "request_key", "attempted_turn", "seq"],

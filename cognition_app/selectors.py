@@ -10,10 +10,12 @@ from typing import Any, TypedDict
 from uuid import UUID
 
 from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.functions import Substr
 
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.ids import is_url_env_name
 from cognition_app.models import (
+    InvocationKind,
     InvocationStatus,
     LlmCall,
     LlmChunk,
@@ -203,6 +205,8 @@ def _problem(row: Mapping[str, Any]) -> str:
     return text if len(text) <= PROBLEM_CHARS else text[: PROBLEM_CHARS - 1] + "…"
 
 
+PREVIEW_CHARS = 120
+
 # The LLM call index's columns read as stored (besides those it derives or renames).
 _CALL_INDEX_FIELDS = (
     "requested_model",
@@ -235,21 +239,29 @@ def llm_call_list(*, filters: LlmCallFilters, limit: int, offset: int) -> dict[s
         qs = qs.filter(started_at__gte=filters["since"])
     if "until" in filters:
         qs = qs.filter(started_at__lt=filters["until"])
-    rows = qs.order_by("-started_at", "id").values(
-        "id",
-        "status",
-        *_CALL_INDEX_FIELDS,
-        "parse_error",
-        "validation_errors",
-        "error",
-        "invocation_id",
-        "invocation__attempt_id",
-        "invocation__world__slug",
-        "invocation__attempted_turn",
-        "invocation__subject_id",
-        "invocation__node_id",
-        "invocation__generation_attempt",
-    )[offset : offset + limit]
+    rows = (
+        qs.order_by("-started_at", "id")
+        .annotate(
+            # the reply's beginning only: a long reply is never read whole for a list
+            preview=Substr("raw_text", 1, PREVIEW_CHARS)
+        )
+        .values(
+            "id",
+            "status",
+            "preview",
+            *_CALL_INDEX_FIELDS,
+            "parse_error",
+            "validation_errors",
+            "error",
+            "invocation_id",
+            "invocation__attempt_id",
+            "invocation__world__slug",
+            "invocation__attempted_turn",
+            "invocation__subject_id",
+            "invocation__node_id",
+            "invocation__generation_attempt",
+        )[offset : offset + limit]
+    )
     results = []
     for row in rows:
         results.append(
@@ -267,10 +279,146 @@ def llm_call_list(*, filters: LlmCallFilters, limit: int, offset: int) -> dict[s
                 "subject_id": row["invocation__subject_id"],
                 "node_id": row["invocation__node_id"],
                 "generation_attempt": row["invocation__generation_attempt"],
+                "preview": " ".join(row["preview"].split()),
+                "latency_ms": (
+                    round((row["ended_at"] - row["started_at"]).total_seconds() * 1000)
+                    if row["ended_at"] is not None
+                    else None
+                ),
                 **{k: row[k] for k in _CALL_INDEX_FIELDS},
             }
         )
     return {"count": qs.count(), "limit": limit, "offset": offset, "results": results}
+
+
+class InvocationFilters(TypedDict, total=False):
+    """What the surfaces' filter serializer validated; every key is optional."""
+
+    kind: str  # an InvocationKind
+    source: str  # the source's label, or the tool's name for a tool call
+    subject: str
+    status: str  # an InvocationStatus
+    world: str
+    since: datetime  # started at or after
+    until: datetime  # started before
+
+
+def source_invocation_list(
+    *, filters: InvocationFilters, limit: int, offset: int
+) -> dict[str, Any]:
+    """Every source call of every world (generations, ambient sources, tools, conformance
+    checks), newest first: two queries whatever the page size."""
+    qs = SourceInvocation.objects.all()
+    if "kind" in filters:
+        qs = qs.filter(kind=filters["kind"])
+    if "source" in filters:
+        qs = qs.filter(Q(source_label=filters["source"]) | Q(tool_name=filters["source"]))
+    if "subject" in filters:
+        qs = qs.filter(subject_id=filters["subject"])
+    if "status" in filters:
+        qs = qs.filter(status=filters["status"])
+    if "world" in filters:
+        # a lookup through the foreign key (a schema link), not an import of the worlds app
+        qs = qs.filter(world__slug=filters["world"])
+    if "since" in filters:
+        qs = qs.filter(started_at__gte=filters["since"])
+    if "until" in filters:
+        qs = qs.filter(started_at__lt=filters["until"])
+    rows = qs.order_by("-started_at", "id").values(
+        "id",
+        "kind",
+        "source_label",
+        "source_hash",
+        "tool_name",
+        "ambient_source_id",
+        "status",
+        "failure_class",
+        "failure_message",
+        "attempt_id",
+        "world__slug",
+        "attempted_turn",
+        "subject_id",
+        "node_id",
+        "started_at",
+        "duration_ms",
+        "http_status",
+        "request",
+        "llm_call__id",
+    )[offset : offset + limit]
+    results = [
+        {
+            "id": row["id"],
+            "kind": row["kind"],
+            # what a reader calls it: the tool's name for a tool call, else the source's label
+            "source": row["tool_name"] or row["source_label"] or row["source_hash"][:12],
+            "source_hash": row["source_hash"],
+            "status": row["status"],
+            "failure_class": row["failure_class"],
+            "problem": row["failure_message"][:300],
+            "world": row["world__slug"],
+            "attempt_id": row["attempt_id"],
+            "attempted_turn": row["attempted_turn"],
+            "subject_id": row["subject_id"],
+            "node_id": row["node_id"],
+            "started_at": row["started_at"],
+            "duration_ms": row["duration_ms"],
+            "http_status": row["http_status"],
+            "arguments": _arguments(row),
+            "llm_call_id": row["llm_call__id"],
+        }
+        for row in rows
+    ]
+    return {"count": qs.count(), "limit": limit, "offset": offset, "results": results}
+
+
+def tool_calls_of_attempt(*, attempt_id: UUID) -> list[dict[str, Any]]:
+    """An attempt's tool calls (model-elected and rule-planned) in the order they were made:
+    who called what, with which arguments, and what came back."""
+    rows = (
+        SourceInvocation.objects.filter(
+            attempt_id=attempt_id, kind=InvocationKind.MODEL_ELECTED_TOOL
+        )
+        .order_by("seq")
+        .values(
+            "id",
+            "kind",
+            "seq",
+            "subject_id",
+            "node_id",
+            "tool_name",
+            "source_label",
+            "status",
+            "failure_class",
+            "failure_message",
+            "request",
+            "response_json",
+            "duration_ms",
+        )
+    )
+    return [
+        {
+            "id": row["id"],
+            "seq": row["seq"],
+            "subject_id": row["subject_id"],
+            "node_id": row["node_id"],
+            "tool": row["tool_name"] or row["source_label"],
+            "status": row["status"],
+            "failure": row["failure_message"][:300] if row["failure_class"] else "",
+            "arguments": _arguments(row),
+            "result": row["response_json"],
+            "duration_ms": row["duration_ms"],
+        }
+        for row in rows
+    ]
+
+
+def _arguments(row: Mapping[str, Any]) -> Any:
+    """A tool call's arguments as it was sent (``request.arguments`` or ``request.body``);
+    null for other kinds."""
+    if row["kind"] != InvocationKind.MODEL_ELECTED_TOOL:
+        return None
+    request = row["request"] if isinstance(row["request"], dict) else {}
+    return request.get("arguments", request.get("body"))
 
 
 # --- cost totals (SPEC §12) --------------------------------------------------------------------

@@ -12,7 +12,8 @@ from chukwa_core import clock
 from chukwa_core.component_validation import check_keys, require_object, type_name
 from chukwa_core.errors import ConflictError, invalid
 from chukwa_core.ids import is_url_env_name
-from cognition_app.models import ModelPrice
+from cognition_app.costs import usage_cost
+from cognition_app.models import LlmCall, ModelPrice
 from scenarios_app.services._store import reject_nul
 
 PRICE_FIELDS = ("input_per_million", "output_per_million", "cached_input_per_million")
@@ -44,9 +45,60 @@ def _price(raw: Any, field: str) -> Decimal:
     return amount
 
 
+REPRICE_CHUNK = 2000
+
+
+def _reprice_calls(price: ModelPrice) -> int:
+    """Price, with the new row, every call of its (URL variable, model) made while it is in
+    force (from its ``valid_from`` to the next row's): a call costs its tokens times the price
+    in force *at its time*, so a price entered late, or corrected, prices the calls made since.
+    Calls never sent (a known 0) and calls without usage (no tokens to price) are left alone.
+    Returns how many calls were priced."""
+    following = (
+        ModelPrice.objects.filter(
+            url_env=price.url_env, model=price.model, valid_from__gt=price.valid_from
+        )
+        .order_by("valid_from")
+        .values_list("valid_from", flat=True)
+        .first()
+    )
+    calls = LlmCall.objects.filter(
+        base_url_env=price.url_env,
+        requested_model=price.model,
+        started_at__gte=price.valid_from,
+        prompt_tokens__isnull=False,
+        completion_tokens__isnull=False,
+    ).exclude(usage_source="not_sent")
+    if following is not None:
+        calls = calls.filter(started_at__lt=following)
+    priced = 0
+    batch: list[LlmCall] = []
+    for call in calls.only(
+        "id", "prompt_tokens", "completion_tokens", "cached_tokens", "price", "cost"
+    ).iterator(chunk_size=REPRICE_CHUNK):
+        assert call.prompt_tokens is not None and call.completion_tokens is not None
+        call.price = price
+        call.cost = usage_cost(
+            price,
+            prompt_tokens=call.prompt_tokens,
+            completion_tokens=call.completion_tokens,
+            cached_tokens=call.cached_tokens or 0,
+        )
+        batch.append(call)
+        if len(batch) >= REPRICE_CHUNK:
+            LlmCall.objects.bulk_update(batch, ["price", "cost"])
+            priced, batch = priced + len(batch), []
+    if batch:
+        LlmCall.objects.bulk_update(batch, ["price", "cost"])
+        priced += len(batch)
+    return priced
+
+
 def model_price_add(*, data: ModelPriceInput) -> ModelPrice:
     """A new price row for a (URL variable, model) pair, in force from ``valid_from``; the
-    earlier rows stay (calls already costed keep the row they used)."""
+    earlier rows stay, as history. The calls made while it is in force are priced with it
+    (``_reprice_calls``), so a price entered late prices the calls made since its
+    ``valid_from``."""
     body = require_object(data, "body", "invalid_input")
     check_keys(
         body,
@@ -73,13 +125,16 @@ def model_price_add(*, data: ModelPriceInput) -> ModelPrice:
     reject_nul(operator, "operator")
     try:
         with transaction.atomic(durable=True):
-            return ModelPrice.objects.create(
-                url_env=body["url_env"],
-                model=model,
-                valid_from=valid_from,
-                created_by=operator,
-                **prices,
-            )
+            with transaction.atomic():
+                row = ModelPrice.objects.create(
+                    url_env=body["url_env"],
+                    model=model,
+                    valid_from=valid_from,
+                    created_by=operator,
+                    **prices,
+                )
+            _reprice_calls(row)
+            return row
     except IntegrityError:
         raise ConflictError(
             "price_exists",

@@ -16,6 +16,7 @@ from uuid import UUID
 
 from django.db.models import OuterRef, Subquery
 from django.db.models.fields.json import KeyTransform
+from django.db.models.functions import Substr
 
 from cognition_app.models import LlmChunk, SourceInvocation
 
@@ -91,8 +92,13 @@ class TraceDetail(TypedDict):
     parse_error: str
     live_ttft_ms: int | None  # the first chunk's arrival while the call still streams
     last_message: Any  # the generation's last request message (the corrective one on a retry)
+    previous_message: Any  # the one before it (the user turn a corrective message follows)
+    reply: str  # the generation's reply as it streamed, its first REPLY_CHARS characters
     request: Any  # non-LLM calls only: what was sent
     response_json: Any  # non-LLM calls only: what came back
+
+
+REPLY_CHARS = 8000
 
 
 def trace_details(*, attempt_id: UUID) -> dict[str, TraceDetail]:
@@ -107,6 +113,8 @@ def trace_details(*, attempt_id: UUID) -> dict[str, TraceDetail]:
         .annotate(
             first_chunk_ms=Subquery(first_chunk),
             last_message=KeyTransform("-1", "llm_call__messages"),
+            previous_message=KeyTransform("-2", "llm_call__messages"),
+            reply=Substr("llm_call__raw_text", 1, REPLY_CHARS),
         )
         .values(
             "id",
@@ -115,6 +123,8 @@ def trace_details(*, attempt_id: UUID) -> dict[str, TraceDetail]:
             "llm_call__parse_error",
             "first_chunk_ms",
             "last_message",
+            "previous_message",
+            "reply",
             "request",
             "response_json",
         )
@@ -127,6 +137,8 @@ def trace_details(*, attempt_id: UUID) -> dict[str, TraceDetail]:
             "parse_error": row["llm_call__parse_error"] or "",
             "live_ttft_ms": row["first_chunk_ms"],
             "last_message": row["last_message"] if llm else None,
+            "previous_message": row["previous_message"] if llm else None,
+            "reply": (row["reply"] or "") if llm else "",
             "request": None if llm else row["request"],
             "response_json": None if llm else row["response_json"],
         }

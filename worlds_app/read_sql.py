@@ -23,7 +23,7 @@ _QUEUED, _RUNNING = AttemptStatus.QUEUED.value, AttemptStatus.RUNNING.value
 # attempt (``last_*``), for a FROM clause that names the world ``w``.
 _SUMMARY_SELECT = (
     "w.id, w.slug, w.name, w.label, w.scenario_id, w.scenario_ref, w.replay_from, "
-    "w.chronon_seconds, w.current_turn, w.created_at, n.queued, n.running, "
+    "w.seed, w.branched_from_slug, w.branched_from_turn, w.chronon_seconds, w.current_turn, w.created_at, n.queued, n.running, "
     "l.id AS last_id, l.seq AS last_seq, l.status AS last_status, l.ended_at AS last_ended_at"
 )
 _SUMMARY_JOINS = (
@@ -31,9 +31,12 @@ _SUMMARY_JOINS = (
     f"count(*) FILTER (WHERE a.status = '{_QUEUED}') AS queued, "
     f"count(*) FILTER (WHERE a.status = '{_RUNNING}') AS running "
     "FROM worlds_app_turnattempt a WHERE a.world_id = w.id) n "
+    # the newest finished attempt that is not a batch's cancellation: a failure that ended a
+    # batch stays the world's last outcome, not the cancellations it caused after it
     "LEFT JOIN LATERAL (SELECT a.id, a.seq, a.status, a.ended_at "
     "FROM worlds_app_turnattempt a "
     f"WHERE a.world_id = w.id AND a.status NOT IN ({_ACTIVE}) "
+    f"AND NOT (a.status = '{AttemptStatus.CANCELLED.value}' AND a.failure_step = 'batch') "
     "ORDER BY a.seq DESC LIMIT 1) l ON true"
 )
 _SUMMARY_JSON = ("scenario_ref", "replay_from")
@@ -112,6 +115,7 @@ TRANSITION_COLUMNS = (
     "target_id",
     "before",
     "after",
+    "intervention_id",
 )
 _TURN = (
     "SELECT w.id AS world_id, w.current_turn, t.id AS turn_id, t.number, t.simulation_time, "

@@ -5,6 +5,11 @@ from surfaces.api import indexes
 
 urlpatterns = [
     path(
+        "source-invocations/",
+        indexes.SourceInvocationListApi.as_view(),
+        name="api-source-invocation-list",
+    ),
+    path(
         "source-invocations/<str:invocation_id>/",
         api.SourceInvocationDetailApi.as_view(),
         name="api-source-invocation-detail",

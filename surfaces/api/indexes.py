@@ -1,5 +1,6 @@
-"""Cross-world indexes (SPEC §9): ``GET /api/attempts/`` and ``GET /api/llm-calls/``, filtered
-by status, world, subject, model and time, paged. The filter serializers here also validate the
+"""Cross-world indexes: ``GET /api/attempts/``, ``GET /api/llm-calls/`` and
+``GET /api/source-invocations/``, filtered by status, world, subject, model or source and time,
+paged. The filter serializers here also validate the
 browser's index pages (``surfaces/pages/indexes.py``)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from cognition_app import selectors as cognition_selectors
+from cognition_app.models import InvocationKind, InvocationStatus
 from cognition_app.selectors import CALL_OUTCOMES
 from surfaces.api.contract import (
     READ_ERRORS,
@@ -48,6 +50,27 @@ class LlmCallFilterSerializer(PagingQuerySerializer, SinceUntilMixin):
     world = LabelField(required=False, help_text="only this world's calls")
     subject = text_filter("only calls made for this entity")
     model = text_filter("only calls to this model (requested or answering)")
+
+
+INVOCATION_KINDS = tuple(InvocationKind.values)
+INVOCATION_STATUSES = tuple(InvocationStatus.values)
+
+
+class InvocationFilterSerializer(PagingQuerySerializer, SinceUntilMixin):
+    kind = serializers.ChoiceField(choices=INVOCATION_KINDS, required=False)
+    source = text_filter("only calls of this source (its label) or this tool (its name)")  # type: ignore[assignment]  # the API's field name shadows a Field attribute
+    subject = text_filter("only calls made for this entity")
+    status = serializers.ChoiceField(choices=INVOCATION_STATUSES, required=False)
+    world = LabelField(required=False, help_text="only this world's calls")
+
+
+def invocation_page_of(params: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the validated filters, the page of source invocations)."""
+    filters, limit, offset = split_paging(parse_query(InvocationFilterSerializer, params))
+    page = cognition_selectors.source_invocation_list(
+        filters=cast(cognition_selectors.InvocationFilters, filters), limit=limit, offset=offset
+    )
+    return filters, page
 
 
 def attempt_page_of(params: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -125,6 +148,12 @@ class LlmCallRowSerializer(serializers.Serializer):
     started_at = InstantField()
     ended_at = InstantField(allow_null=True)
     ttft_ms = serializers.IntegerField(allow_null=True)
+    latency_ms = serializers.IntegerField(
+        allow_null=True, help_text="from the request to the last byte; null while it runs"
+    )
+    preview = serializers.CharField(
+        allow_blank=True, help_text="the reply's first 120 characters, whitespace collapsed"
+    )
     prompt_tokens = serializers.IntegerField(allow_null=True)
     completion_tokens = serializers.IntegerField(allow_null=True)
     cost = serializers.DecimalField(
@@ -154,4 +183,49 @@ class LlmCallListApi(APIView):
     )
     def get(self, request: Request) -> Response:
         _filters, page = llm_call_page_of(request.query_params)
+        return Response(self.OutputSerializer(page).data)
+
+
+class InvocationRowSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    kind = serializers.ChoiceField(choices=INVOCATION_KINDS)
+    source = serializers.CharField(help_text="the tool's name for a tool call, else the label")  # type: ignore[assignment]  # the API's field name shadows a Field attribute
+    source_hash = serializers.CharField()
+    status = serializers.ChoiceField(choices=INVOCATION_STATUSES)
+    failure_class = serializers.CharField(allow_blank=True)
+    problem = serializers.CharField(allow_blank=True, help_text="the failure, shortened")
+    world = LabelOutField()
+    attempt_id = serializers.UUIDField()
+    attempted_turn = serializers.IntegerField()
+    subject_id = serializers.CharField(allow_blank=True)
+    node_id = serializers.CharField(allow_blank=True)
+    started_at = InstantField()
+    duration_ms = serializers.IntegerField(allow_null=True)
+    http_status = serializers.IntegerField(allow_null=True)
+    arguments = serializers.JSONField(
+        allow_null=True, help_text="a tool call's arguments as sent; null for other kinds"
+    )
+    llm_call_id = serializers.UUIDField(allow_null=True, help_text="a generation's LLM call")
+
+    class Meta:
+        ref_name = "SourceInvocationRow"
+
+
+class SourceInvocationListApi(APIView):
+    class OutputSerializer(serializers.Serializer):
+        count = serializers.IntegerField()
+        limit = serializers.IntegerField()
+        offset = serializers.IntegerField()
+        results = InvocationRowSerializer(many=True)
+
+        class Meta:
+            ref_name = "SourceInvocationListOutput"
+
+    @extend_schema(
+        operation_id="source_invocation_list",
+        parameters=[InvocationFilterSerializer],
+        responses={200: OutputSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request) -> Response:
+        _filters, page = invocation_page_of(request.query_params)
         return Response(self.OutputSerializer(page).data)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from surfaces.api import annotations, indexes
+from surfaces.api import annotations, indexes, interventions, retries
 from surfaces.api import worlds as api
 
 urlpatterns = [
@@ -12,6 +12,16 @@ urlpatterns = [
     ),
     path("worlds/<str:slug>/budget/", api.WorldBudgetApi.as_view(), name="api-world-budget"),
     path("worlds/<str:slug>/diff/", api.WorldDiffApi.as_view(), name="api-world-diff"),
+    path(
+        "worlds/<str:slug>/interventions/",
+        interventions.InterventionCollectionApi.as_view(),
+        name="api-intervention-list",
+    ),
+    path(
+        "worlds/<str:slug>/interventions/<int:intervention_id>/",
+        interventions.InterventionDetailApi.as_view(),
+        name="api-intervention-detail",
+    ),
     path(
         "worlds/<str:slug>/compare/<str:other>/",
         api.WorldCompareApi.as_view(),
@@ -29,4 +39,9 @@ urlpatterns = [
     ),
     path("attempts/", indexes.AttemptListApi.as_view(), name="api-attempt-list"),
     path("attempts/<str:attempt_id>/", api.AttemptDetailApi.as_view(), name="api-attempt-detail"),
+    path(
+        "attempts/<str:attempt_id>/retry/",
+        retries.AttemptRetryApi.as_view(),
+        name="api-attempt-retry",
+    ),
 ]

@@ -160,7 +160,35 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         "Create a world (a running copy of a scenario) at turn 0. slug (label, unique), "
         'scenario_ref {"name": N} | {"hash": H} | {"data": <scenario_assemble input>}; '
         "optional name, start_time (ISO 8601 with offset; default now), budget, replay_from "
-        "{world, mode}. Returns the world with its state at turn 0."
+        "{world, mode}, seed (0 ≤ seed < 2^63: the same scenario, start time and seed on a "
+        "deterministic backend give the same run), branch_from {world, turn} (start at a "
+        "committed turn of another world with a copy of its state; scenario_ref then defaults "
+        "to that world's and must have its entity ids, kinds and environment labels). Returns "
+        "the world with its state at its first turn."
+    ),
+    "source_invocation_list": (
+        "Every source call of every world, newest first: LLM generations, ambient sources, "
+        "tool calls (with their arguments) and conformance checks. Filters: kind, source (a "
+        "source's label or a tool's name), subject, status, world, since, until."
+        f"{_PAGING}"
+    ),
+    "attempt_retry": (
+        "Retry the failed or interrupted attempt (attempt_id) that ended its world's last batch: "
+        "its turn and the turns the batch had left are queued again as a new batch (returns "
+        "batch_id and attempt_ids). Refused (409) while anything of the world is queued or "
+        "running, or for an attempt that did not end the last batch."
+    ),
+    "intervention_list": (
+        "List a world's interventions (operator patches joining a turn), pending and consumed."
+    ),
+    "intervention_create": (
+        "Add an intervention to a world: patch (a WorldPatch, see world_patch_schema_get), "
+        "optional note and turn (default: the next turn that has not started). It is applied "
+        "as that turn's first patch before any agent thinks; if its targets do not fit, the "
+        "attempt fails with intervention_invalid and it stays pending."
+    ),
+    "intervention_delete": (
+        "Delete a pending intervention of a world (intervention_id); a consumed one cannot be."
     ),
     "world_list": f"List worlds, newest first; optional scenario (hash) filter.{_PAGING}",
     "world_get": (

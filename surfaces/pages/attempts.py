@@ -18,14 +18,19 @@ from typing import Any
 from uuid import UUID
 
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
 
-from chukwa_core.errors import invalid
+from chukwa_core.errors import ChukwaError, invalid
 from cognition_app.verdicts import trace_details
 from surfaces.pages.layout import page_links, page_offset, query_url
 from surfaces.pages.live import stop_polling_when
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.pages.timeline import build_timeline, flatten, timeline_json
+from surfaces.permissions import is_operator
 from worlds_app import selectors
+from worlds_app.services import turn_attempt_retry
+from worlds_app.services.attempts import turn_attempt_retryable
 
 FINISHED = ("committed", "failed", "interrupted", "cancelled")
 SUBJECTS_PER_PAGE = 50
@@ -85,8 +90,17 @@ def attempt_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
     verdicts = timeline.pop("verdicts")
     generations = [i for i in data["source_invocations"] if i["kind"] == "llm_generation"]
     finished = data["status"] in FINISHED
+    operator = is_operator(request.user)
     context = {
         "attempt": data,
+        "is_operator": operator,
+        # the button only where the retry would be accepted now
+        "retryable": (
+            operator
+            and data["status"] in ("failed", "interrupted")
+            and turn_attempt_retryable(attempt_id=data["id"])
+        ),
+        "retry_left": data["batch_size"] - data["batch_index"] - 1,
         "timeline": timeline,
         "finished": finished,
         "subjects": window,
@@ -110,3 +124,18 @@ def attempt_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
     )
     stop_polling_when(response, request, finished)
     return response
+
+
+@page
+@require_POST
+def attempt_retry_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
+    """ "Retry from here" (operators): the attempt's turn and the rest of its batch queued again;
+    the first new attempt's timeline opens. A refusal is an error page saying why."""
+    if not is_operator(request.user):
+        raise ChukwaError(
+            "forbidden",
+            "Retrying attempts requires membership of the operators group.",
+            status_code=403,
+        )
+    result = turn_attempt_retry(attempt_id=attempt_id, requested_by=request.user.get_username())
+    return redirect("page-attempt", attempt_id=result["attempt_ids"][0])

@@ -7,6 +7,7 @@ from surfaces.pages import annotations, indexes
 urlpatterns: list[URLPattern] = [
     path("attempts/", indexes.attempt_index_page, name="page-attempt-index"),
     path("llm-calls/", indexes.llm_call_index_page, name="page-llm-call-index"),
+    path("invocations/", indexes.invocation_index_page, name="page-invocation-index"),
     path("annotations/", indexes.annotation_index_page, name="page-annotation-index"),
     path(
         "annotations/on/attempt/<str:attempt_id>/",

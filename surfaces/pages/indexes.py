@@ -10,9 +10,10 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from chukwa_core.errors import ChukwaError
+from cognition_app.models import InvocationKind, InvocationStatus
 from cognition_app.selectors import CALL_OUTCOMES
 from scenarios_app.selectors import store_counts
-from surfaces.api.indexes import attempt_page_of, llm_call_page_of
+from surfaces.api.indexes import attempt_page_of, invocation_page_of, llm_call_page_of
 from surfaces.api.worlds import STATUSES
 from surfaces.pages.layout import page_links
 from surfaces.pages.rendering import page, respond, wants_json
@@ -88,6 +89,24 @@ def llm_call_index_page(request: HttpRequest) -> HttpResponse:
         template="pages/llm_call_index.html",
         fields=_common_fields(request.GET, CALL_OUTCOMES),
         read=llm_call_page_of,
+    )
+
+
+@page
+def invocation_index_page(request: HttpRequest) -> HttpResponse:
+    return _index(
+        request,
+        template="pages/invocation_index.html",
+        fields=[
+            _field("kind", "Kind", request.GET, choices=InvocationKind.values),
+            _field("source", "Source", request.GET, hint="label or tool, e.g. buy_candy"),
+            _field("status", "Status", request.GET, choices=InvocationStatus.values),
+            _field("world", "World", request.GET, hint="world slug"),
+            _field("subject", "Subject", request.GET, hint="entity id, e.g. bob"),
+            _field("since", "Since", request.GET, hint=TIME_HINT),
+            _field("until", "Until", request.GET, hint=TIME_HINT),
+        ],
+        read=invocation_page_of,
     )
 
 

@@ -145,6 +145,20 @@ class _Builder:
         if detail is not None and kind != "llm_generation":
             row["request"] = _clamp(_pretty(detail["request"]))
             row["response"] = _clamp(_pretty(detail["response_json"]))
+        elif detail is not None:
+            # What was sent (its last messages: the user turn, and the corrective one on a
+            # retry) and what came back: the reply pretty-printed when it is JSON, and raw.
+            row["input_messages"] = [
+                {"role": str(m.get("role", "")), "content": _clamp(m.get("content", ""))}
+                for m in (detail["previous_message"], detail["last_message"])
+                if isinstance(m, dict)
+            ]
+            reply = detail["reply"]
+            row["reply_raw"] = _clamp(reply)
+            try:
+                row["reply_pretty"] = _clamp(_pretty(json.loads(reply))) if reply else ""
+            except ValueError:
+                row["reply_pretty"] = ""
         return row
 
     def marker_row(self, event: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from chukwa_core.errors import ChukwaError, NotFoundError
+from cognition_app.selectors import tool_calls_of_attempt
+from surfaces.pages.interventions import intervention_context
 from surfaces.pages.layout import (
     appended_line,
     environments,
@@ -25,6 +27,7 @@ from worlds_app import indexes, selectors
 from worlds_app.comparison import world_compare
 from worlds_app.models import PatchTransition
 from worlds_app.services import turn_attempt_enqueue
+from worlds_app.services.attempts import turn_attempt_retryable
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -89,8 +92,24 @@ def _world_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], dic
         "queue_active": active,
         "compare_with": indexes.world_neighbours(slug=slug, limit=COMPARE_CHOICES),
         "is_operator": is_operator(request.user),
+        "retry_attempt": _retry_attempt(request, data),
+        **intervention_context(request, slug),
     }
+    data["interventions"] = context["interventions"]
     return context, data
+
+
+def _retry_attempt(request: HttpRequest, world: dict[str, Any]) -> dict[str, Any] | None:
+    """The failed attempt that ended the world's last batch, when an operator may retry it."""
+    last = world["last_attempt"]
+    if (
+        last is None
+        or last["status"] not in ("failed", "interrupted")
+        or not is_operator(request.user)
+        or not turn_attempt_retryable(attempt_id=str(last["id"]))
+    ):
+        return None
+    return dict(last)
 
 
 @page
@@ -147,6 +166,9 @@ def world_run_turns(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @page
 def turn_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     data = selectors.turn_get(slug=slug, number=number)
+    data["tool_calls"] = (
+        tool_calls_of_attempt(attempt_id=data["attempt_id"]) if data["attempt_id"] else []
+    )
     links: dict[tuple[int, int], dict[str, Any]] = {
         (t["patch_seq"], t["effect_index"]): dict(t)
         for t in PatchTransition.objects.filter(world__slug=slug, turn_number=number).values(
@@ -180,7 +202,8 @@ def turn_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         "transitions": [t for t in rows if t["patch_seq"] in seqs],
         "transitions_total": len(rows),
         "environments": environments(data["state"]),
-        "prev": number - 1 if number > 0 else None,
+        # the world's first turn (0, or a branch's copy of its parent's) has none before it here
+        "prev": number - 1 if data["attempt_id"] is not None else None,
         "next": number + 1 if number < selectors.world_current_turn(slug=slug) else None,
         "annotations_url": reverse("page-annotations-on-turn", args=[slug, number]),
     }

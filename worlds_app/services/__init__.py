@@ -5,6 +5,7 @@ from worlds_app.services.attempts import (
     turn_attempt_claim,
     turn_attempt_enqueue,
     turn_attempt_reap,
+    turn_attempt_retry,
     turn_attempt_run,
 )
 from worlds_app.services.budgets import BudgetInput, parse_budget, world_budget_set
@@ -26,6 +27,7 @@ __all__ = [
     "turn_attempt_enqueue",
     "turn_attempt_reap",
     "turn_attempt_redrive",
+    "turn_attempt_retry",
     "turn_attempt_run",
     "world_budget_set",
     "world_create",

@@ -21,7 +21,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from chukwa_core import log_context
-from chukwa_core.errors import NotFoundError, invalid
+from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.json_values import storable_text
 from cognition_app.sources import (
     finish_running,
@@ -59,28 +59,101 @@ def turn_attempt_enqueue(*, slug: str, count: int = 1, requested_by: str = "") -
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_BATCH:
         raise invalid("invalid_count", "count", f"must be an integer 1…{MAX_BATCH}, got {count!r}")
     require_slug(slug)
-    batch_id = uuid.uuid4()
     with transaction.atomic(durable=True):
         world = World.objects.select_for_update().filter(slug=slug).first()
         if world is None:
             raise NotFoundError("world_not_found", f"slug: no world {slug!r}", {"field": "slug"})
-        first_seq = world.next_attempt_seq
-        attempts = [
-            TurnAttempt(
-                world=world,
-                seq=first_seq + i,
-                batch_id=batch_id,
-                batch_index=i,
-                batch_size=count,
-                requested_by=requested_by,
-            )
-            for i in range(count)
-        ]
-        TurnAttempt.objects.bulk_create(attempts)
-        world.next_attempt_seq = first_seq + count
-        world.save(update_fields=["next_attempt_seq"])
-        kick_on_commit(world.pk)
+        return _enqueue_locked(world, count, requested_by)
+
+
+def _enqueue_locked(world: World, count: int, requested_by: str) -> EnqueueResult:
+    """A new batch of ``count`` attempts of a world whose row the caller locked."""
+    batch_id = uuid.uuid4()
+    first_seq = world.next_attempt_seq
+    attempts = [
+        TurnAttempt(
+            world=world,
+            seq=first_seq + i,
+            batch_id=batch_id,
+            batch_index=i,
+            batch_size=count,
+            requested_by=requested_by,
+        )
+        for i in range(count)
+    ]
+    TurnAttempt.objects.bulk_create(attempts)
+    world.next_attempt_seq = first_seq + count
+    world.save(update_fields=["next_attempt_seq"])
+    kick_on_commit(world.pk)
     return {"batch_id": str(batch_id), "attempt_ids": [str(a.id) for a in attempts]}
+
+
+RETRYABLE = (AttemptStatus.FAILED, AttemptStatus.INTERRUPTED)
+
+
+def retry_refusal(attempt: TurnAttempt, world: World) -> ConflictError | None:
+    """Why ``attempt`` cannot be retried now (the 409), or None when it can."""
+    if attempt.status not in RETRYABLE:
+        return ConflictError(
+            "not_retryable",
+            f"attempt_id: attempt {attempt.seq} of {world.slug!r} is {attempt.status}; only a "
+            "failed or interrupted attempt can be retried",
+            {"field": "attempt_id", "status": attempt.status},
+        )
+    busy = TurnAttempt.objects.filter(
+        world=world, status__in=(AttemptStatus.QUEUED, AttemptStatus.RUNNING)
+    ).count()
+    if busy:
+        return ConflictError(
+            "world_busy",
+            f"attempt_id: world {world.slug!r} has {busy} attempt(s) queued or running; retry "
+            "when they have ended",
+            {"field": "attempt_id", "active": busy},
+        )
+    last = TurnAttempt.objects.filter(world=world).order_by("-seq").first()
+    after = TurnAttempt.objects.filter(
+        batch_id=attempt.batch_id, batch_index__gt=attempt.batch_index
+    ).exclude(status=AttemptStatus.CANCELLED)
+    if last is None or last.batch_id != attempt.batch_id or after.exists():
+        newest = last.seq if last is not None else attempt.seq
+        return ConflictError(
+            "not_last_batch",
+            f"attempt_id: attempt {attempt.seq} did not end world {world.slug!r}'s last batch; "
+            f"retry the attempt that did (the world's newest is attempt {newest})",
+            {"field": "attempt_id", "last_attempt": str(last.pk) if last else None},
+        )
+    return None
+
+
+def turn_attempt_retryable(*, attempt_id: str) -> bool:
+    """Whether the attempt could be retried now (pages show the button only then)."""
+    attempt = TurnAttempt.objects.select_related("world").filter(pk=attempt_id).first()
+    return attempt is not None and retry_refusal(attempt, attempt.world) is None
+
+
+def turn_attempt_retry(*, attempt_id: str, requested_by: str = "") -> EnqueueResult:
+    """Queue again the turn of the failed or interrupted attempt that ended its world's last
+    batch, plus the turns that batch had left (cancelled after it), as a new batch. 409 when the
+    attempt did not end the world's last batch, or while anything of the world is queued or
+    running (the world must be at rest: a retry never races another batch)."""
+    try:
+        pk = uuid.UUID(str(attempt_id))
+    except ValueError:
+        raise invalid("invalid_id", "attempt_id", f"{attempt_id!r} is not a UUID") from None
+    with transaction.atomic(durable=True):
+        found = TurnAttempt.objects.filter(pk=pk).values_list("world_id", flat=True).first()
+        if found is None:
+            raise NotFoundError(
+                "attempt_not_found", f"attempt_id: no attempt {attempt_id}", {"field": "attempt_id"}
+            )
+        world = World.objects.select_for_update().get(pk=found)  # enqueues lock it too
+        attempt = TurnAttempt.objects.get(pk=pk)
+        refusal = retry_refusal(attempt, world)
+        if refusal is not None:
+            raise refusal
+        # Its own turn again, and the turns its batch had left (cancelled because it failed).
+        count = attempt.batch_size - attempt.batch_index
+        return _enqueue_locked(world, count, requested_by)
 
 
 # --- claim ---------------------------------------------------------------------------------
@@ -235,7 +308,7 @@ def _run_claimed(
             claim.previous = Turn.objects.get(
                 world_id=attempt.world_id, number=(attempt.attempted_turn or 1) - 1
             )
-        working, staged, _count = turn_attempt_execute(
+        execution = turn_attempt_execute(
             attempt=attempt, previous=claim.previous, events=events, limits=claim.limits
         )
         if heartbeat.lost or events.lease_lost:
@@ -244,12 +317,13 @@ def _run_claimed(
             raise AttemptFailure("events", events.failure)
         turn, follower = commit_turn(
             claim,
-            working,
-            staged,
+            execution.working,
+            execution.staged,
             events,
             started,
             owner=owner,
             claim_next=time.monotonic() < claim_next_until,
+            intervention_id=execution.intervention_id,
         )
     except LeaseLost:
         events.traces.drain()  # nothing of this attempt is written after it ends here

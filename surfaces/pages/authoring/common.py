@@ -19,11 +19,12 @@ from surfaces.permissions import is_operator
 T = TypeVar("T")
 
 
-def forbidden_unless_operator(request: HttpRequest) -> None:
+def forbidden_unless_operator(request: HttpRequest, what: str = "Authoring workflows") -> None:
+    """403 naming what the reader tried (``what`` requires operators)."""
     if not is_operator(request.user):
         raise ChukwaError(
             "forbidden",
-            "Authoring workflows requires membership of the operators group.",
+            f"{what} requires membership of the operators group.",
             status_code=403,
         )
 
