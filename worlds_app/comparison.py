@@ -59,6 +59,10 @@ class WorldComparison(TypedDict):
     # Which world has more turns: "world", "other" or null when both have as many.
     longer: str | None
     common_turns: int
+    first_common_turn: int | None
+    # a branch's origin (its turns before it are its parent's): {"world", "turn"} or None
+    world_branched_from: dict[str, Any] | None
+    other_branched_from: dict[str, Any] | None
     first_divergent_turn: int | None
     count: int
     limit: int
@@ -192,6 +196,12 @@ def _owners(world: World) -> list[tuple[int, int]]:
     return owners
 
 
+def _origin(world: World) -> dict[str, Any] | None:
+    if world.branched_from_turn is None:
+        return None
+    return {"world": world.branched_from_slug, "turn": world.branched_from_turn}
+
+
 def _owner(owners: list[tuple[int, int]], number: int) -> int | None:
     return next((world_id for world_id, start in owners if number >= start), None)
 
@@ -282,6 +292,9 @@ def world_compare(*, slug: str, other: str, params: Mapping[str, Any]) -> WorldC
         "other_current_turn": right.current_turn,
         "longer": longer,
         "common_turns": common,
+        "first_common_turn": numbers[0] if numbers else None,
+        "world_branched_from": _origin(left),
+        "other_branched_from": _origin(right),
         "first_divergent_turn": first_divergent,
         "count": common,
         "limit": limit,

@@ -643,7 +643,12 @@ class WorldCompareApi(APIView):
         longer = serializers.ChoiceField(
             choices=["world", "other"], allow_null=True, help_text="which has more turns"
         )
-        common_turns = serializers.IntegerField(help_text="turns 0…n-1 exist in both")
+        common_turns = serializers.IntegerField(help_text="how many turn numbers both have")
+        first_common_turn = serializers.IntegerField(
+            allow_null=True, help_text="0, unless a branch's parent (and its turns) is gone"
+        )
+        world_branched_from = BranchFromSerializer(allow_null=True)
+        other_branched_from = BranchFromSerializer(allow_null=True)
         first_divergent_turn = serializers.IntegerField(allow_null=True)
         count = serializers.IntegerField()
         limit = serializers.IntegerField()

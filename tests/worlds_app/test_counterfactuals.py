@@ -311,6 +311,10 @@ def test_a_branch_at_turn_3_with_a_changed_prompt_reruns_nothing_and_diverges_af
 
     comparison = world_compare(slug="parent", other="branch", params={})
     assert comparison["first_divergent_turn"] == 4
+    assert comparison["first_common_turn"] == 0
+    assert comparison["other_branched_from"] == {"world": "parent", "turn": 3}
+    shown = browser.get("/worlds/parent/compare/branch/").content.decode()
+    assert "branch is a branch of parent from turn 3" in shown and "Turns 0–4 in common" in shown
     assert [t["number"] for t in comparison["turns"]] == [0, 1, 2, 3, 4]
     assert [t["identical"] for t in comparison["turns"]] == [True, True, True, True, False]
 
@@ -656,3 +660,51 @@ def test_the_cli_creates_seeded_worlds_and_branches_and_intervenes(tmp_path: Any
         call_command("intervene", "cli-coin", str(broken), stdout=StringIO())
     with pytest.raises(CommandError, match="turn_taken"):
         call_command("intervene", "cli-coin", str(patch), "--turn", "2", stdout=StringIO())
+
+
+# --- MCP -------------------------------------------------------------------------------------
+
+
+def test_mcp_tools_create_seeded_branches_and_interventions(
+    operator_user: User, reader_user: User
+) -> None:
+    from surfaces.mcp.calls import Caller, call
+    from surfaces.mcp.catalog import api_tools
+
+    tools = api_tools()
+    assert {"intervention_create", "intervention_list", "intervention_delete"} <= set(tools)
+    assert {"seed", "branch_from"} <= set(tools["world_create"].input_schema["properties"])
+
+    def use(name: str, user: User, **arguments: Any) -> tuple[int, dict[str, Any]]:
+        answer = call(tools[name], arguments, Caller(user=user, token=None))
+        return answer.status, answer.body
+
+    status, made = use(
+        "world_create", operator_user, slug="mcp-coin", scenario_ref={"data": RULE_SCENARIO}, seed=3
+    )
+    assert status == 201 and made["seed"] == 3
+    run_turn("mcp-coin")
+    status, branch = use(
+        "world_create",
+        operator_user,
+        slug="mcp-branch",
+        branch_from={"world": "mcp-coin", "turn": 1},
+    )
+    assert status == 201 and branch["branched_from"] == {"world": "mcp-coin", "turn": 1}
+    status, added = use(
+        "intervention_create",
+        operator_user,
+        slug="mcp-coin",
+        patch=RAIN | {"effects": []},
+        note="n",
+    )
+    assert status == 201 and added["turn"] == 2
+    status, listed = use("intervention_list", reader_user, slug="mcp-coin")
+    assert status == 200 and [i["id"] for i in listed["results"]] == [added["id"]]
+    status, refused = use("intervention_create", reader_user, slug="mcp-coin", patch=RAIN)
+    assert status == 403 and refused["error"]["code"] == "permission_denied"
+    status, _ = use(
+        "intervention_delete", operator_user, slug="mcp-coin", intervention_id=added["id"]
+    )
+    assert status == 204
+    assert not Intervention.objects.exists()
