@@ -97,7 +97,9 @@ class WorldSummarySerializer(serializers.Serializer):
     label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
     scenario_hash = HashOutField()
     scenario_ref = JSONObjectField(help_text="the reference the world was created from")
-    replay_from = ReplayFromSerializer(allow_null=True, help_text="replay (SPEC §12), if any")
+    replay_from = ReplayFromSerializer(
+        allow_null=True, help_text="the world whose recordings it replays, if any"
+    )
     chronon_seconds = serializers.IntegerField()
     current_turn = serializers.IntegerField()
     created_at = InstantField()
@@ -176,10 +178,14 @@ class WorldCreateInputSerializer(StrictInputSerializer):
     )
     replay_from = ReplayFromInputSerializer(
         required=False,
-        help_text="serve calls from another world's recordings (SPEC §12); replaying exactly "
+        help_text="serve calls from another world's recordings (replay); replaying exactly "
         "needs the same scenario and start_time",
     )
-    budget = BudgetInputSerializer(required=False, allow_null=True, help_text="SPEC §12")
+    budget = BudgetInputSerializer(
+        required=False,
+        allow_null=True,
+        help_text="spending limits per attempt and in all (tokens, cost)",
+    )
 
     class Meta:
         ref_name = "WorldCreateInput"
