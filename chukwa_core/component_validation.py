@@ -58,6 +58,10 @@ LLM_PARAM_TYPES: dict[str, tuple[type, ...]] = {
 # segments. No CR/LF, backslashes, percent-escapes, queries or fragments that could smuggle a
 # header, a host or a traversal past the grammar.
 _HTTP_PATH_RE = re.compile(r"^(/[A-Za-z0-9._~-]+)*/?$")
+# An LLM source's ``provider``: who serves the model, as trace viewers name it
+# (``gen_ai.provider.name``: openai, anthropic, gcp.vertex_ai, ollama…); lower case, no spaces.
+LLM_PROVIDER_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"
+_LLM_PROVIDER_RE = re.compile(LLM_PROVIDER_PATTERN)
 # An MCP tool name (the MCP specification's tool-name rule): 1…128 ASCII letters, digits, "_",
 # "-" or ".". It travels inside the JSON-RPC body, never in a URL or a header.
 MCP_TOOL_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,128}$"
@@ -284,10 +288,20 @@ def validate_response_source_content(content: object, field: str = "content") ->
             interface,
             iface_field,
             required=("name", "model", "base_url_env", "schema_delivery", "timeout_ms"),
-            optional=("api_key_env", "params", "max_string_length", "max_concurrency"),
+            optional=("api_key_env", "params", "max_string_length", "max_concurrency", "provider"),
             code=code,
         )
         require_string(interface["model"], f"{iface_field}.model", code)
+        if "provider" in interface:
+            # Said by the author, never guessed: the protocol is OpenAI's for every backend.
+            provider = interface["provider"]
+            if not isinstance(provider, str) or not _LLM_PROVIDER_RE.match(provider):
+                raise invalid(
+                    code,
+                    f"{iface_field}.provider",
+                    "must be a provider name in lower case (letters, digits, '_', '.', '-'; "
+                    f"at most 64), e.g. 'openai', 'anthropic' or 'ollama'; got {provider!r}",
+                )
         url_env = _check_url_env(interface["base_url_env"], f"{iface_field}.base_url_env")
         if "api_key_env" in interface:
             _check_key_env(

@@ -265,6 +265,9 @@ CHUKWA_REDRIVE_LIMIT = env.int("CHUKWA_REDRIVE_LIMIT", 500)
 OTEL_EXPORTER_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 OTEL_EXPORTER_OTLP_HEADERS = env.str("OTEL_EXPORTER_OTLP_HEADERS", "")
 OTEL_EXPORTER_OTLP_TIMEOUT = env.float("OTEL_EXPORTER_OTLP_TIMEOUT", 10)
+# Off by default, like OpenTelemetry's own switch: exported spans then carry no prompt, reply,
+# tool argument or result, only the paths of the pages that show them.
+CHUKWA_OTEL_CAPTURE_CONTENT = env.bool("CHUKWA_OTEL_CAPTURE_CONTENT", False)
 # A running attempt renews its lease while it works; one that stops renewing for this long is
 # considered dead and is marked interrupted by the reaper.
 CHUKWA_ATTEMPT_LEASE_SECONDS = env.int("CHUKWA_ATTEMPT_LEASE_SECONDS", 60)
