@@ -1,4 +1,4 @@
-"""Validators for component contents and scenarios (SPEC §2, §3, §5). Pure: no Django.
+"""Validators for component contents and scenarios. Pure: no Django.
 
 Each failure raises :class:`ChukwaError` with a stable code, a message that starts with the
 field it names, and ``details.field`` holding that field's path.
@@ -32,7 +32,7 @@ LLM_INTERFACE = "llm_chat_completions"
 HTTP_JSON_INTERFACE = "http_json"
 MCP_TOOL_INTERFACE = "mcp_tool"
 EXECUTABLE_INTERFACES = frozenset({LLM_INTERFACE, HTTP_JSON_INTERFACE, MCP_TOOL_INTERFACE})
-# What a workflow's tool may name (SPEC §4, §5): JSON in, JSON out. Ambient sources stay http_json.
+# What a workflow's tool may name: JSON in, JSON out. Ambient sources stay http_json.
 TOOL_INTERFACES = frozenset({HTTP_JSON_INTERFACE, MCP_TOOL_INTERFACE})
 MAX_SOURCE_CONCURRENCY = 256
 SCHEMA_DELIVERIES = frozenset({"response_format", "prompt_only"})
@@ -192,7 +192,7 @@ def _schema_nodes(value: Any, pointer: str = "") -> Iterator[tuple[str, Mapping[
 
 
 def _check_schema_references(content: Mapping[str, Any], field: str) -> None:
-    """A stored schema is self-contained (SPEC §5): references only to fragments of the same
+    """A stored schema is self-contained: references only to fragments of the same
     document, no ``$id`` that would re-base them, no meta-schema but Draft 2020-12. Validation
     also runs with a registry that refuses retrieval; this rule makes the refusal unreachable."""
     for pointer, node in _schema_nodes(content):
@@ -540,7 +540,7 @@ def validate_scenario_bindings(
     entities: Sequence[Mapping[str, Any]],
     entities_field: str = "entities",
 ) -> None:
-    """Label resolution and roster rules over resolved entity contents (SPEC §3)."""
+    """Label resolution and roster rules over resolved entity contents."""
     if not cognition_profiles:
         raise invalid(
             "no_cognition_profiles", "cognition_profiles", "at least one profile is required"

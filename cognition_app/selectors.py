@@ -155,7 +155,7 @@ def llm_call_get(*, call_id: str) -> dict[str, Any]:
     }
 
 
-# --- the LLM-call index (SPEC §9) ------------------------------------------------------------
+# --- the LLM-call index ------------------------------------------------------------
 
 # What became of a call, as a reviewer reads it: a call whose text was refused (unparsable, or
 # against the schema) is "rejected" even though its transport succeeded, never "succeeded".
@@ -273,7 +273,7 @@ def llm_call_list(*, filters: LlmCallFilters, limit: int, offset: int) -> dict[s
     return {"count": qs.count(), "limit": limit, "offset": offset, "results": results}
 
 
-# --- cost totals (SPEC §12) --------------------------------------------------------------------
+# --- cost totals --------------------------------------------------------------------
 
 
 class TokenTotals(TypedDict):

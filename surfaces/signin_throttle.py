@@ -1,4 +1,4 @@
-"""Sign-in throttling (SPEC §11): after repeated failures from one address, refuse with a 429.
+"""Sign-in throttling: after repeated failures from one address, refuse with a 429.
 
 Password sign-ins (the login page, the admin login, anything calling ``authenticate``) count
 attempts per username and client address, each before its password is checked (a success

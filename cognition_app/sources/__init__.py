@@ -1,4 +1,4 @@
-"""The source layer: one way to invoke any response source, traced durably (SPEC §5, §7).
+"""The source layer: one way to invoke any response source, traced durably.
 
 Every call starts by writing its SourceInvocation row (and, for LLM generations, its LlmCall
 row) with status ``running`` in a transaction of its own, before any byte is sent; streamed

@@ -1,4 +1,4 @@
-"""REST API for traces: source invocations and LLM calls (SPEC §9)."""
+"""REST API for traces: source invocations and LLM calls."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Cross-world indexes (SPEC §9): ``GET /api/attempts/`` and ``GET /api/llm-calls/``, filtered
+"""Cross-world indexes: ``GET /api/attempts/`` and ``GET /api/llm-calls/``, filtered
 by status, world, subject, model and time, paged. The filter serializers here also validate the
 browser's index pages (``surfaces/pages/indexes.py``)."""
 

@@ -1,4 +1,4 @@
-"""REST API for the scenario store (SPEC §9). One view per operation: the view validates the
+"""REST API for the scenario store. One view per operation: the view validates the
 body with its InputSerializer, calls one service or selector, and shapes the answer with its
 OutputSerializer; the same serializers generate the OpenAPI document.
 

@@ -1,4 +1,4 @@
-"""REST API for worlds, turns and attempts (SPEC §9). One view per operation: validate with the
+"""REST API for worlds, turns and attempts. One view per operation: validate with the
 InputSerializer, call one service or selector, answer through the OutputSerializer."""
 
 from __future__ import annotations
@@ -486,7 +486,7 @@ class AttemptEventSerializer(serializers.Serializer):
     invocation_id = serializers.UUIDField(allow_null=True)
     llm_call_id = serializers.UUIDField(allow_null=True)
     created_at = InstantField()
-    # world_patch_applied / effect_contested: provisional until turn_committed (SPEC §6)
+    # world_patch_applied / effect_contested: provisional until turn_committed
     commit_state = serializers.ChoiceField(
         choices=["provisional", "committed", "not_committed"], allow_null=True
     )

@@ -1,4 +1,4 @@
-"""The MCP tools are the REST API's operations (SPEC §9): one tool per operation of the OpenAPI
+"""The MCP tools are the REST API's operations: one tool per operation of the OpenAPI
 document, its input schema made of the same serializers' schemas, each with written guidance."""
 
 from __future__ import annotations

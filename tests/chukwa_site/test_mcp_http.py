@@ -1,4 +1,4 @@
-"""The MCP server over streamable HTTP at /mcp/ (SPEC §9), driven by the SDK's own client against
+"""The MCP server over streamable HTTP at /mcp/, driven by the SDK's own client against
 the live server: authoring piece by piece, a one-byte fork, a world whose turn a real worker
 commits, the API's errors and rights."""
 

@@ -1,4 +1,4 @@
-"""The MCP server over stdio (SPEC §9): ``manage.py mcp_stdio`` as a subprocess, driven by the
+"""The MCP server over stdio: ``manage.py mcp_stdio`` as a subprocess, driven by the
 SDK's own stdio client the way a desktop MCP client launches it, with the API token in
 CHUKWA_MCP_TOKEN."""
 

@@ -36,7 +36,7 @@ class Command(BaseCommand):
             help="with --replay-from: replay_then_live (unmatched calls go live) or "
             "replay_strict (they fail the attempt)",
         )
-        budget = parser.add_argument_group("budget (SPEC §12; any of them, none by default)")
+        budget = parser.add_argument_group("budget (any of them, none by default)")
         budget.add_argument("--budget-max-tokens-per-turn", type=int, metavar="N")
         budget.add_argument("--budget-max-cost-per-turn", metavar="AMOUNT")
         budget.add_argument("--budget-max-tokens-total", type=int, metavar="N")
