@@ -14,7 +14,7 @@ in flight, until the reaper has interrupted the attempt; the worker then wakes (
 killed a moment later: whatever it opened after waking would be left running.
 PostgreSQL restarts alternate between a fast shutdown and an immediate one (a crash, with
 recovery), the latter just after a model request went out: every request the scripted model
-received must still have its invocation row (SPEC §7: written before any byte is sent).
+received must still have its invocation row (written before any byte is sent).
 Leases and the reaper period are short (seconds) so dead workers' attempts settle quickly.
 
 Prints its figures (kills by moment and kind, attempts by status, Redis and PostgreSQL
@@ -647,7 +647,7 @@ def settle(timeout: float) -> bool:
 
 
 def unrecorded_requests(requests: list[dict[str, Any]]) -> list[str]:
-    """SPEC §7: a generation's rows are written before any byte is sent, so every request the
+    """A generation's rows are written before any byte is sent, so every request the
     model received has its invocation, found by its request key (sha256 of the source hash and
     the request's canonical bytes, which are the bytes sent). A PostgreSQL crash must not take
     back a row whose request went out."""

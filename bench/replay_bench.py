@@ -1,4 +1,4 @@
-"""Replay benchmark (SPEC §12): record a 20-turn, 5-agent LLM world against the scripted server
+"""Replay benchmark: record a 20-turn, 5-agent LLM world against the scripted server
 (zero model latency), then replay it with ``replay_strict``, both through a real Celery worker.
 
 Run with ``.venv/bin/python bench/replay_bench.py [--turns 20]`` from the project folder;

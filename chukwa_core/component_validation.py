@@ -1,4 +1,4 @@
-"""Validators for component contents and scenarios (SPEC §2, §3, §5). Pure: no Django.
+"""Validators for component contents and scenarios. Pure: no Django.
 
 Each failure raises :class:`ChukwaError` with a stable code, a message that starts with the
 field it names, and ``details.field`` holding that field's path.
@@ -32,7 +32,7 @@ LLM_INTERFACE = "llm_chat_completions"
 HTTP_JSON_INTERFACE = "http_json"
 MCP_TOOL_INTERFACE = "mcp_tool"
 EXECUTABLE_INTERFACES = frozenset({LLM_INTERFACE, HTTP_JSON_INTERFACE, MCP_TOOL_INTERFACE})
-# What a workflow's tool may name (SPEC §4, §5): JSON in, JSON out. Ambient sources stay http_json.
+# What a workflow's tool may name: JSON in, JSON out. Ambient sources stay http_json.
 TOOL_INTERFACES = frozenset({HTTP_JSON_INTERFACE, MCP_TOOL_INTERFACE})
 MAX_SOURCE_CONCURRENCY = 256
 SCHEMA_DELIVERIES = frozenset({"response_format", "prompt_only"})
@@ -58,6 +58,10 @@ LLM_PARAM_TYPES: dict[str, tuple[type, ...]] = {
 # segments. No CR/LF, backslashes, percent-escapes, queries or fragments that could smuggle a
 # header, a host or a traversal past the grammar.
 _HTTP_PATH_RE = re.compile(r"^(/[A-Za-z0-9._~-]+)*/?$")
+# An LLM source's ``provider``: who serves the model, as trace viewers name it
+# (``gen_ai.provider.name``: openai, anthropic, gcp.vertex_ai, ollama…); lower case, no spaces.
+LLM_PROVIDER_PATTERN = r"^[a-z][a-z0-9_.-]{0,63}$"
+_LLM_PROVIDER_RE = re.compile(LLM_PROVIDER_PATTERN)
 # An MCP tool name (the MCP specification's tool-name rule): 1…128 ASCII letters, digits, "_",
 # "-" or ".". It travels inside the JSON-RPC body, never in a URL or a header.
 MCP_TOOL_NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,128}$"
@@ -188,7 +192,7 @@ def _schema_nodes(value: Any, pointer: str = "") -> Iterator[tuple[str, Mapping[
 
 
 def _check_schema_references(content: Mapping[str, Any], field: str) -> None:
-    """A stored schema is self-contained (SPEC §5): references only to fragments of the same
+    """A stored schema is self-contained: references only to fragments of the same
     document, no ``$id`` that would re-base them, no meta-schema but Draft 2020-12. Validation
     also runs with a registry that refuses retrieval; this rule makes the refusal unreachable."""
     for pointer, node in _schema_nodes(content):
@@ -284,10 +288,20 @@ def validate_response_source_content(content: object, field: str = "content") ->
             interface,
             iface_field,
             required=("name", "model", "base_url_env", "schema_delivery", "timeout_ms"),
-            optional=("api_key_env", "params", "max_string_length", "max_concurrency"),
+            optional=("api_key_env", "params", "max_string_length", "max_concurrency", "provider"),
             code=code,
         )
         require_string(interface["model"], f"{iface_field}.model", code)
+        if "provider" in interface:
+            # Said by the author, never guessed: the protocol is OpenAI's for every backend.
+            provider = interface["provider"]
+            if not isinstance(provider, str) or not _LLM_PROVIDER_RE.match(provider):
+                raise invalid(
+                    code,
+                    f"{iface_field}.provider",
+                    "must be a provider name in lower case (letters, digits, '_', '.', '-'; "
+                    f"at most 64), e.g. 'openai', 'anthropic' or 'ollama'; got {provider!r}",
+                )
         url_env = _check_url_env(interface["base_url_env"], f"{iface_field}.base_url_env")
         if "api_key_env" in interface:
             _check_key_env(
@@ -526,7 +540,7 @@ def validate_scenario_bindings(
     entities: Sequence[Mapping[str, Any]],
     entities_field: str = "entities",
 ) -> None:
-    """Label resolution and roster rules over resolved entity contents (SPEC §3)."""
+    """Label resolution and roster rules over resolved entity contents."""
     if not cognition_profiles:
         raise invalid(
             "no_cognition_profiles", "cognition_profiles", "at least one profile is required"

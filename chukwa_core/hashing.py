@@ -1,4 +1,4 @@
-"""Canonical hashing (SPEC §2): RFC 8785 (JCS) for JSON, UTF-8 bytes for text. Pure: no Django.
+"""Canonical hashing: RFC 8785 (JCS) for JSON, UTF-8 bytes for text. Pure: no Django.
 
 One function per kind; every write path (API, admin, fixtures, world creation) calls these.
 """

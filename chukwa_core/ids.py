@@ -1,4 +1,4 @@
-"""Identifier grammars (SPEC §1). Pure: no Django."""
+"""Identifier grammars. Pure: no Django."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ ENTITY_ID_PATTERN = r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$"
 LABEL_PATTERN = r"^[a-z0-9]$|^[a-z0-9][a-z0-9_-]{0,62}[a-z0-9]$"
 HASH_PATTERN = r"^[0-9a-f]{64}$"
 ENV_VAR_PATTERN = r"^CHUKWA_[A-Z0-9_]+$"
-# Source variables by role (SPEC §5): a URL variable can never name a key and vice versa, and a
+# Source variables by role: a URL variable can never name a key and vice versa, and a
 # key is bound to its URL variable's prefix, so a key is only ever sent to its own host.
 URL_ENV_PATTERN = r"^CHUKWA_[A-Z0-9_]+_URL$"
 KEY_ENV_PATTERN = r"^CHUKWA_[A-Z0-9_]+_API_KEY$"

@@ -1,4 +1,4 @@
-"""Validation of the two LLM node types, ``llm_text`` and ``llm_tool_loop`` (SPEC §4). Pure."""
+"""Validation of the two LLM node types, ``llm_text`` and ``llm_tool_loop``. Pure."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The registry of workflow node types (SPEC §4): for each type, its validator, whether its
+"""The registry of workflow node types: for each type, its validator, whether its
 output is text a later node may use, and whether it produces a WorldPatch. Workflow validation
 reads it here; the cognition runner binds one executor to each type (and checks it has one for
 every type and no other)."""

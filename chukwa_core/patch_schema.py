@@ -1,4 +1,4 @@
-"""The kernel's WorldPatch JSON Schema (SPEC §6). Pure: no Django.
+"""The kernel's WorldPatch JSON Schema. Pure: no Django.
 
 The schema is stored as an ordinary ``json_schema`` component (a data migration puts it), and
 every LLM tool-loop node must name exactly this schema as its ``final_schema_ref``.

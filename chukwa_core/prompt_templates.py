@@ -1,4 +1,4 @@
-"""The prompt placeholder grammar (SPEC §4): ``{{name}}`` with plain replacement, the known
+"""The prompt placeholder grammar: ``{{name}}`` with plain replacement, the known
 names, ``{{nodes.<id>.output}}`` of an earlier text node, and prompt template validation. The
 one definition every renderer and validator uses. Pure."""
 

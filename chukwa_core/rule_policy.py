@@ -1,4 +1,4 @@
-"""The ``rule_policy`` node: deterministic, LLM-free cognition (SPEC §8). Pure: no Django.
+"""The ``rule_policy`` node: deterministic, LLM-free cognition. Pure: no Django.
 
 perception → intent (the first authored rule whose conditions hold, optionally with a seeded
 probability) → plan (the rule's steps, as WorldPatch effects) → memory (one experience line) →

@@ -1,4 +1,4 @@
-"""References from a workflow to stored components (SPEC §4): which key names which kind, how
+"""References from a workflow to stored components: which key names which kind, how
 a reference is checked against what the store holds, and the tool lists that carry them. Pure."""
 
 from __future__ import annotations

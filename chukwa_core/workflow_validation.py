@@ -1,4 +1,4 @@
-"""Cognition workflow validation (SPEC §4). Pure: no Django; never calls a source or an LLM.
+"""Cognition workflow validation. Pure: no Django; never calls a source or an LLM.
 
 The store resolves inline references first, then calls :func:`validate_workflow` with the
 kind (and, for response sources, the interface) of every referenced hash it found stored.
@@ -30,7 +30,7 @@ from chukwa_core.workflow_refs import (
     iter_refs,
 )
 
-# SPEC §4: one after another in id order, or at the same time on the turn-start world.
+# One after another in id order, or at the same time on the turn-start world.
 EXECUTIONS = frozenset({"per_subject_ordered", "concurrent"})
 RUN_MODES = frozenset({"once_per_turn", "before_subject_workflow"})
 
@@ -156,7 +156,7 @@ def _validate_ambient(source: Any, field: str, lookup: RefLookup, ambient_ids: s
 
 
 def validate_workflow(content: Any, *, lookup: RefLookup, world_patch_hash: str) -> None:
-    """Raise ChukwaError on the first rule the workflow breaks (SPEC §4 validation list)."""
+    """Raise ChukwaError on the first rule the workflow breaks (the validation list of docs/workflows.md)."""
     code = "invalid_workflow"
     workflow = require_object(content, "", code) if isinstance(content, dict) else None
     if workflow is None:

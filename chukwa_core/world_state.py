@@ -62,7 +62,7 @@ class WorldState:
         )
 
     def agents(self) -> list[dict[str, Any]]:
-        """Agents in id order: the order subjects run in (SPEC §6)."""
+        """Agents in id order: the order subjects run in."""
         return sorted((e for e in self.entities.values() if is_agent(e)), key=lambda e: e["id"])
 
     def in_environment(self, label: str) -> list[dict[str, Any]]:

@@ -255,7 +255,7 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
 }
 CELERY_TASK_DEFAULT_QUEUE = env.str("CHUKWA_CELERY_QUEUE", "chukwa")
 # The periodic reaper/re-drive has a queue of its own, consumed by a worker that runs no turn
-# attempts, so it never waits behind them (SPEC §6).
+# attempts, so it never waits behind them.
 CHUKWA_CONTROL_QUEUE = env.str("CHUKWA_CELERY_CONTROL_QUEUE", "chukwa-control")
 CELERY_TASK_ROUTES = {
     "worlds.reap_expired_attempts": {"queue": CHUKWA_CONTROL_QUEUE},
@@ -275,21 +275,24 @@ CELERY_BEAT_SCHEDULE = {
 }
 # At most this many idle worlds are re-driven per period (the longest-waiting first).
 CHUKWA_REDRIVE_LIMIT = env.int("CHUKWA_REDRIVE_LIMIT", 500)
-# OpenTelemetry export of finished attempts (SPEC §9): the standard OTLP variables; an empty
+# OpenTelemetry export of finished attempts: the standard OTLP variables; an empty
 # endpoint turns export off (nothing is enqueued). The exporter appends /v1/traces to it.
 OTEL_EXPORTER_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 OTEL_EXPORTER_OTLP_HEADERS = env.str("OTEL_EXPORTER_OTLP_HEADERS", "")
 OTEL_EXPORTER_OTLP_TIMEOUT = env.float("OTEL_EXPORTER_OTLP_TIMEOUT", 10)
+# Off by default, like OpenTelemetry's own switch: exported spans then carry no prompt, reply,
+# tool argument or result, only the paths of the pages that show them.
+CHUKWA_OTEL_CAPTURE_CONTENT = env.bool("CHUKWA_OTEL_CAPTURE_CONTENT", False)
 # A running attempt renews its lease while it works; one that stops renewing for this long is
 # considered dead and is marked interrupted by the reaper.
 CHUKWA_ATTEMPT_LEASE_SECONDS = env.int("CHUKWA_ATTEMPT_LEASE_SECONDS", 60)
-# How many subjects of a turn's concurrent phase (SPEC §4) think at the same time in one worker
+# How many subjects of a turn's concurrent phase think at the same time in one worker
 # process (each on a thread with its own database connection); the rest wait for a free thread.
 CHUKWA_MAX_CONCURRENT_SUBJECTS = env.int(
     "CHUKWA_MAX_CONCURRENT_SUBJECTS", 16, validate=Range(min=1, max=256)
 )
 
-# How long a conformance-check verdict on an LLM backend stands (SPEC §5): trusted for hours
+# How long a conformance-check verdict on an LLM backend stands: trusted for hours
 # when the backend enforces response_format schemas, checked again soon when it did not.
 CHUKWA_PROBE_TTL_SECONDS = env.int("CHUKWA_PROBE_TTL_SECONDS", 21600)
 CHUKWA_PROBE_RETRY_SECONDS = env.int("CHUKWA_PROBE_RETRY_SECONDS", 60)

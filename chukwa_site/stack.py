@@ -408,9 +408,16 @@ def _run_children(
 
 def status() -> dict[str, object]:
     pg = embedded._postmaster_running(embedded._pgdata())
+    # The URLs are what a process started outside the stack (``manage.py mcp_stdio``, launched
+    # by an MCP client) is given as DATABASE_URL and REDIS_URL to use these servers.
+    url = (
+        embedded.PostgresInfo(pg[0], pg[1], "postgres", embedded.DATABASE_NAME, False).url
+        if pg
+        else None
+    )
     return {
         "data_dir": str(embedded.data_dir()),
-        "postgres": {"running": pg is not None, "socket_dir": pg[0] if pg else None},
+        "postgres": {"running": pg is not None, "socket_dir": pg[0] if pg else None, "url": url},
         "redis": {
             "running": embedded._redis_ping(embedded._redis_socket()),
             "url": embedded.redis_url(),

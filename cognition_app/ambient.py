@@ -1,4 +1,4 @@
-"""Ambient context sources (SPEC §4): called because the workflow says so, never the model.
+"""Ambient context sources: called because the workflow says so, never the model.
 
 ``once_per_turn`` sources run once per distinct workflow before any subject; ``before_subject_
 workflow`` sources run for each subject that can see them, just before its nodes. Results are

@@ -1,4 +1,4 @@
-"""Whether an LLM call may be sent under its world's budget (SPEC §12).
+"""Whether an LLM call may be sent under its world's budget.
 
 Before every LLM call, what the call *could* spend — its prompt estimate plus its completion cap
 (the source's ``max_tokens``) — is checked against what is left of each limit: the per-turn
@@ -10,7 +10,7 @@ refused; under a cost budget, so is a call with no price row. Never a truncated 
 
 The limits come from the worlds layer through the call context; nothing here imports it.
 
-Calls running side by side (the concurrent subjects of SPEC §4) would each see the others' spend
+Calls running side by side (concurrent subjects) would each see the others' spend
 only once they finish, so the check is a reservation: an attempt's :class:`BudgetLedger` counts
 what its calls in flight could still spend (prompt estimate + cap, and its worst-case cost), and
 the check and the reservation happen under one lock. A reservation is released only after the

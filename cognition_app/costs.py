@@ -1,5 +1,5 @@
 """What an LLM call costs: the price row in force for its (URL variable, model) and the cost of
-its token usage under that row (SPEC §12).
+its token usage under that row.
 
 Usage follows the OpenAI convention: ``prompt_tokens`` includes the ``cached_tokens`` part, which
 is billed at the cached-input price; the rest of the prompt at the input price, the completion

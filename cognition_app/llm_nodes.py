@@ -1,4 +1,4 @@
-"""The LLM node types: ``llm_text`` and ``llm_tool_loop`` (SPEC §4).
+"""The LLM node types: ``llm_text`` and ``llm_tool_loop``.
 
 One model-content retry lane per node: a rejected generation (non-JSON, schema-invalid, unknown
 tool, bad arguments, a WorldPatch the kernel rejects, empty text) is appended to the conversation

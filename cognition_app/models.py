@@ -1,4 +1,4 @@
-"""Durable traces of every source call (SPEC §7).
+"""Durable traces of every source call.
 
 Rows are written in their own transactions while the attempt runs (never inside the turn commit),
 so they survive a failed or crashed attempt: the invocation and LLM call rows exist, status
@@ -35,7 +35,7 @@ class InvocationStatus(models.TextChoices):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     INTERRUPTED = "interrupted"
-    # stopped because another subject of its concurrent phase failed (SPEC §4)
+    # stopped because another subject of its concurrent phase failed
     CANCELLED = "cancelled"
 
 
@@ -86,9 +86,9 @@ class SourceInvocation(models.Model):
     tool_loop_round = models.IntegerField(null=True, blank=True)
     model_output_kind = models.CharField(max_length=16, blank=True)
     # sha256 of the canonical (source hash, request as sent minus credentials and per-call ids):
-    # what replay matches on (SPEC §7, §12).
+    # what replay matches on.
     request_key = models.CharField(max_length=64, blank=True)
-    # The recorded invocation this one was served from, without any network call (SPEC §12).
+    # The recorded invocation this one was served from, without any network call.
     # A plain id like the event links: the source world may be deleted later, and the replayed
     # trace must keep saying where its content came from.
     replayed_from = models.UUIDField(null=True, blank=True)
@@ -120,7 +120,7 @@ class SourceInvocation(models.Model):
 
 class ModelPrice(models.Model):
     """What an operator pays per million tokens of one model behind one URL variable, from a
-    time on (SPEC §12). Mutable operator data, not content-addressed: a new price is a new row
+    time on. Mutable operator data, not content-addressed: a new price is a new row
     with a later ``valid_from``, so the row an LLM call used stays as it was."""
 
     url_env = models.CharField(
@@ -141,7 +141,7 @@ class ModelPrice(models.Model):
             models.UniqueConstraint(
                 fields=["url_env", "model", "valid_from"], name="model_price_pair_from_unique"
             ),
-            # the URL variable grammar of SPEC §5
+            # the URL variable grammar (chukwa_core.ids)
             models.CheckConstraint(
                 condition=Q(url_env__regex=URL_ENV_PATTERN),
                 name="model_price_url_env_grammar",

@@ -157,7 +157,7 @@ def llm_call_get(*, call_id: str) -> dict[str, Any]:
     }
 
 
-# --- the LLM-call index (SPEC §9) ------------------------------------------------------------
+# --- the LLM-call index ------------------------------------------------------------
 
 # What became of a call, as a reviewer reads it: a call whose text was refused (unparsable, or
 # against the schema) is "rejected" even though its transport succeeded, never "succeeded".
@@ -421,7 +421,7 @@ def _arguments(row: Mapping[str, Any]) -> Any:
     return request.get("arguments", request.get("body"))
 
 
-# --- cost totals (SPEC §12) --------------------------------------------------------------------
+# --- cost totals --------------------------------------------------------------------
 
 
 class TokenTotals(TypedDict):

@@ -1,4 +1,4 @@
-"""Writes of the cognition app's operator data: the model price table (SPEC §12)."""
+"""Writes of the cognition app's operator data: the model price table."""
 
 from __future__ import annotations
 

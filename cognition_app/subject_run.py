@@ -57,7 +57,7 @@ class StagedEvent:
 
 
 class EventSink(Protocol):
-    """Where a run's events go: the worlds layer writes each one as it happens (SPEC §6)."""
+    """Where a run's events go: the worlds layer writes each one as it happens."""
 
     def append(self, event: StagedEvent, /) -> None: ...
 

@@ -1,4 +1,4 @@
-"""The toy MCP server of the park (SPEC §10, §5 ``mcp_tool``): a lamp by the park bench, built
+"""The toy MCP server of the park (an ``mcp_tool`` source): a lamp by the park bench, built
 with the official ``mcp`` SDK's server and served over streamable HTTP (stateless, JSON
 responses) at ``/mcp``. Chukwa reaches it exactly like a real MCP server, through ``mcp_tool``
 sources whose ``url_env`` is ``CHUKWA_MCP_LAMP_URL`` (this server's ``…/mcp`` endpoint) and whose

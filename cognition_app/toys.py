@@ -1,4 +1,4 @@
-"""The toy sources of the park scenario (SPEC §10): one small HTTP JSON service, standard library
+"""The toy sources of the park scenario: one small HTTP JSON service, standard library
 only (no Django), hosting every toy on its own path. Chukwa reaches them exactly like real
 services, through ``http_json`` response sources whose ``url_env`` names one of the
 ``CHUKWA_TOY_*_URL`` variables (all set to this service's base URL) and whose ``path`` picks the

@@ -1,4 +1,4 @@
-"""What a traced source call came to, as a reviewer must read it (SPEC §9: a rejected generation
+"""What a traced source call came to, as a reviewer must read it (a rejected generation
 never looks accepted, not even while the attempt runs).
 
 A generation's row says ``succeeded`` once its stream ended, whatever Chukwa then made of the
@@ -20,7 +20,7 @@ from django.db.models.functions import Substr
 
 from cognition_app.models import LlmChunk, SourceInvocation
 
-# Failure classes that are the network's or the endpoint's fault (SPEC §4: connection, timeout,
+# Failure classes that are the network's or the endpoint's fault (connection, timeout,
 # HTTP 5xx/429), not the model's and not the configuration's. ``server_error`` is the
 # conformance check's name for a 5xx.
 TRANSPORT_CLASSES = frozenset({"transport", "server_error"})

@@ -1,4 +1,4 @@
-"""The fixture scenarios shipped as data files (SPEC §10). Tests and the demo read them;
+"""The fixture scenarios shipped as data files. Tests and the demo read them;
 production never loads them implicitly."""
 
 from __future__ import annotations

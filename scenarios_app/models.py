@@ -1,4 +1,4 @@
-"""The content-addressed scenario store (SPEC §2, §3).
+"""The content-addressed scenario store.
 
 Component and scenario rows are immutable and keyed by their hash; no update service exists for
 them. Names are the only mutable pointers, and every change to one is kept in the history.
@@ -13,12 +13,12 @@ from chukwa_core.ids import ENTITY_ID_PATTERN, HASH_PATTERN, LABEL_PATTERN
 
 
 def _hash_check(field: str, name: str) -> models.CheckConstraint:
-    # Rule: a hash is lowercase hex sha256, 64 characters (SPEC §1).
+    # Rule: a hash is lowercase hex sha256, 64 characters.
     return models.CheckConstraint(condition=Q(**{f"{field}__regex": HASH_PATTERN}), name=name)
 
 
 def _label_check(field: str, name: str) -> models.CheckConstraint:
-    # Rule: labels follow the label grammar (SPEC §1).
+    # Rule: labels follow the label grammar.
     return models.CheckConstraint(condition=Q(**{f"{field}__regex": LABEL_PATTERN}), name=name)
 
 
@@ -188,7 +188,7 @@ class Environment(models.Model):
         ordering = ["-created_at", "hash"]
         constraints = [
             _hash_check("hash", "environment_hash_grammar"),
-            # Rule: environment text is non-empty (SPEC §2).
+            # Rule: environment text is non-empty.
             models.CheckConstraint(condition=~Q(content=""), name="environment_non_empty"),
         ]
 
@@ -213,7 +213,7 @@ class Entity(models.Model):
         ordering = ["-created_at", "hash"]
         constraints = [
             _hash_check("hash", "entity_hash_grammar"),
-            # Rule: entity ids follow the entity id grammar (SPEC §1).
+            # Rule: entity ids follow the entity id grammar.
             models.CheckConstraint(
                 condition=Q(entity_id__regex=ENTITY_ID_PATTERN), name="entity_id_grammar"
             ),
@@ -238,7 +238,7 @@ class Scenario(models.Model):
         constraints = [
             _hash_check("hash", "scenario_hash_grammar"),
             _label_check("scenario_slug", "scenario_slug_grammar"),
-            # Rule: 1 … 31,536,000 simulated seconds per turn (SPEC §3).
+            # Rule: 1 … 31,536,000 simulated seconds per turn.
             models.CheckConstraint(
                 condition=Q(chronon_seconds__gte=1, chronon_seconds__lte=31_536_000),
                 name="scenario_chronon_range",

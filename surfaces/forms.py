@@ -99,7 +99,7 @@ class AssembleForm(forms.Form):
         label="Assembly input",
         rows=32,
         help_text=(
-            "The assembly input (SPEC §3): scenario_slug, description, chronon_seconds, "
+            "The assembly input: scenario_slug, description, chronon_seconds, "
             'cognition_profiles, environments, entities, each component as {"hash": H} or '
             '{"inline": …}; optional name, operator, note, metadata. Without an operator the '
             "signed-in user is recorded."

@@ -1,4 +1,4 @@
-"""The sign-in throttle's counters (SPEC §11), one row per client address (and username, for
+"""The sign-in throttle's counters, one row per client address (and username, for
 password sign-ins) that failed recently: shared by every web process, and counted by one
 atomic statement, so failures racing each other are all counted (``surfaces.signin_throttle``)."""
 

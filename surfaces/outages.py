@@ -1,6 +1,6 @@
 """503 ``unavailable`` for every request that failed because PostgreSQL or the broker is
 unreachable, wherever the failure happened: in a page view, in the admin, or in a middleware
-(SPEC §9). API views answer the same error through ``api_errors.api_exception_handler``."""
+. API views answer the same error through ``api_errors.api_exception_handler``."""
 
 from __future__ import annotations
 

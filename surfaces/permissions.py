@@ -37,7 +37,7 @@ class ReadAnyWriteOperators(BasePermission):
 
 
 class SignedInAnnotates(BasePermission):
-    """Annotations (SPEC §12) are written by reviewers: any signed-in user may read them and
+    """Annotations are written by reviewers: any signed-in user may read them and
     create one, not only operators. Changing or deleting one is for its author or an operator."""
 
     message = "Only the annotation's author or an operator may change or delete it."

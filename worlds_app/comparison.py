@@ -1,4 +1,4 @@
-"""Two worlds side by side, turn by turn over their common turns (SPEC §12 "Comparison").
+"""Two worlds side by side, turn by turn over their common turns.
 
 A turn's ``state_hash`` is the hash of its whole state (environments and entities), so two turns
 are identical exactly when their hashes are equal: the first divergent turn comes from the hashes

@@ -46,7 +46,7 @@ def turn_narrations(*, slug: str, numbers: list[int]) -> dict[int, list[dict[str
     return found
 
 
-# --- indexes: attempts across worlds, a world's turns (SPEC §9) ---------------------------
+# --- indexes: attempts across worlds, a world's turns ---------------------------
 
 
 class AttemptFilters(TypedDict, total=False):

@@ -1,4 +1,4 @@
-"""Worlds, committed turns, turn attempts and their audit trail (SPEC §6).
+"""Worlds, committed turns, turn attempts and their audit trail.
 
 Snapshot storage: every committed turn stores the *whole* world state (environments and entities
 in scenario order) as one JSONB document plus its RFC 8785 sha256. Worlds are bounded by the
@@ -36,7 +36,7 @@ class World(models.Model):
     # Attempts are numbered per world in enqueue order; the counter lives on the world row so
     # that racing enqueues (serialized by the row lock) get contiguous, unique numbers.
     next_attempt_seq = models.IntegerField(default=1)
-    # Replay (SPEC §12), set at creation: {"world": <slug>, "mode": <mode>} as given, and the
+    # Replay, set at creation: {"world": <slug>, "mode": <mode>} as given, and the
     # source world itself. If the source is deleted later, replay_source becomes NULL while
     # replay_from stays, and the world's attempts fail saying so (never a silent switch to live).
     replay_from = models.JSONField(null=True, blank=True)
@@ -58,7 +58,7 @@ class World(models.Model):
     class Meta:
         ordering = ["-created_at", "slug"]
         constraints = [
-            # Rule: world slugs are labels (SPEC §1).
+            # Rule: world slugs are labels.
             models.CheckConstraint(
                 condition=Q(slug__regex=LABEL_PATTERN), name="world_slug_grammar"
             ),
@@ -92,7 +92,7 @@ class World(models.Model):
 
 
 class WorldBudget(models.Model):
-    """One setting of a world's budget (SPEC §12); the newest row is in force, older rows are
+    """One setting of a world's budget; the newest row is in force, older rows are
     its history. A null limit is no limit; a row with all four null lifts the budget."""
 
     world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="budgets")
@@ -198,7 +198,7 @@ class TurnAttempt(models.Model):
         ordering = ["world", "seq"]
         constraints = [
             models.UniqueConstraint(fields=["world", "seq"], name="attempt_world_seq_unique"),
-            # Rule: only one running attempt per world (SPEC §6).
+            # Rule: only one running attempt per world.
             models.UniqueConstraint(
                 fields=["world"],
                 condition=Q(status="running"),
@@ -238,7 +238,7 @@ class EventKind(models.TextChoices):
     NODE_OUTPUT = "node_output"
     INNER_MONOLOGUE = "inner_monologue"
     WORLD_PATCH_APPLIED = "world_patch_applied"
-    # a target set by two patches of one concurrent phase (SPEC §4): the later value is kept
+    # a target set by two patches of one concurrent phase: the later value is kept
     EFFECT_CONTESTED = "effect_contested"
     TURN_COMMITTED = "turn_committed"
     ATTEMPT_FAILED = "attempt_failed"
@@ -397,7 +397,7 @@ MAX_ANNOTATION_COMMENT_BYTES = 4096
 
 class Annotation(models.Model):
     """A reviewer's named score (number, label or boolean) with a comment on an attempt, a
-    committed turn or an LLM call (SPEC §12). Mutable by its author or an operator."""
+    committed turn or an LLM call. Mutable by its author or an operator."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     target_kind = models.CharField(max_length=16, choices=AnnotationTarget.choices)
@@ -430,7 +430,7 @@ class Annotation(models.Model):
     class Meta:
         ordering = ["-created_at", "id"]
         constraints = [
-            # Rule: annotation names are labels (SPEC §1).
+            # Rule: annotation names are labels.
             models.CheckConstraint(
                 condition=Q(name__regex=LABEL_PATTERN), name="annotation_name_grammar"
             ),

@@ -33,7 +33,7 @@ MAX_TURN_NUMBER = 2_147_483_647
 
 
 def require_slug(slug: str, field: str = "slug") -> str:
-    """A world slug from a path or a form, checked against the label grammar (SPEC §1)."""
+    """A world slug from a path or a form, checked against the label grammar."""
     problem = label_problem(slug)
     if problem is not None:
         shown = repr(slug) if len(slug) <= 64 else f"{slug[:64]!r}…"
@@ -267,7 +267,7 @@ def turn_get(*, slug: str, number: int) -> dict[str, Any]:
     }
 
 
-# Events that describe the turn's change, real only once the turn is committed (SPEC §6).
+# Events that describe the turn's change, real only once the turn is committed.
 PROVISIONAL_EVENTS = frozenset({"world_patch_applied", "effect_contested"})
 
 
@@ -410,7 +410,7 @@ def world_diff(*, slug: str, from_turn: int, to_turn: int) -> dict[str, Any]:
     return {"world": slug, "from": from_turn, "to": to_turn, "changes": changes}
 
 
-# --- annotations (SPEC §12) ----------------------------------------------------------------
+# --- annotations ----------------------------------------------------------------
 
 ANNOTATION_FILTERS = (
     "name",

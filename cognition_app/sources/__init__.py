@@ -1,4 +1,4 @@
-"""The source layer: one way to invoke any response source, traced durably (SPEC §5, §7).
+"""The source layer: one way to invoke any response source, traced durably.
 
 Every call starts by writing its SourceInvocation row (and, for LLM generations, its LlmCall
 row) with status ``running`` in a transaction of its own, before any byte is sent; streamed
@@ -28,7 +28,7 @@ from cognition_app.sources.tracing import (
     finish_running,
     interrupt_running,
 )
-from cognition_app.sources.variables import scrub
+from cognition_app.sources.variables import scrub, scrub_json
 
 # The name the ambient, rule-plan and tool-loop callers have always used: it dispatches on the
 # source's interface (http_json or mcp_tool), so adding mcp_tool changed none of those callers.
@@ -55,5 +55,6 @@ __all__ = [
     "schema_errors",
     "schema_validator",
     "scrub",
+    "scrub_json",
     "source_content",
 ]

@@ -1,4 +1,4 @@
-"""Stopping the source calls of subjects still thinking once another subject has failed (SPEC §4).
+"""Stopping the source calls of subjects still thinking once another subject has failed.
 
 A flag, checked before every call (generation, tool, ambient) and between the chunks of a stream;
 and the open LLM streams themselves, whose sockets are shut down so that a thread blocked waiting

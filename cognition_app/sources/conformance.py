@@ -52,7 +52,7 @@ _probe_lock = threading.Lock()
 
 def _probe_ttl(enforces: bool) -> float:
     """How long a verdict stands: a backend found enforcing is trusted for hours; one found
-    not enforcing (or misconfigured at the time) is checked again soon (SPEC §5)."""
+    not enforcing (or misconfigured at the time) is checked again soon."""
     name = "CHUKWA_PROBE_TTL_SECONDS" if enforces else "CHUKWA_PROBE_RETRY_SECONDS"
     return float(getattr(settings, name, 6 * 3600 if enforces else 60))
 

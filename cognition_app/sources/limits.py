@@ -1,4 +1,4 @@
-"""An LLM source's ``max_concurrency`` (SPEC §4): at most that many of its generations in flight
+"""An LLM source's ``max_concurrency``: at most that many of its generations in flight
 at once, per worker process (a provider's rate limit is usually per key; a deployment running
 W worker processes lets through at most W times max_concurrency).
 

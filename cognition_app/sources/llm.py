@@ -321,7 +321,7 @@ _REQUEST, _LLM = ("request",), ("messages", "params", "response_format")
 @dataclass
 class _Release:
     """Gives the budget's reservation back, once the call's finished rows are written: its real
-    usage counts from then on (SPEC §12)."""
+    usage counts from then on."""
 
     ledger: BudgetLedger | None
     reservation: Reservation
@@ -381,7 +381,7 @@ def _stream(
         text = storable_text(scrub("".join(parts), secrets))
         message = storable_text(scrub(message, secrets))
         now = timezone.now()
-        # Stopped because another subject failed (SPEC §4): whatever the cut stream raised.
+        # Stopped because another subject failed: whatever the cut stream raised.
         status = InvocationStatus.FAILED
         if cancel is not None and cancel.cancelled:
             status, failure_class = InvocationStatus.CANCELLED, CANCELLED

@@ -1,4 +1,4 @@
-"""A generation served from a recording (SPEC §12): the recorded reply, judged afresh, written
+"""A generation served from a recording: the recorded reply, judged afresh, written
 as this call's rows with no byte sent."""
 
 from __future__ import annotations

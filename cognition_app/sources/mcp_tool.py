@@ -1,4 +1,4 @@
-"""Calling an ``mcp_tool`` source (SPEC §5): one tool on an MCP server over the streamable HTTP
+"""Calling an ``mcp_tool`` source: one tool on an MCP server over the streamable HTTP
 transport, through the official ``mcp`` SDK's client, traced, validated and replayed exactly like
 an ``http_json`` call.
 

@@ -1,6 +1,6 @@
-"""Replay (SPEC §12): serving a source call from a recorded succeeded invocation of another world.
+"""Replay: serving a source call from a recorded succeeded invocation of another world.
 
-A call is matched by its request key (SPEC §7): sha256 of the canonical JSON of the source hash
+A call is matched by its request key: sha256 of the canonical JSON of the source hash
 and the request as sent, minus credentials and per-call ids (the ``X-Chukwa-*`` headers, the
 invocation id) and minus where it is sent (the URL comes from the environment, not the request).
 The k-th use of a key in the replaying world is served by the k-th recording of that key in the
@@ -116,7 +116,7 @@ def fail_miss(
     key: str,
     what: str,
 ) -> NoReturn:
-    """``replay_strict`` and no recording: a failed invocation, no byte sent (SPEC §12)."""
+    """``replay_strict`` and no recording: a failed invocation, no byte sent."""
     replay = ctx.replay
     assert replay is not None
     message = (

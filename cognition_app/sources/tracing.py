@@ -1,4 +1,4 @@
-"""The durable trace rows of a source call (SPEC §7): each row is written ``running`` before any
+"""The durable trace rows of a source call: each row is written ``running`` before any
 byte is sent and finished as ``succeeded``, ``failed`` or ``interrupted`` whatever happens."""
 
 from __future__ import annotations
@@ -57,15 +57,15 @@ class CallContext:
     # the world's seed (chukwa_core.seeds): an LLM call whose source fixes no seed sends one
     # derived from it; None for an unseeded world
     world_seed: int | None = None
-    # Set when the world replays another (SPEC §12): the worlds layer decides which recordings
+    # Set when the world replays another: the worlds layer decides which recordings
     # count and hands them down here, since this layer may not look up worlds.
     replay: ReplaySource | None = None
-    # the world's budget in force for this attempt (SPEC §12), handed down by the worlds layer,
+    # the world's budget in force for this attempt, handed down by the worlds layer,
     # with what the attempt's calls in flight could still spend
     budget: BudgetLedger | None = None
-    # stops the calls of subjects still thinking once another subject failed (SPEC §4)
+    # stops the calls of subjects still thinking once another subject failed
     cancel: CancelScope | None = None
-    # writes the attempt's events so far (SPEC §6) and then the statements opening a call's
+    # writes the attempt's events so far and then the statements opening a call's
     # rows, in one round trip (``open_rows``): a reader of the timeline never sees a call whose
     # preceding events are missing
     write_rows: Callable[[Sequence[Statement]], BatchResults] | None = None
@@ -232,7 +232,7 @@ def _ms_since(start: datetime, end: datetime) -> int:
 @contextmanager
 def finished_on_error(inv: SourceInvocation, call: LlmCall | None = None) -> Iterator[None]:
     """Whatever escapes between opening a row and finishing it (a bug, a stopped thread, a
-    database error) still finishes the row as ``failed`` before it propagates (SPEC §7)."""
+    database error) still finishes the row as ``failed`` before it propagates."""
     try:
         yield
     except SourceFailure:
@@ -292,6 +292,6 @@ def interrupt_running(*, attempt_id: UUID, reason: str) -> int:
 
 
 def finish_running(*, attempt_id: UUID, reason: str) -> int:
-    """When an attempt fails, rows it left open become ``failed`` (SPEC §7: every row opened is
+    """When an attempt fails, rows it left open become ``failed`` (every row opened is
     finished); normally there are none, since each call finishes its own rows."""
     return _close_running(attempt_id, InvocationStatus.FAILED, "attempt_ended", reason)

@@ -1,4 +1,4 @@
-"""Finishing a call's rows while its subject goes on (SPEC §7: written as soon as today, waited
+"""Finishing a call's rows while its subject goes on (written as soon as today, waited
 for later).
 
 A call's finishing statements (its rows ``succeeded``, the last chunks, the verdict) are handed

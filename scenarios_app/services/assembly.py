@@ -1,4 +1,4 @@
-"""Scenario assembly (SPEC §3): a scenario composed from hash-or-inline references at every
+"""Scenario assembly: a scenario composed from hash-or-inline references at every
 level."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scenario forks (SPEC §3): a child scenario from a parent's bindings with changes applied."""
+"""Scenario forks: a child scenario from a parent's bindings with changes applied."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A scenario's manifest (SPEC §3): its bindings resolved, validated, stored with its derivation."""
+"""A scenario's manifest: its bindings resolved, validated, stored with its derivation."""
 
 from __future__ import annotations
 
@@ -35,12 +35,12 @@ from scenarios_app.services.names import UNSET, name_set_within
 META_FIELDS = ("name", "operator", "note", "metadata")
 
 
-# A component reference as authored: {"hash": H} or {"inline": <content>} (SPEC §2).
+# A component reference as authored: {"hash": H} or {"inline": <content>}.
 ComponentRef = dict[str, Any]
 
 
 class ScenarioAssembleInput(TypedDict, total=False):
-    """The assembly input of SPEC §3 (also world creation's ``{"data": …}``). The API's
+    """The assembly input (also world creation's ``{"data": …}``). The API's
     serializer checks its shape; the service checks it again in full, since the admin, the CLI
     and the fixtures hand it JSON as authored."""
 
@@ -57,7 +57,7 @@ class ScenarioAssembleInput(TypedDict, total=False):
 
 
 class ScenarioForkInput(TypedDict, total=False):
-    """A fork (SPEC §3): the primary parent by name or hash, the changes, more parents."""
+    """A fork: the primary parent by name or hash, the changes, more parents."""
 
     primary_parent: dict[str, str]
     changes: dict[str, Any]

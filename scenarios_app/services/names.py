@@ -1,4 +1,4 @@
-"""Scenario names (SPEC §3): pointers to scenarios, each move locked, optionally a
+"""Scenario names: pointers to scenarios, each move locked, optionally a
 compare-and-set, always recorded in the history."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Operator admin for the scenario store (SPEC §9).
+"""Operator admin for the scenario store.
 
 Stored rows are immutable: change pages are read-only, nothing can be deleted, and "editing" saves
 a new content-addressed row through the same services the API uses ("save as new").

@@ -161,7 +161,7 @@ class JsonSchemaAdmin(ComponentAdmin):
 class ResponseSourceAdmin(ComponentAdmin):
     kind = ComponentKind.RESPONSE_SOURCE
     content_help = (
-        'A source definition (SPEC §5): {"version": 1, "label": …, "interface": {"name": '
+        'A source definition: {"version": 1, "label": …, "interface": {"name": '
         '"llm_chat_completions" | "http_json" | "mcp_tool", …}}. URL variables match '
         "^CHUKWA_[A-Z0-9_]+_URL$, key variables ^CHUKWA_[A-Z0-9_]+_API_KEY$."
     )
@@ -181,7 +181,7 @@ class CognitionWorkflowAdmin(ComponentAdmin):
 
     def get_content_help(self) -> str:
         return (
-            'A workflow (SPEC §4). References may be {"hash": H} or {"inline": …}; the '
+            'A workflow. References may be {"hash": H} or {"inline": …}; the '
             f"WorldPatch schema is {world_patch_schema_hash()}."
         )
 

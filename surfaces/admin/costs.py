@@ -1,4 +1,4 @@
-"""Admin for the price table and world budgets (SPEC §12): staff read, operators write prices.
+"""Admin for the price table and world budgets: staff read, operators write prices.
 
 Prices are operator data, not content: an operator adds a row (a new price from a time on) or
 corrects one; a call keeps the cost it was given and the row it used, and a row some call used

@@ -100,7 +100,7 @@ class ScenarioAdmin(StoreAdmin):
     def add_view(
         self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        """Assemble from JSON (SPEC §3), through ``services.scenario_assemble``."""
+        """Assemble from JSON, through ``services.scenario_assemble``."""
         self.require_operator(request)
         if request.method == "POST":
             form = AssembleForm(request.POST)

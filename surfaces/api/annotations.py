@@ -1,4 +1,4 @@
-"""REST API for annotations (SPEC §12): any signed-in user annotates; its author or an operator
+"""REST API for annotations: any signed-in user annotates; its author or an operator
 changes or deletes it. One view per path, validate → one service or selector → serialize."""
 
 from __future__ import annotations

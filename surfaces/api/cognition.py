@@ -1,4 +1,4 @@
-"""REST API for traces: source invocations and LLM calls (SPEC §9)."""
+"""REST API for traces: source invocations and LLM calls."""
 
 from __future__ import annotations
 
@@ -52,9 +52,11 @@ class InvocationSummarySerializer(serializers.Serializer):
     generation_attempt = serializers.IntegerField(allow_null=True)
     tool_loop_round = serializers.IntegerField(allow_null=True)
     model_output_kind = _text()
-    request_key = _text(help_text="sha256 of the source hash and the request as sent (SPEC §7)")
+    request_key = _text(
+        help_text="sha256 of the source hash and the request as sent (what replay matches on)"
+    )
     replayed_from = serializers.UUIDField(
-        allow_null=True, help_text="the recorded invocation this one was served from (SPEC §12)"
+        allow_null=True, help_text="the recorded invocation this one was served from (replay)"
     )
 
     class Meta:

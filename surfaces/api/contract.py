@@ -32,7 +32,7 @@ from scenarios_app.selectors import DEFAULT_LIMIT, MAX_LIMIT
 from surfaces.api.errors import _flatten_drf_detail
 from surfaces.permissions import with_default_operator
 
-# The label grammar of SPEC §1 written without alternation, so generators and validators that
+# The label grammar written without alternation, so generators and validators that
 # anchor differently agree on it.
 LABEL_PATTERN = r"^[a-z0-9]([a-z0-9_-]{0,62}[a-z0-9])?$"
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
@@ -162,7 +162,7 @@ def described(schema: dict[str, Any], **kwargs: Any) -> PassThroughField:
 
 
 def hash_or_inline(inline: dict[str, Any]) -> dict[str, Any]:
-    """The ``{"hash": H} | {"inline": content}`` reference of SPEC §3."""
+    """The ``{"hash": H} | {"inline": content}`` reference of a component."""
     return {
         "oneOf": [
             {
@@ -349,7 +349,7 @@ def uuid_path(name: str) -> OpenApiParameter:
 
 @extend_schema_field(LABEL_SCHEMA)
 class LabelField(StrictCharField):
-    """A label (SPEC §1): a name, a slug."""
+    """A label: a name, a slug."""
 
     def to_internal_value(self, data: Any) -> str:
         value = super().to_internal_value(data)
@@ -374,10 +374,10 @@ class HashField(StrictCharField):
 
 @extend_schema_field(OpenApiTypes.DATETIME)
 class InstantInField(StrictCharField):
-    """An ISO 8601 instant with an offset; the service parses it on the calendar of SPEC §6."""
+    """An ISO 8601 instant with an offset; the service parses it on the world's calendar."""
 
 
-# --- cost and budgets (SPEC §12) ----------------------------------------------------------------
+# --- cost and budgets ----------------------------------------------------------------
 
 
 class TokenTotalsSerializer(serializers.Serializer):

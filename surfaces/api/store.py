@@ -1,4 +1,4 @@
-"""REST API for the scenario store (SPEC §9). One view per operation: the view validates the
+"""REST API for the scenario store. One view per operation: the view validates the
 body with its InputSerializer, calls one service or selector, and shapes the answer with its
 OutputSerializer; the same serializers generate the OpenAPI document.
 
@@ -61,14 +61,23 @@ PROFILE_SCHEMA: dict[str, Any] = {
     "required": ["workflow"],
     "additionalProperties": False,
 }
-# What a write may send as each kind's content (SPEC §2); the services validate the rest.
+# What a write may send as each kind's content; the services validate the rest.
 CONTENT_SCHEMAS: dict[ComponentKind, dict[str, Any]] = {
     ComponentKind.JSON_SCHEMA: {**OBJECT_SCHEMA, "description": "a Draft 2020-12 JSON Schema"},
-    ComponentKind.RESPONSE_SOURCE: {**OBJECT_SCHEMA, "description": "a source definition (§5)"},
-    ComponentKind.COGNITION_WORKFLOW: {**OBJECT_SCHEMA, "description": "a workflow (§4)"},
+    ComponentKind.RESPONSE_SOURCE: {
+        **OBJECT_SCHEMA,
+        "description": "a response source: {version: 1, label, interface}",
+    },
+    ComponentKind.COGNITION_WORKFLOW: {
+        **OBJECT_SCHEMA,
+        "description": "a cognition workflow: {version: 1, execution, nodes, apply, ...}",
+    },
     ComponentKind.COGNITION_PROFILE: PROFILE_SCHEMA,
     ComponentKind.ENVIRONMENT: ENVIRONMENT_SCHEMA,
-    ComponentKind.ENTITY: {**OBJECT_SCHEMA, "description": "an entity (§2)"},
+    ComponentKind.ENTITY: {
+        **OBJECT_SCHEMA,
+        "description": "an entity: id, kind, and its kind's fields",
+    },
 }
 # What a read returns as each kind's content: profiles are stored with the workflow's hash.
 STORED_CONTENT_SCHEMAS: dict[ComponentKind, dict[str, Any]] = {

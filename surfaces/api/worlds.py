@@ -1,4 +1,4 @@
-"""REST API for worlds, turns and attempts (SPEC §9). One view per operation: validate with the
+"""REST API for worlds, turns and attempts. One view per operation: validate with the
 InputSerializer, call one service or selector, answer through the OutputSerializer."""
 
 from __future__ import annotations
@@ -103,7 +103,9 @@ class WorldSummarySerializer(serializers.Serializer):
     label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
     scenario_hash = HashOutField()
     scenario_ref = JSONObjectField(help_text="the reference the world was created from")
-    replay_from = ReplayFromSerializer(allow_null=True, help_text="replay, if any")
+    replay_from = ReplayFromSerializer(
+        allow_null=True, help_text="the world whose recordings it replays, if any"
+    )
     seed = serializers.IntegerField(
         allow_null=True, help_text="the world's seed (0 ≤ seed < 2^63); null: unseeded"
     )
@@ -199,10 +201,14 @@ class WorldCreateInputSerializer(StrictInputSerializer):
     )
     replay_from = ReplayFromInputSerializer(
         required=False,
-        help_text="serve calls from another world's recordings (SPEC §12); replaying exactly "
+        help_text="serve calls from another world's recordings (replay); replaying exactly "
         "needs the same scenario and start_time",
     )
-    budget = BudgetInputSerializer(required=False, allow_null=True, help_text="spending limits")
+    budget = BudgetInputSerializer(
+        required=False,
+        allow_null=True,
+        help_text="spending limits per attempt and in all (tokens, cost)",
+    )
     seed = StrictIntegerField(
         required=False,
         allow_null=True,
@@ -523,7 +529,7 @@ class AttemptEventSerializer(serializers.Serializer):
     invocation_id = serializers.UUIDField(allow_null=True)
     llm_call_id = serializers.UUIDField(allow_null=True)
     created_at = InstantField()
-    # world_patch_applied / effect_contested: provisional until turn_committed (SPEC §6)
+    # world_patch_applied / effect_contested: provisional until turn_committed
     commit_state = serializers.ChoiceField(
         choices=["provisional", "committed", "not_committed"], allow_null=True
     )

@@ -1,2 +1,2 @@
-"""The MCP server (SPEC §9): the REST API's operations as MCP tools, over streamable HTTP at
+"""The MCP server: the REST API's operations as MCP tools, over streamable HTTP at
 ``/mcp/`` and over stdio (``manage.py mcp_stdio``)."""

@@ -47,28 +47,56 @@ class Tool:
         return self.method in SAFE_METHODS
 
 
-def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
-    """OpenAPI 3.0's ``nullable: true`` as JSON Schema (MCP input schemas are JSON Schema)."""
+# Keywords that describe a value rather than constrain it: on a nullable field they stay on the
+# outer schema, beside the ``anyOf``, where clients look for a field's description.
+_ANNOTATIONS = ("description", "title", "default", "readOnly", "writeOnly", "examples")
+
+# JSON Schema's "any JSON value", spelled so that one-type-per-field clients can read it: the
+# serializers' free JSON fields (drf-spectacular writes them as ``{}``, which the MCP Inspector's
+# portability check flags and which such clients cannot map). The same values are accepted.
+ANY_JSON_VALUE: tuple[dict[str, Any], ...] = (
+    {"type": "object", "additionalProperties": True},
+    {"type": "array"},
+    {"type": "string"},
+    {"type": "number"},
+    {"type": "boolean"},
+    {"type": "null"},
+)
+
+
+def _constrains(schema: dict[str, Any]) -> bool:
+    """Whether a schema has any keyword that restricts its value (not only annotations)."""
+    return any(key not in _ANNOTATIONS and not key.startswith("x-") for key in schema)
+
+
+def _portable(schema: dict[str, Any]) -> dict[str, Any]:
+    """OpenAPI 3.0's schema idioms as portable JSON Schema: ``nullable: true`` becomes an
+    ``anyOf`` with a ``{"type": "null"}`` branch (never a ``type`` list, which one-type clients
+    reject), and a schema that constrains nothing becomes :data:`ANY_JSON_VALUE`."""
     schema = dict(schema)
-    if not schema.pop("nullable", False):
-        return schema
-    if "type" in schema:
-        kind = schema["type"]
-        schema["type"] = [*kind, "null"] if isinstance(kind, list) else [kind, "null"]
-        if "enum" in schema and None not in schema["enum"]:
-            schema["enum"] = [*schema["enum"], None]
-        return schema
-    keep: dict[str, Any] = {
-        k: schema.pop(k) for k in ("description", "title", "default") if k in schema
-    }
+    nullable = bool(schema.pop("nullable", False))
+    keep = {k: schema.pop(k) for k in _ANNOTATIONS if k in schema}
+    if not _constrains(schema):
+        return {"anyOf": [dict(branch) for branch in ANY_JSON_VALUE], **keep}
+    if not nullable:
+        return {**schema, **keep}
+    if "enum" in schema:
+        schema["enum"] = [value for value in schema["enum"] if value is not None]
+    if set(schema) == {"anyOf"}:
+        branches = [b for b in schema["anyOf"] if b != {"type": "null"}]
+        return {"anyOf": [*branches, {"type": "null"}], **keep}
     return {"anyOf": [schema, {"type": "null"}], **keep}
+
+
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_ONE = ("items", "additionalProperties", "not", "contains", "propertyNames")
 
 
 def _json_schema(node: Any, refs: set[str]) -> Any:
     """An OpenAPI 3.0 schema as a JSON Schema: refs point into ``$defs`` (collected in
-    ``refs``), ``nullable`` becomes a null alternative."""
-    if isinstance(node, list):
-        return [_json_schema(item, refs) for item in node]
+    ``refs``), each schema made portable (:func:`_portable`). Only schema positions are
+    converted; values (``default``, ``enum``, ``example``) are kept as they are."""
     if not isinstance(node, dict):
         return node
     converted: dict[str, Any] = {}
@@ -79,11 +107,17 @@ def _json_schema(node: Any, refs: set[str]) -> Any:
                 raise CatalogError(f"unexpected $ref {value!r}")
             refs.add(match["name"])
             converted[key] = f"#/$defs/{match['name']}"
-        elif key in ("properties", "$defs"):
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
             converted[key] = {name: _json_schema(sub, refs) for name, sub in value.items()}
-        else:
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            converted[key] = [_json_schema(sub, refs) for sub in value]
+        elif key == "additionalProperties" and value == {}:
+            converted[key] = True  # "any value" in the spelling made for this keyword
+        elif key in _SCHEMA_ONE:
             converted[key] = _json_schema(value, refs)
-    return _nullable(converted)
+        else:
+            converted[key] = value
+    return _portable(converted)
 
 
 def _defs(names: set[str], components: dict[str, Any]) -> dict[str, Any]:

@@ -46,7 +46,8 @@ _KIND_CONTENT = {
         'content is {"version": 1, "label": L, "interface": {...}}. interface.name is '
         '"llm_chat_completions" (model, base_url_env "CHUKWA_LLM_BASE_URL", api_key_env '
         '"CHUKWA_LLM_API_KEY", schema_delivery "response_format" or "prompt_only", timeout_ms, '
-        'params), "http_json" (method, url_env "CHUKWA_<X>_URL", path, timeout_ms) or '
+        'params, and optionally provider, e.g. "openai" or "ollama", the name trace viewers '
+        'show as the backend), "http_json" (method, url_env "CHUKWA_<X>_URL", path, timeout_ms) or '
         '"mcp_tool" (url_env, tool, timeout_ms). URLs and keys are environment variable names, '
         "never values. Workflows name it as llm_source_ref or a tool's source_ref.",
     ),
@@ -246,7 +247,7 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         f"since, until; each row has the call id for llm_call_get.{_PAGING}"
     ),
     "turn_list": f"A world's committed turns, with their narrations in brief.{_PAGING}",
-    # --- review (SPEC §12) ---
+    # --- review: prices and annotations ---
     "model_price_list": "The model price table (per million tokens) with its history.",
     "model_price_put": (
         "Set the price of a model at an LLM endpoint (url_env, model, input/output/cached "

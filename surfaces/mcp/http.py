@@ -3,7 +3,7 @@
 The SDK's transport is an ASGI application; in stateless mode with JSON responses each POST
 carries one JSON-RPC message and gets one JSON answer, with no session between requests. So this
 view authenticates the request as the REST API does (a DRF token, sent as ``Token <key>`` or
-``Bearer <key>``), hands the request to a fresh ``StreamableHTTPSessionManager`` running in an
+``Bearer <key>``; a refusal is a ``Bearer`` challenge that says how to send it), hands the request to a fresh ``StreamableHTTPSessionManager`` running in an
 event loop of its own, and returns what the transport answered. The SDK decides every
 protocol answer (202 for notifications, 405 for DELETE without sessions, 406/415 for bad
 headers, protocol versions); only GET is answered here: stateless JSON mode offers no SSE stream,
@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import anyio
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from rest_framework.negotiation import BaseContentNegotiation
@@ -24,13 +25,24 @@ from rest_framework.parsers import BaseParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.views import APIView
 from starlette.types import Message
 
+from chukwa_core.errors import NotFoundError
 from surfaces.mcp.calls import Caller
 from surfaces.mcp.catalog import api_tools
 from surfaces.mcp.server import build_server
 from surfaces.signin_throttle import ThrottledTokenAuthentication, client_address
+
+# RFC 6750's challenge. MCP clients read a 401 without a Bearer challenge (or with one naming
+# no error) as "start OAuth discovery"; Chukwa has no OAuth, only its API tokens, so the
+# challenge names the error and says how to send one.
+TOKEN_HINT = "Send an API token as Authorization: Bearer <API token> (Chukwa has no OAuth)."  # noqa: S105
+BEARER_CHALLENGE = (
+    'Bearer realm="chukwa", error="invalid_token", '
+    'error_description="send Authorization: Bearer <API token>; Chukwa has no OAuth"'
+)
 
 
 class BearerTokenAuthentication(ThrottledTokenAuthentication):
@@ -118,6 +130,15 @@ class McpEndpoint(APIView):
     renderer_classes = [JSONRenderer]
     content_negotiation_class = AnyAcceptNegotiation
 
+    def handle_exception(self, exc: Exception) -> Response:
+        response = super().handle_exception(exc)
+        if response.status_code == 401:
+            response["WWW-Authenticate"] = BEARER_CHALLENGE
+            # Clients show the body (the Inspector prints it): it says what to send, too.
+            error = response.data["error"]
+            error["message"] = f"{error['message']} {TOKEN_HINT}"
+        return response
+
     @extend_schema(exclude=True)
     def post(self, request: Request) -> HttpResponse:
         body = request._request.body
@@ -149,3 +170,16 @@ class McpEndpoint(APIView):
             status=405,
             headers={"Allow": "POST, DELETE"},
         )
+
+
+@csrf_exempt  # a JSON 404 for any method; a CSRF 403 page would hide the real answer
+def oauth_not_offered(request: HttpRequest) -> JsonResponse:
+    """OAuth's discovery and registration paths: a client that probes them (after a 401, or
+    before connecting) gets the API's JSON 404 saying what to send instead, not an HTML page."""
+    error = NotFoundError(
+        "oauth_not_supported",
+        f"path: {request.path}: Chukwa offers no OAuth; send an API token in the header "
+        "Authorization: Bearer <API token>",
+        {"field": "path", "path": request.path},
+    )
+    return JsonResponse({"error": error.as_dict()}, status=error.status_code)

@@ -1,4 +1,4 @@
-"""Annotations in place (SPEC §12): the panel a page includes for its attempt, turn or LLM call,
+"""Annotations in place: the panel a page includes for its attempt, turn or LLM call,
 with HTMX forms to add one and to edit or delete one where it stands. Any signed-in reviewer
 may add one; changing or deleting one is for its author or an operator (as in the API).
 

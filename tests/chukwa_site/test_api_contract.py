@@ -1,4 +1,4 @@
-"""The OpenAPI document is a contract a client can be built from (SPEC §9): it regenerates with
+"""The OpenAPI document is a contract a client can be built from: it regenerates with
 no warning, and a REST client generated from it (openapi-python-client, offline) creates a
 world and queues turns against a live server, and reads the error envelope."""
 

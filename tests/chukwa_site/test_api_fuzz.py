@@ -3,7 +3,7 @@ OpenAPI document (/api/schema/), valid ones and deliberately invalid ones, plus 
 hostile values for every path and query parameter, sends them through
 the WSGI application as an operator, and asserts that none answers with a server error and
 that every answer is one the document describes: a documented status code, a documented
-content type and a body valid against the response schema (SPEC §9: the document describes
+content type and a body valid against the response schema (the document describes
 every request and response exactly).
 
 Bounded and deterministic: a fixed number of examples per operation and generation mode,

@@ -1,4 +1,4 @@
-"""Every path and query parameter is checked before it reaches the database (SPEC §1, §9):
+"""Every path and query parameter is checked before it reaches the database:
 a bad form is a 400 naming the field, an absent thing a 404, never a 500 — through the test
 client and, for a few cases, over real HTTP against a live server."""
 

@@ -1,4 +1,4 @@
-"""The MCP server over streamable HTTP at /mcp/ (SPEC §9), driven by the SDK's own client against
+"""The MCP server over streamable HTTP at /mcp/, driven by the SDK's own client against
 the live server: authoring piece by piece, a one-byte fork, a world whose turn a real worker
 commits, the API's errors and rights."""
 
@@ -261,6 +261,15 @@ def test_without_a_valid_token_the_endpoint_answers_401(
     assert anonymous.json()["error"]["code"] == "not_authenticated"
     assert wrong.status_code == 401
     assert wrong.json()["error"]["code"] == "not_authenticated"
+    # A Bearer challenge that names the error and says how to send the token, so that an MCP
+    # client does not take the 401 for "go and find an OAuth server".
+    for refused in (anonymous, wrong):
+        challenge = refused.headers["WWW-Authenticate"]
+        assert challenge.startswith("Bearer ")
+        assert 'realm="chukwa"' in challenge
+        assert 'error="invalid_token"' in challenge
+        assert "Authorization: Bearer <API token>" in challenge
+        assert refused.headers["Content-Type"].startswith("application/json")
     assert good.status_code == 200
     assert good.json()["result"]["serverInfo"]["name"] == "chukwa"
     # Stateless: no SSE stream to open and no session to end.
@@ -307,3 +316,39 @@ def test_the_sdk_high_level_client_connects_and_calls(
     names, missing = anyio.run(run)
     assert SPEC_TOOLS <= names
     assert missing["error"]["code"] == "component_not_found"
+
+
+OAUTH_PATHS = (
+    "/.well-known/oauth-authorization-server",
+    "/.well-known/oauth-authorization-server/mcp",
+    "/.well-known/oauth-protected-resource",
+    "/.well-known/oauth-protected-resource/mcp/",
+    "/.well-known/openid-configuration",
+    "/.well-known/openid-configuration/mcp",
+    "/mcp/.well-known/openid-configuration",
+    "/register",
+)
+
+
+def test_oauth_discovery_paths_answer_the_api_json_404(live_server: Any) -> None:
+    """What MCP clients probe before (or after a 401) to find an OAuth server: Chukwa has
+    none, and each answer says so in the API's error shape, never with the HTML 404 page."""
+    with httpx.Client(timeout=30) as client:
+        answers = {path: client.get(live_server.url + path) for path in OAUTH_PATHS}
+        registered = client.post(
+            live_server.url + "/register", json={"redirect_uris": ["http://localhost:1/cb"]}
+        )
+    for path, response in [*answers.items(), ("POST /register", registered)]:
+        assert response.status_code == 404, path
+        assert response.headers["Content-Type"] == "application/json", path
+        body = response.json()
+        assert set(body) == {"error"}, path
+        assert set(body["error"]) == {"code", "message", "details"}, path
+        assert body["error"]["code"] == "oauth_not_supported", path
+        assert "Authorization: Bearer <API token>" in body["error"]["message"], path
+        assert body["error"]["details"]["field"] == "path", path
+    # Other well-known paths are not claimed by this rule.
+    with httpx.Client(timeout=30) as client:
+        other = client.get(live_server.url + "/.well-known/security.txt")
+    assert other.status_code == 404
+    assert not other.headers["Content-Type"].startswith("application/json")

@@ -1,4 +1,4 @@
-"""The MCP server over stdio (SPEC §9): ``manage.py mcp_stdio`` as a subprocess, driven by the
+"""The MCP server over stdio: ``manage.py mcp_stdio`` as a subprocess, driven by the
 SDK's own stdio client the way a desktop MCP client launches it, with the API token in
 CHUKWA_MCP_TOKEN."""
 
@@ -12,6 +12,7 @@ from typing import IO, Any
 
 import anyio
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 from mcp.client.session import ClientSession
@@ -35,15 +36,21 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PROJECT = Path(__file__).resolve().parents[2]
 
 
+def _database_url(name: str) -> str:
+    db = connection.settings_dict
+    return f"postgresql://{db['USER']}@/{name}?host={db['HOST']}&port={db['PORT']}"
+
+
 def _env(token: str | None) -> dict[str, str]:
-    """What the command needs: the project's variables (pointed at the test database) and the
-    token; nothing on the command line."""
+    """What the command needs: the project's variables, the deployment's DATABASE_URL (here
+    the test database) and REDIS_URL, and the token; nothing on the command line."""
     env = {
         k: v
         for k, v in os.environ.items()
         if k.startswith(("CHUKWA_", "DJANGO_")) or k in ("DATABASE_URL", "REDIS_URL")
     }
-    env["CHUKWA_DB_NAME"] = connection.settings_dict["NAME"]
+    env["DATABASE_URL"] = _database_url(connection.settings_dict["NAME"])
+    env["REDIS_URL"] = settings.REDIS_URL
     env.pop("CHUKWA_MCP_TOKEN", None)
     if token is not None:
         env["CHUKWA_MCP_TOKEN"] = token
@@ -147,3 +154,72 @@ def _without_token() -> dict[str, str]:
     env = {**os.environ, **_env(None)}
     env.pop("CHUKWA_MCP_TOKEN", None)
     return env
+
+
+@pytest.mark.parametrize(
+    "missing", [("DATABASE_URL",), ("REDIS_URL",), ("DATABASE_URL", "REDIS_URL")]
+)
+def test_without_the_deployment_settings_the_command_fails_in_one_line_and_starts_nothing(
+    missing: tuple[str, ...], tmp_path: Path
+) -> None:
+    """A client that launches ``mcp_stdio`` without the deployment's settings gets one line,
+    and no embedded server is started beside the deployment's (an empty data folder stays
+    empty)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    env = {**os.environ, **_env("any-token"), "CHUKWA_DATA_DIR": str(data)}
+    for name in missing:
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "mcp_stdio"],
+        cwd=PROJECT,
+        env=env,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("manage.py mcp_stdio: ")
+    for name in missing:
+        assert name in line
+    assert "Traceback" not in done.stderr
+    assert list(data.iterdir()) == []
+
+
+def test_a_database_without_chukwas_tables_is_one_line_too(tmp_path: Path) -> None:
+    """DATABASE_URL set, but to a database that is not the deployment's (no tables)."""
+    name = f"chukwa_empty_{os.getpid()}"
+    with connection.cursor() as cursor:
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    try:
+        data = tmp_path / "data"
+        data.mkdir()
+        env = {
+            **os.environ,
+            **_env("any-token"),
+            "DATABASE_URL": _database_url(name),
+            "CHUKWA_DATA_DIR": str(data),
+        }
+        done = subprocess.run(
+            [sys.executable, "manage.py", "mcp_stdio"],
+            cwd=PROJECT,
+            env=env,
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "DATABASE_URL" in lines[0] and "CHUKWA_MCP_TOKEN" in lines[0]
+    assert "any-token" not in done.stderr
+    # Only the secret key file (the settings create it); no embedded server was started.
+    assert {p.name for p in data.iterdir()} <= {"secret_key"}

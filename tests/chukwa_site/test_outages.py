@@ -1,4 +1,4 @@
-"""Database outages answer 503 `unavailable` (SPEC §9): API reads and writes, pages, and
+"""Database outages answer 503 `unavailable`: API reads and writes, pages, and
 failures inside a middleware; never a 500, a traceback or a secret; nothing half-written; the
 process recovers by itself once the database is back.
 

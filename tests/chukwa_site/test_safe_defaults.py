@@ -1,4 +1,4 @@
-"""Safe by default (SPEC §11): debug off, a generated secret key kept in the data folder,
+"""Safe by default: debug off, a generated secret key kept in the data folder,
 loopback hosts, sign-in throttled after repeated failures, health detail for signed-in users."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The sign-in throttle's counters (SPEC §11; surfaces/signin_throttle.py): failures racing each
+"""The sign-in throttle's counters (surfaces/signin_throttle.py): failures racing each
 other are all counted, ended windows start again and are pruned, and an API request with a token
 checks the throttle in the same statement as the token; password attempts racing each other
 never get more guesses than the limit."""

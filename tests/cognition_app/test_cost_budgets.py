@@ -1,4 +1,4 @@
-"""Cost of every LLM call and world budgets (SPEC §7, §12), through the scripted LLM server.
+"""Cost of every LLM call and world budgets, through the scripted LLM server.
 
 Cost = usage * the price in force (exact Decimal); no price → null, "unknown", never 0;
 estimated usage → cost marked estimated. A call that could exceed the world's budget is never

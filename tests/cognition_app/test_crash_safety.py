@@ -1,4 +1,4 @@
-"""A worker killed while a streamed generation is in flight (SPEC §7): the invocation and LLM
+"""A worker killed while a streamed generation is in flight: the invocation and LLM
 call rows are already there with the partial text, the reaper marks them interrupted, and the
 world does not advance."""
 

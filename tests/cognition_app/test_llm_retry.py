@@ -1,4 +1,4 @@
-"""The model-content retry lane and the failures that are not model content (SPEC §4, §5, §7;
+"""The model-content retry lane and the failures that are not model content (
 seed 003 Part B: retry with corrective feedback).
 
 Rejected generations (non-JSON, schema-invalid, unknown tool, bad arguments, a patch the kernel
@@ -213,7 +213,7 @@ def test_rejected_generation_is_marked_invalid(
     bad: str | dict[str, Any],
     complaint_parts: list[str],
 ) -> None:
-    """Every rejected generation's judgement is ``invalid`` (SPEC §7: model output kind is
+    """Every rejected generation's judgement is ``invalid`` (model output kind is
     tool_call | final_patch | text | invalid), whatever shape the rejected text had."""
     create_world(scenario, "invalid-kind")
     scripted_llm.script(dumps(bad), BOB_OK if scenario == "park" else ANT_OK)
@@ -483,7 +483,7 @@ def test_failing_tool_source_fails_the_attempt_after_staged_patches(
 def test_attempt_failed_event_links_the_failing_invocation(
     scripted_llm: ScriptedLLM, toy_sources: str
 ) -> None:
-    """SPEC §6: events are linked to their source invocation where applicable; the failure of
+    """Events are linked to their source invocation where applicable; the failure of
     an attempt caused by one source call should land a reviewer on that call."""
     body = fixture_body("park")
     workflow_of(body, "walker")["ambient_sources"][0]["source_ref"]["inline"]["interface"][

@@ -1,4 +1,4 @@
-"""``mcp_tool`` sources end to end (SPEC §5, §10): the park_mcp fixture, whose Bob may flip the
+"""``mcp_tool`` sources end to end: the park_mcp fixture, whose Bob may flip the
 park lamp through the toy MCP server (cognition_app.toy_mcp), run in-process against the scripted
 LLM server over real HTTP; the call is traced, validated, fed back and replayed like an
 ``http_json`` tool, and fails like one."""

@@ -1,4 +1,4 @@
-"""The price table through the API (SPEC §12): operators add rows, everyone reads them, the
+"""The price table through the API: operators add rows, everyone reads them, the
 history stays."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The park scenario end to end, in-process (seed 002 phase I; SPEC §4, §6, §7, §10).
+"""The park scenario end to end, in-process (seed 002 phase I).
 
 Every turn runs through ``turn_attempt_run`` against the real toy HTTP sources and a scripted
 OpenAI-compatible server over real HTTP. Agents run in id order: the ant (rule policy, no LLM)
@@ -602,7 +602,7 @@ def test_llm_calls_are_streamed_redacted_measured_and_probed_once(
 def test_llm_generation_records_http_status_and_response_headers(
     scripted_llm: ScriptedLLM, toy_sources: str
 ) -> None:
-    """SPEC §7 lists response headers and HTTP status among an invocation's fields; the LLM
+    """The specification lists response headers and HTTP status among an invocation's fields; the LLM
     generation is an invocation like any other (the provider's request id is what a reviewer
     needs to chase a call with the provider)."""
     create_world("park", "llm-status")

@@ -1,4 +1,4 @@
-"""Replay (SPEC §7 request keys, §12 replay), end to end in-process through the scripted LLM server
+"""Replay (request keys, replay), end to end in-process through the scripted LLM server
 and the toy sources: strict replays send nothing and reproduce every turn, a one-prompt fork
 re-runs live only the calls whose requests changed, misses fail loudly, and the k-th use of a
 request key gets the k-th recording."""

@@ -1,4 +1,4 @@
-"""A request key (SPEC §7) is sha256 of the canonical JSON of the source hash and the request; a
+"""A request key is sha256 of the canonical JSON of the source hash and the request; a
 generation hashes the very bytes it sends (``request_key_of``), and other calls hash their request
 (``request_key``): both give that key, whatever the request holds."""
 

@@ -1,4 +1,4 @@
-"""The rule_policy node (SPEC §8): deterministic, LLM-free cognition. Pure: no database.
+"""The rule_policy node: deterministic, LLM-free cognition. Pure: no database.
 
 Evaluation is checked on a hand-built world; validation through the store's workflow validator
 (``validate_workflow``), where the rule policy registers itself as a node type.

@@ -1,5 +1,5 @@
 """A rule policy's planned tool call: made through the source layer, traced like a
-model-elected call, its result available to the rule's effect templates (SPEC §8)."""
+model-elected call, its result available to the rule's effect templates."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A secret canary (SPEC §5: secrets never appear in traces, pages, errors or logs).
+"""A secret canary (secrets never appear in traces, pages, errors or logs).
 
 The LLM key is set to a recognisable value; turns run against ordinary and hostile sources — a
 model that echoes the key into its reply (whole and split across stream chunks), into an error

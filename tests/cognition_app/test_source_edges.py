@@ -1,4 +1,4 @@
-"""Source edges at run time (SPEC §5, §7): URL variables that are not URLs, the traced and
+"""Source edges at run time: URL variables that are not URLs, the traced and
 expiring conformance check, model output that parses but cannot be stored, hostile bodies and
 streams — every trace row finished, every failure naming a variable and never its value."""
 

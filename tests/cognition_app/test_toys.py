@@ -1,4 +1,4 @@
-"""The toy HTTP JSON sources of the park scenario (SPEC §10), over real HTTP. No database."""
+"""The toy HTTP JSON sources of the park scenario, over real HTTP. No database."""
 
 from __future__ import annotations
 

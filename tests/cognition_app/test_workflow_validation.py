@@ -1,4 +1,4 @@
-"""Workflow validation (SPEC §4) with a hand-built lookup. Pure: no database, no sources."""
+"""Workflow validation with a hand-built lookup. Pure: no database, no sources."""
 
 from __future__ import annotations
 
@@ -553,7 +553,7 @@ def test_a_tool_may_name_an_mcp_tool_source() -> None:
 
 
 def test_an_ambient_source_may_not_name_an_mcp_tool_source() -> None:
-    # An mcp_tool's arguments are what the model or a rule plan gives (SPEC §5); ambient
+    # An mcp_tool's arguments are what the model or a rule plan gives; ambient
     # sources stay http_json.
     workflow = ambient_workflow()
     workflow["ambient_sources"][0]["source_ref"] = ref(MCP_LAMP)
@@ -608,7 +608,7 @@ def test_unknown_reference_kind_deep_inside_a_tool() -> None:
 
 def test_ref_named_keys_inside_a_request_template_are_data() -> None:
     # BUG (workflow_validation.iter_refs, also _store.Resolver._resolve_inline_refs and
-    # put_workflow): a request_template is arbitrary JSON sent to the source (SPEC §4), but
+    # put_workflow): a request_template is arbitrary JSON sent to the source, but
     # iter_refs walks into it and treats any "*_ref" key as a component reference. So a body
     # field like "order_ref" is rejected as unknown_reference_kind, and a body field named
     # "source_ref" is accepted here but then makes put_workflow build a WorkflowComponentRef
@@ -777,7 +777,7 @@ def test_invalid_max_generation_attempts(value: object) -> None:
 def test_missing_budget_is_rejected_with_its_rule_code(
     workflow_factory: Callable[[], dict[str, Any]], index: int, key: str, code: str
 ) -> None:
-    # DISCREPANCY (workflow_validation._validate_llm_node): SPEC §4 states one rule per budget
+    # DISCREPANCY (workflow_validation._validate_llm_node): the specification states one rule per budget
     # ("max_generation_attempts present and 1…10", "max_tool_calls present and 0…16"), but a
     # missing budget is caught first by check_keys and reported as "invalid_node"; only a
     # present, out-of-range value gets the budget's own code.

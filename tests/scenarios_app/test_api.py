@@ -1,4 +1,4 @@
-"""The scenario store's REST API end to end through the client (SPEC §9).
+"""The scenario store's REST API end to end through the client.
 
 Bad input must never be a 500: every rejection is a 4xx with {"error": {"code", "message",
 "details"}} and writes no row anywhere in the store.

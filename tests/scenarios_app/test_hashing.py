@@ -1,4 +1,4 @@
-"""Canonical hashing (SPEC §2, §3): RFC 8785 for JSON, UTF-8 bytes for text. Pure."""
+"""Canonical hashing: RFC 8785 for JSON, UTF-8 bytes for text. Pure."""
 
 from __future__ import annotations
 

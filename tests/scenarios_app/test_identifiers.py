@@ -1,4 +1,4 @@
-"""Identifier grammars and authoring-input normalization (SPEC §1, seed 003 Part A). Pure."""
+"""Identifier grammars and authoring-input normalization (seed 003 Part A). Pure."""
 
 from __future__ import annotations
 
@@ -280,7 +280,7 @@ def test_invalid_hashes(value: object) -> None:
     assert not is_hash(value)
 
 
-# --- environment variable names (SPEC §5) ----------------------------------------------------
+# --- environment variable names ----------------------------------------------------
 
 
 @pytest.mark.parametrize(

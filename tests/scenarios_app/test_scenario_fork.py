@@ -1,4 +1,4 @@
-"""Scenario forks, called directly (SPEC §3): bindings changed, parents recorded, touched components
+"""Scenario forks, called directly: bindings changed, parents recorded, touched components
 listed; rows counted before and after."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scenario store selectors, called directly (SPEC §2, §3): lists, filters, pages, query counts."""
+"""Scenario store selectors, called directly: lists, filters, pages, query counts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scenario store services and selectors, called directly (SPEC §2, §3; seed 001's smoke).
+"""Scenario store services and selectors, called directly (seed 001's smoke).
 
 Every write test counts the rows of every store table before and after, so "writes nothing" and
 "exactly one new row" are checked against the database, not against the services' own reports.

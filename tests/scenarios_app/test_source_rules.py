@@ -1,4 +1,4 @@
-"""Source security at put (SPEC §5): variables by role and bound keys, http_json paths, mcp_tool
+"""Source security at put: variables by role and bound keys, http_json paths, mcp_tool
 fields, LLM params, self-contained JSON Schemas, and validators that never retrieve anything."""
 
 from __future__ import annotations
@@ -352,7 +352,7 @@ def test_sampling_params_are_accepted() -> None:
     )
 
 
-# --- max_concurrency (SPEC §4) ----------------------------------------------------------------
+# --- max_concurrency ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("limit", [1, 4, 256])

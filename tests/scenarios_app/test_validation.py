@@ -1,4 +1,4 @@
-"""Component content validators and scenario rules (SPEC §2, §3, §5). Pure: no database."""
+"""Component content validators and scenario rules. Pure: no database."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The kernel's WorldPatch JSON Schema (SPEC §6). Pure: no database."""
+"""The kernel's WorldPatch JSON Schema. Pure: no database."""
 
 from __future__ import annotations
 

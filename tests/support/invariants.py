@@ -1,4 +1,4 @@
-"""Invariants of worlds, turns and attempts (SPEC §6, §7), checked over the whole database.
+"""Invariants of worlds, turns and attempts, checked over the whole database.
 
 Used by the fault-injection test and by ``bench/fault_injection.py`` after workers were killed
 and PostgreSQL and Redis restarted: whatever happened, the database must still tell one
@@ -212,7 +212,7 @@ def _attempts_of(world: World) -> list[Violation]:
 
 
 def _batches(world: World, attempts: list[dict[str, Any]]) -> list[Violation]:
-    """After a failed or interrupted attempt, nothing later in its batch ran (SPEC §6)."""
+    """After a failed or interrupted attempt, nothing later in its batch ran."""
     out: list[Violation] = []
     by_batch: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for a in attempts:

@@ -13,7 +13,7 @@ from mcp_types import CallToolResult
 
 from scenarios_app.fixture_files import load_fixture
 
-# The tools SPEC §9 names (the index operations come on top where the API has them).
+# The tools the specification names (the index operations come on top where the API has them).
 SPEC_TOOLS = {
     *(
         f"{kind}_{op}"

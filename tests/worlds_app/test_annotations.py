@@ -1,4 +1,4 @@
-"""Annotations end to end through the API (SPEC §12): any signed-in user scores an attempt, a
+"""Annotations end to end through the API: any signed-in user scores an attempt, a
 turn or an LLM call; the author or an operator changes or deletes it; anonymous callers cannot."""
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def turn_target(number: int = 1) -> dict[str, Any]:
 def test_a_reader_annotates_and_the_round_trip_holds(
     reader_client: APIClient, reader_user: User, attempt: TurnAttempt, llm_call: LlmCall
 ) -> None:
-    # A reviewer, not an operator: other writes are refused, annotations are not (SPEC §12).
+    # A reviewer, not an operator: other writes are refused, annotations are not.
     assert not is_operator(reader_user)
     refused = reader_client.post("/api/worlds/plate/turns/", {}, format="json")
     assert error_code(refused, 403) == "permission_denied"

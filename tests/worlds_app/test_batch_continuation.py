@@ -1,5 +1,5 @@
 """The next turn of a batch claimed by the task that committed the previous one, in the commit's
-transaction (no broker round trip, no gap), within SPEC §6: each attempt is claimed like any
+transaction (no broker round trip, no gap), within the rules: each attempt is claimed like any
 other (its own lease and attempt_started event), and one the task claimed but never ran is
 interrupted by the reaper like any attempt of a dead worker."""
 

@@ -1,4 +1,4 @@
-"""World budgets through the API (SPEC §6, §12): set at creation, changed later, history kept."""
+"""World budgets through the API: set at creation, changed later, history kept."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Simulation time stays inside the calendar (SPEC §6): a start time must leave room for one
+"""Simulation time stays inside the calendar: a start time must leave room for one
 turn, and a turn that would pass 9999-12-31 fails its attempt cleanly."""
 
 from __future__ import annotations

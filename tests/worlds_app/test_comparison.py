@@ -1,4 +1,4 @@
-"""Two worlds side by side (SPEC §12 "Comparison"): the API, the page and the selector.
+"""Two worlds side by side : the API, the page and the selector.
 
 The worlds are rule-policy worlds (no model), one from ``ant_on_plate_rules`` and one from a fork
 of it that changes one entity's state, so they differ from turn 0 in that entity only — and then

@@ -1,4 +1,4 @@
-"""The `concurrent` execution mode (SPEC §4) and events written as they happen (SPEC §6), through
+"""The `concurrent` execution mode and events written as they happen, through
 a real Celery worker and the scripted LLM server.
 
 Subjects of a concurrent phase send their requests in any order, so the scripted server answers

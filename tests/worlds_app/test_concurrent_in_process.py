@@ -1,4 +1,4 @@
-"""The `concurrent` execution mode in-process (SPEC §4, §12): rule policies, budgets counting
+"""The `concurrent` execution mode in-process: rule policies, budgets counting
 calls in flight, and the concurrent park fixture with its tools. Transactional: the subjects'
 threads open their own database connections, which see only committed rows."""
 

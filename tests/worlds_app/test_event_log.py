@@ -1,5 +1,5 @@
 """The event log writes an attempt's pending events with the rows a source call opens, in one
-round trip (SPEC §6: events readable as they happen, before the call's own row), and only
+round trip (events readable as they happen, before the call's own row), and only
 while the attempt still runs under its worker's lease: once it is lost, nothing of the call is
 written (the call is not sent)."""
 

@@ -1,4 +1,4 @@
-"""The index pages' queries use indexes (SPEC §9): on a few thousand attempts and LLM calls, the
+"""The index pages' queries use indexes: on a few thousand attempts and LLM calls, the
 attempt index, the LLM-call index, their APIs and the home page read the newest rows through
 the indexes of worlds_app 0009 / cognition_app 0006 instead of sorting whole tables.
 

@@ -1,4 +1,4 @@
-"""The cross-world indexes of SPEC §9 (``GET /api/attempts/``, ``GET /api/llm-calls/``) and a
+"""The cross-world indexes (``GET /api/attempts/``, ``GET /api/llm-calls/``) and a
 world's paged turn list (``GET /api/worlds/<slug>/turns/``): filters, paging, the 400 that
 names a bad filter, and query counts that do not grow with the page."""
 

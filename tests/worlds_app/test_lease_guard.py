@@ -1,5 +1,5 @@
-"""A source call opens its rows only while its attempt still runs under the worker's lease
-(SPEC §6, §7): once the reaper has interrupted the attempt — the worker stalled past its lease,
+"""A source call opens its rows only while its attempt still runs under the worker's lease:
+once the reaper has interrupted the attempt — the worker stalled past its lease,
 say — the next call of the turn is neither opened nor sent, so no row of an interrupted attempt
 can be left ``running`` and nothing more is spent on it."""
 

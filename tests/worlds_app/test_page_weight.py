@@ -1,4 +1,4 @@
-"""Pages that scale (SPEC §9): a 120-turn world page and the provenance page of an agent with 120
+"""Pages that scale: a 120-turn world page and the provenance page of an agent with 120
 memory appends stay under a fixed size, and their query counts do not grow with the history.
 
 Bounds (stated here, asserted below): the world page ≤ 40 KB and the provenance page ≤ 60 KB at

@@ -1,4 +1,4 @@
-"""WorldPatch validation and application against a hand-built working world (SPEC §1, §6).
+"""WorldPatch validation and application against a hand-built working world.
 
 Pure: no database. Model output is never normalized, so every near miss is a rejection whose
 message a model can act on: it names the offending value and lists what would have been valid.

@@ -1,4 +1,4 @@
-"""A queued attempt always runs (SPEC §6): the periodic re-drive re-sends the next attempt of
+"""A queued attempt always runs: the periodic re-drive re-sends the next attempt of
 every world left with queued attempts and nothing running, on the real Redis; the kick after
 commit never fails a request when Redis is down."""
 

@@ -124,7 +124,7 @@ def test_annotations_in_place(
     panel = reader.get(url, HTTP_HX_REQUEST="true").content.decode()
     assert panel.startswith('<section class="card annotations" id="annotations-turn-calm-1"')
     assert "None yet." in panel
-    # any signed-in reviewer annotates (SPEC §12); HTMX gets the panel back with the row
+    # any signed-in reviewer annotates; HTMX gets the panel back with the row
     response = reader.post(
         url, {"name": "plausibility", "value": "4", "comment": "fine"}, HTTP_HX_REQUEST="true"
     )

@@ -1,4 +1,4 @@
-"""The claim and the turn commit as few round trips (SPEC §6): a claim is one statement that also
+"""The claim and the turn commit as few round trips: a claim is one statement that also
 reads the world, the budget in force and turn N-1; a commit is one multi-statement query (one
 transaction) whose checks — the lease, the world's turn — refuse the whole of it; a big commit
 sends its rows by COPY in the same transaction."""

@@ -1,4 +1,4 @@
-"""Turn attempts through a real Celery worker and Redis (SPEC §6 must-shows)."""
+"""Turn attempts through a real Celery worker and Redis."""
 
 from __future__ import annotations
 

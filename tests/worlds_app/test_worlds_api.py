@@ -1,4 +1,4 @@
-"""The worlds REST API end to end through the client (SPEC §6, §9).
+"""The worlds REST API end to end through the client.
 
 Bad input is never a 500: every rejection is a 4xx with {"error": {"code", "message",
 "details"}} and writes no world, turn or attempt row.

@@ -1,4 +1,4 @@
-"""World creation and deletion, and turn attempts run in-process (SPEC §6, §8).
+"""World creation and deletion, and turn attempts run in-process.
 
 Attempts are run by calling ``turn_attempt_run`` directly (no worker): enqueue, then run each
 attempt id in order. The tests run inside a transaction, so the enqueue's on-commit kick to the
@@ -442,7 +442,7 @@ def test_a_failed_attempt_commits_nothing_and_cancels_the_rest_of_its_batch(
 
 
 def test_ambient_sources_are_never_silently_skipped() -> None:
-    # SPEC §4: ambient sources run because the workflow says so, and a failed call fails the
+    # Ambient sources run because the workflow says so, and a failed call fails the
     # attempt before commit. This kernel has no source layer yet (it fails LLM nodes loudly),
     # but it ignores ambient_sources altogether: the rule policy runs with an empty ambient
     # tree, the ambient condition is silently false, and the turn commits.

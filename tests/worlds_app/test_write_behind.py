@@ -1,6 +1,6 @@
 """Finishing a call's rows on the writer thread (cognition_app/sources/write_behind.py): the
 subject does not wait for the round trip, the commit and the failure do, and a finishing write
-the database refuses fails the attempt with every row it opened finished (SPEC §7).
+the database refuses fails the attempt with every row it opened finished.
 
 Transactional: the writer thread writes on its own connection, which sees only committed rows
 (inside a test's transaction the rows are written in it, at once)."""

@@ -1,4 +1,4 @@
-"""Writes for annotations: a reviewer's named score on an attempt, a turn or an LLM call (SPEC §12).
+"""Writes for annotations: a reviewer's named score on an attempt, a turn or an LLM call.
 
 Value kinds: an annotation's value is a number, a label or a boolean, and a name's values share
 one kind — the kind of the name's existing annotations (so the first one fixes it). Filters and

@@ -1,4 +1,4 @@
-"""Turn attempts: enqueue, claim, run, commit or fail, reap (SPEC §6).
+"""Turn attempts: enqueue, claim, run, commit or fail, reap.
 
 Ordering: attempts of a world carry a per-world ``seq`` assigned under the world row lock, and
 only the lowest queued ``seq`` may be claimed while no attempt of the world is running (a partial
@@ -261,7 +261,7 @@ def turn_attempt_run(*, attempt_id: str, owner: str, continue_for: float = 0) ->
     batch for this call, in the commit's transaction (a conditional UPDATE and a lease, like any
     claim), and this call runs it — no broker round trip, no gap between the turns. No kick is
     sent for an attempt claimed that way; should this process die before it ends, its lease
-    expires and the reaper interrupts it as any attempt of a dead worker (SPEC §6). The bound
+    expires and the reaper interrupts it as any attempt of a dead worker. The bound
     keeps every attempt well inside the task's time limits. One heartbeat thread keeps the lease
     of whichever attempt runs. The status returned is the first attempt's."""
     continue_until = time.monotonic() + continue_for

@@ -1,4 +1,4 @@
-"""A world's budget (SPEC §12): checked, set at creation, changed later with its history kept."""
+"""A world's budget: checked, set at creation, changed later with its history kept."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Claiming a turn attempt (queued → running, with a lease) and keeping its lease (SPEC §6).
+"""Claiming a turn attempt (queued → running, with a lease) and keeping its lease.
 
 A claim is one statement, one round trip: under the world's row lock, the attempt becomes
 running if it is queued, the world's next (no queued attempt of the world before it) and nothing

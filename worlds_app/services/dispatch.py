@@ -1,5 +1,5 @@
 """Handing queued turn attempts to workers: the kick after a commit and the periodic re-drive
-(SPEC §6 "a queued attempt always runs").
+("a queued attempt always runs").
 
 The database is the queue of record; a broker message is only a wake-up call. A kick that
 cannot be sent is logged, and the re-drive (run by the periodic reaper task) sends the next
@@ -93,7 +93,7 @@ def _dispatch(*, attempt_id: str, world_slug: str) -> bool:
 
 
 def export_on_commit(attempt_id: UUID) -> None:
-    """After commit, ask the control queue to export the finished attempt's trace (SPEC §9).
+    """After commit, ask the control queue to export the finished attempt's trace.
 
     Nothing at all happens while export is off. A message the broker cannot take is a trace
     lost, logged, never an error for the attempt that just ended."""
@@ -125,7 +125,7 @@ def export_on_commit(attempt_id: UUID) -> None:
 
 def turn_attempt_redrive(*, limit: int | None = None) -> list[str]:
     """Re-send the task of every world's next attempt when the world has queued attempts and
-    none running (SPEC §6 "a queued attempt always runs").
+    none running ("a queued attempt always runs").
 
     A dispatch can be lost in many ways: a worker killed after taking the message, the
     database down during the claim, Redis restarted without its queue, an enqueue while the

@@ -1,4 +1,4 @@
-"""An attempt's events, written as they happen (SPEC §6).
+"""An attempt's events, written as they happen.
 
 Each event gets its sequence number when it happens and is written soon after, readable while
 the attempt runs: by the thread it happened on, in small batches — at once when the last write
@@ -76,7 +76,7 @@ def _opening(
 
     Committed durably, unlike the other trace writes (``synchronous_commit`` stays on): the
     call's request goes out once this returns, so a crash of PostgreSQL itself must not take
-    these rows back (SPEC §7: written before any byte is sent). Asynchronous, an immediate stop
+    these rows back (written before any byte is sent). Asynchronous, an immediate stop
     right after an opening lost it while its request had gone out (``bench/fault_injection.py``:
     2 of 4 model requests with no row)."""
     last = statements[-1][0] if statements else ""

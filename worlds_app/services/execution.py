@@ -1,4 +1,4 @@
-"""Executing one turn attempt against its working world (SPEC §4, §6).
+"""Executing one turn attempt against its working world.
 
 Once-per-turn ambient sources; then phase 1, every subject whose workflow is ``concurrent``
 thinking at the same time on the turn-start world, their patches applied afterwards in
@@ -96,7 +96,7 @@ def _workflow_for(world: World, subject: dict[str, Any]) -> tuple[dict[str, Any]
 
 
 def _replay_for(world: World) -> Replay | None:
-    """The world's replay source (SPEC §12), as the recordings and earlier uses that count:
+    """The world's replay source, as the recordings and earlier uses that count:
     both from committed attempts only, so the replay follows the committed history and a failed
     attempt's retry reuses what the failed attempt used."""
     if world.replay_from is None:

@@ -1,4 +1,4 @@
-"""Running a turn's `concurrent` subjects at the same time (SPEC §4, phase 1): on at most
+"""Running a turn's `concurrent` subjects at the same time (phase 1): on at most
 ``CHUKWA_MAX_CONCURRENT_SUBJECTS`` threads, stopped together when one fails.
 
 Threads, because a subject spends its time waiting on sync HTTP (the source calls). They belong

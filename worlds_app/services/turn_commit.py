@@ -1,4 +1,4 @@
-"""Committing a turn (SPEC §6): turn N's snapshot, the attempt's last events (the outcome
+"""Committing a turn: turn N's snapshot, the attempt's last events (the outcome
 ``turn_committed`` among them), its transitions and the attempt committed, in one transaction.
 
 The transaction is one batch (``cognition_app.rows.send_batch``: a pipeline, or one

@@ -81,7 +81,7 @@ def scenario_snapshot(scenario_hash: str) -> dict[str, Any]:
 
 
 def _parse_start_time(value: Any) -> datetime:
-    """An ISO 8601 instant with an offset, in UTC (SPEC §6)."""
+    """An ISO 8601 instant with an offset, in UTC."""
     if value is None:
         return datetime.now(UTC)
     shown = repr(value) if not isinstance(value, str) or len(value) <= 64 else f"{value[:64]!r}…"
@@ -109,7 +109,7 @@ def _check_room_to_run(start: datetime, chronon_seconds: int) -> None:
 
 
 class ReplayFromInput(TypedDict):
-    """Replay (SPEC §12): the world whose recordings serve this one's calls, and the mode."""
+    """Replay: the world whose recordings serve this one's calls, and the mode."""
 
     world: str
     mode: str  # replay_then_live | replay_strict
