@@ -8,12 +8,14 @@ read only for the page of turns asked for (one query, streamed in turn order).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any, TypedDict
 
 from chukwa_core.errors import NotFoundError
+from cognition_app.models import InvocationKind, SourceInvocation
 from scenarios_app.selectors import parse_paging
-from worlds_app.models import Turn, World
+from worlds_app.models import AttemptStatus, Turn, World
 from worlds_app.selectors import require_slug
 
 # Values longer than this are cut (and marked ``truncated``): a page of hundreds of turns with
@@ -42,13 +44,21 @@ class EnvironmentDiff(ValueDiff):
     label: str
 
 
+class ToolCallDiff(TypedDict):
+    # each side's tool calls in the order they were made: "subject: tool {arguments}"
+    left: list[str]
+    right: list[str]
+    differ: bool
+
+
 class TurnComparison(TypedDict):
     number: int
-    identical: bool
+    identical: bool  # the states (tool calls may differ where states do not)
     left_state_hash: str
     right_state_hash: str
     entities: list[EntityDiff]
     environments: list[EnvironmentDiff]
+    tool_calls: ToolCallDiff
 
 
 class WorldComparison(TypedDict):
@@ -211,6 +221,29 @@ def _first_turn(owners: list[tuple[int, int]]) -> int:
     return owners[-1][1]
 
 
+def _tool_calls(pairs: dict[int, tuple[int, int]]) -> dict[tuple[int, int], list[str]]:
+    """(turn, world id) → the tool calls of the attempt that committed that turn, in order:
+    one query for a page of turns."""
+    owners = {world_id for pair in pairs.values() for world_id in pair}
+    calls: dict[tuple[int, int], list[str]] = {}
+    rows = (
+        SourceInvocation.objects.filter(
+            world_id__in=owners,
+            attempted_turn__in=list(pairs),
+            kind=InvocationKind.MODEL_ELECTED_TOOL,
+            attempt__status=AttemptStatus.COMMITTED,
+        )
+        .order_by("attempted_turn", "seq")
+        .values_list("attempted_turn", "world_id", "subject_id", "tool_name", "request")
+    )
+    for number, world_id, subject, tool, request in rows:
+        body = request if isinstance(request, dict) else {}
+        arguments = body.get("arguments", body.get("body"))
+        text = json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        calls.setdefault((number, world_id), []).append(f"{subject}: {tool} {text}")
+    return calls
+
+
 def _paired_states(
     pairs: dict[int, tuple[int, int]],
 ) -> Iterator[tuple[int, dict[str, Any], dict[str, Any]]]:
@@ -269,9 +302,12 @@ def world_compare(*, slug: str, other: str, params: Mapping[str, Any]) -> WorldC
     if differing:
         for number, a_state, b_state in _paired_states(differing):
             diffs[number] = (_entity_diffs(a_state, b_state), _environment_diffs(a_state, b_state))
+    tools = _tool_calls({n: pairs[n] for n in page})
     turns: list[TurnComparison] = []
     for number in page:
         entities, environments = diffs.get(number, ([], []))
+        left_calls = tools.get((number, pairs[number][0]), [])
+        right_calls = tools.get((number, pairs[number][1]), [])
         turns.append(
             {
                 "number": number,
@@ -280,6 +316,11 @@ def world_compare(*, slug: str, other: str, params: Mapping[str, Any]) -> WorldC
                 "right_state_hash": hashes[number][1],
                 "entities": entities,
                 "environments": environments,
+                "tool_calls": {
+                    "left": left_calls,
+                    "right": right_calls,
+                    "differ": left_calls != right_calls,
+                },
             }
         )
     longer = None

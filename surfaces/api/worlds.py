@@ -628,13 +628,23 @@ class EnvironmentDiffSerializer(ValueDiffSerializer):
         ref_name = "CompareEnvironmentDiff"
 
 
+class ToolCallDiffSerializer(serializers.Serializer):
+    left = serializers.ListField(child=serializers.CharField(), help_text="subject: tool {args}")
+    right = serializers.ListField(child=serializers.CharField())
+    differ = serializers.BooleanField()
+
+    class Meta:
+        ref_name = "CompareToolCalls"
+
+
 class TurnComparisonSerializer(serializers.Serializer):
     number = serializers.IntegerField()
-    identical = serializers.BooleanField()
+    identical = serializers.BooleanField(help_text="the states are equal")
     left_state_hash = HashOutField()
     right_state_hash = HashOutField()
     entities = EntityDiffSerializer(many=True)
     environments = EnvironmentDiffSerializer(many=True)
+    tool_calls = ToolCallDiffSerializer(help_text="each side's tool calls in that turn")
 
     class Meta:
         ref_name = "CompareTurn"

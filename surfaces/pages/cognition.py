@@ -8,6 +8,7 @@ pages too, although its stream "succeeded".
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db.models.fields.json import KeyTransform
@@ -208,6 +209,8 @@ def llm_call_page(request: HttpRequest, call_id: str) -> HttpResponse:
         "chunk_rows": chunks[:CHUNK_ROWS],
         "chunks_hidden": max(len(chunks) - CHUNK_ROWS, 0),
         "chunk_span_ms": last,
+        # a finished reply that is JSON reads pretty-printed (the raw text one click away)
+        "reply_pretty": "" if running else _pretty_json(data["raw_text"]),
     }
     response = respond(
         request,
@@ -218,3 +221,13 @@ def llm_call_page(request: HttpRequest, call_id: str) -> HttpResponse:
     )
     stop_polling_when(response, request, not running)
     return response
+
+
+def _pretty_json(text: str) -> str:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return ""
+    if not isinstance(value, dict | list):
+        return ""
+    return json.dumps(value, indent=2, ensure_ascii=False)

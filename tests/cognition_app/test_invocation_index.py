@@ -146,3 +146,37 @@ def test_the_llm_call_list_shows_a_preview_and_the_latency(
     assert row["latency_ms"] == round((call.ended_at - call.started_at).total_seconds() * 1000)
     page = client.get("/llm-calls/?world=plate").content.decode()
     assert "The ant walks east" in page  # the reply's beginning, readable in the list
+
+
+def test_the_comparison_lists_each_turns_tool_calls_and_whether_they_differ(
+    client: Client, reader_user: User, scripted_llm: ScriptedLLM, toy_sources: str
+) -> None:
+    from worlds_app.comparison import world_compare
+
+    create_world("park", "thirsty")
+    create_world("park", "hungry")
+    scripted_llm.script(
+        {
+            "kind": "tool_call",
+            "tool_call": {"name": "use_drinking_fountain", "arguments": {}},
+            "patch": None,
+        },
+        final("Bob drinks.", set_state("bob", "no longer thirsty"), remember("bob", "I drank.")),
+    )
+    assert run_turn("thirsty").status == "committed"
+    scripted_llm.script(
+        BUY_CANDY,
+        final("Bob buys candy.", set_state("bob", "holding candy"), remember("bob", "Candy.")),
+    )
+    assert run_turn("hungry").status == "committed"
+    comparison = world_compare(slug="thirsty", other="hungry", params={})
+    first = next(t for t in comparison["turns"] if t["number"] == 1)
+    assert first["tool_calls"] == {
+        "left": ["bob: use_drinking_fountain {}"],
+        "right": ['bob: buy_candy {"item":"candy_bar"}'],
+        "differ": True,
+    }
+    assert next(t for t in comparison["turns"] if t["number"] == 0)["tool_calls"]["differ"] is False
+    client.force_login(reader_user)
+    page = client.get("/worlds/thirsty/compare/hungry/").content.decode()
+    assert "use_drinking_fountain" in page and "buy_candy" in page and "Tool calls" in page

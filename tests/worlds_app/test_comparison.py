@@ -104,13 +104,14 @@ def test_compare_pages_over_turns(reader_client: APIClient, diverged: tuple[str,
 def test_compare_query_count_does_not_grow_with_turns(
     diverged: tuple[str, str], django_assert_max_num_queries: Any
 ) -> None:
-    # two worlds, the hashes, the page's states: whatever the number of turns.
-    with django_assert_max_num_queries(4):
+    # two worlds, the hashes, the page's states, the page's tool calls: whatever the number of
+    # turns.
+    with django_assert_max_num_queries(5):
         result = world_compare(slug="base", other="fork", params={})
     assert len(result["turns"]) == 3
     for _ in range(3):
         run_turn("base")
-    with django_assert_max_num_queries(4):
+    with django_assert_max_num_queries(5):
         assert len(world_compare(slug="base", other="fork", params={})["turns"]) == 4
 
 

@@ -60,17 +60,20 @@ def component_choices() -> dict[str, list[dict[str, str]]]:
 
 
 def workflow_choices() -> list[dict[str, Any]]:
-    """The newest stored workflows, each with its nodes and the profile labels that bind it."""
+    """The newest stored workflows, each with its nodes, the profile labels that bind it and the
+    scenarios that use it."""
     rows = list(
         CognitionWorkflow.objects.order_by("-created_at", "hash").values(
             "hash", "content", "created_at"
         )[:MAX_CHOICES]
     )
     labels: dict[str, set[str]] = {}
-    for workflow_hash, label in ScenarioCognitionProfile.objects.filter(
+    scenarios: dict[str, set[str]] = {}
+    for workflow_hash, label, scenario_slug in ScenarioCognitionProfile.objects.filter(
         profile__workflow_id__in=[r["hash"] for r in rows]
-    ).values_list("profile__workflow_id", "label"):
+    ).values_list("profile__workflow_id", "label", "scenario__scenario_slug"):
         labels.setdefault(workflow_hash, set()).add(label)
+        scenarios.setdefault(workflow_hash, set()).add(scenario_slug)
     choices = []
     for row in rows:
         content = row["content"] if isinstance(row["content"], dict) else {}
@@ -81,6 +84,9 @@ def workflow_choices() -> list[dict[str, Any]]:
                 "created_at": row["created_at"],
                 "nodes": " → ".join(f"{n.get('id')} ({n.get('type')})" for n in nodes),
                 "profiles": ", ".join(sorted(labels.get(row["hash"], ()))),
+                # workflows that differ by a prompt read alike by their nodes: the scenarios
+                # that use each one and its hash tell them apart
+                "scenarios": ", ".join(sorted(scenarios.get(row["hash"], ()))[:3]),
             }
         )
     return choices
