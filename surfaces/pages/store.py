@@ -11,6 +11,7 @@ from chukwa_core.errors import NotFoundError
 from chukwa_core.workflow_refs import REF_KINDS
 from scenarios_app import selectors
 from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind
+from surfaces.pages.authoring.review import MAX_DIFF_LINES, diff_rows, flatten, parent_content
 from surfaces.pages.layout import query_url
 from surfaces.pages.lineage_svg import lineage_svg
 from surfaces.pages.rendering import page, respond
@@ -191,6 +192,17 @@ def component_detail_page(request: HttpRequest, segment: str, hash: str) -> Http
     if kind == ComponentKind.COGNITION_WORKFLOW:
         workflow = _workflow_summary(component["content"])
         component["versions"] = selectors.workflow_versions(workflow_hash=hash)
+        parents = component["versions"]["derived_from"] if component["versions"] else []
+        if parents:
+            # what changed from the version it was derived from, word by word
+            rows = diff_rows(
+                flatten(parent_content(parents[0]["hash"])), flatten(component["content"])
+            )
+            component["diff_from_parent"] = {
+                "parent": parents[0]["hash"],
+                "rows": rows[:MAX_DIFF_LINES],
+                "truncated": len(rows) > MAX_DIFF_LINES,
+            }
     elif kind == ComponentKind.COGNITION_PROFILE:
         links["workflow"] = component_url(
             ComponentKind.COGNITION_WORKFLOW, component["workflow_hash"]

@@ -101,7 +101,10 @@ def test_review_shows_the_difference_and_writes_nothing(
     partial = operator.post(
         REVIEW, {"content": json.dumps(edited), "derived_from": parent}, **HTMX
     ).content.decode()
-    assert "Save this version" in partial and "Be bold." in partial
+    assert "Save this version" in partial
+    # the changed word is marked within its line
+    assert 'Be <mark class="w-del">brief.</mark>' in partial
+    assert 'Be <mark class="w-add">bold.</mark>' in partial
 
     same = operator.post(
         f"{REVIEW}?format=json", {"content": json.dumps(workflow), "derived_from": parent}

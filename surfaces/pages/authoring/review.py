@@ -17,6 +17,7 @@ from chukwa_core.ids import is_hash
 from scenarios_app.models import CognitionWorkflow
 from scenarios_app.services._store import Resolver
 from surfaces.pages.authoring.common import parse_content, rolled_back
+from surfaces.pages.word_diff import mark_words
 
 CONTEXT_LINES = 3
 MAX_DIFF_LINES = 2000
@@ -45,14 +46,15 @@ def flatten(value: Any, path: str = "") -> list[str]:
     return [f"{path or '/'} = {json.dumps(value, ensure_ascii=False)}"]
 
 
-def diff_rows(before: list[str], after: list[str]) -> list[dict[str, str]]:
-    rows = []
+def diff_rows(before: list[str], after: list[str]) -> list[dict[str, Any]]:
+    """The unified diff as rows, a line edited in place marked word by word."""
+    rows: list[dict[str, Any]] = []
     for line in difflib.unified_diff(before, after, n=CONTEXT_LINES, lineterm=""):
         if line.startswith(("---", "+++")):
             continue
         kind = {"@": "hunk", "+": "add", "-": "del"}.get(line[:1], "ctx")
         rows.append({"kind": kind, "text": line[1:] if kind != "hunk" else line})
-    return rows
+    return mark_words(rows)
 
 
 def parent_content(derived_from: str) -> Any:
