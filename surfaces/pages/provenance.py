@@ -11,6 +11,7 @@ from django.db.models.functions import Length, Substr
 from django.http import HttpRequest, HttpResponse
 
 from chukwa_core.errors import NotFoundError
+from cognition_app.models import InvocationKind, SourceInvocation
 from surfaces.pages.layout import memory_lines, page_links, page_offset
 from surfaces.pages.rendering import page, respond
 from worlds_app import selectors
@@ -79,6 +80,7 @@ def _provenance(
             attempt_id__in={r["attempt_id"] for r in rows}, kind="world_patch_applied"
         ).values_list("attempt_id", "patch_seq", KT("payload__patch__narration"))
     }
+    chains = _tool_chains(rows)
     for row in rows:
         before, after = row.pop("shown_before"), row.pop("shown_after")
         if row["target_kind"] == "entity_memory":
@@ -95,7 +97,11 @@ def _provenance(
                 "intervention_id": intervention["id"],
             }
             if intervention is not None
-            else {"llm_call_id": row["llm_call_id"]}
+            else {
+                "llm_call_id": row["llm_call_id"],
+                # the tools the deciding generation's node called on the way to it
+                "tool_calls": chains.get(row["invocation_id"], []),
+            }
             if row["llm_call_id"]
             else {
                 "rule_policy": True,
@@ -104,6 +110,37 @@ def _provenance(
             }
         )
     return qs.count(), rows
+
+
+def _tool_chains(rows: list[dict[str, Any]]) -> dict[Any, list[dict[str, Any]]]:
+    """For each deciding generation on the page (by invocation id), the tool calls its subject's
+    node made in the same attempt before it, in order: two queries for the page."""
+    generations = {
+        g["id"]: g
+        for g in SourceInvocation.objects.filter(
+            id__in={r["invocation_id"] for r in rows if r["invocation_id"]}
+        ).values("id", "attempt_id", "subject_id", "node_id", "seq")
+    }
+    if not generations:
+        return {}
+    tools = (
+        SourceInvocation.objects.filter(
+            attempt_id__in={g["attempt_id"] for g in generations.values()},
+            kind=InvocationKind.MODEL_ELECTED_TOOL,
+        )
+        .order_by("seq")
+        .values("id", "attempt_id", "subject_id", "node_id", "seq", "tool_name", "status")
+    )
+    chains: dict[Any, list[dict[str, Any]]] = {}
+    for generation_id, g in generations.items():
+        chains[generation_id] = [
+            dict(t)
+            for t in tools
+            if (t["attempt_id"], t["subject_id"], t["node_id"])
+            == (g["attempt_id"], g["subject_id"], g["node_id"])
+            and t["seq"] < g["seq"]
+        ]
+    return chains
 
 
 def _history_context(

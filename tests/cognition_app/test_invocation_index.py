@@ -180,3 +180,19 @@ def test_the_comparison_lists_each_turns_tool_calls_and_whether_they_differ(
     client.force_login(reader_user)
     page = client.get("/worlds/thirsty/compare/hungry/").content.decode()
     assert "use_drinking_fountain" in page and "buy_candy" in page and "Tool calls" in page
+
+
+def test_provenance_names_the_tool_calls_before_the_deciding_generation(
+    client: Client, reader_user: User, calls: None
+) -> None:
+    client.force_login(reader_user)
+    page = client.get("/worlds/candy/entities/bob/").content.decode()
+    (tool,) = SourceInvocation.objects.filter(kind="model_elected_tool")
+    assert "decided by LLM call" in page
+    assert f'href="/invocations/{tool.pk}/"><code>buy_candy</code></a>' in page
+    data = client.get("/worlds/candy/entities/bob/?format=json").json()
+    decided = [h["decided_by"] for h in data["history"] if "llm_call_id" in h["decided_by"]]
+    assert decided and [t["tool_name"] for t in decided[0]["tool_calls"]] == ["buy_candy"]
+    # a change decided without tools names none
+    plate = client.get("/worlds/plate/entities/ant/?format=json").json()
+    assert all(h["decided_by"].get("tool_calls", []) == [] for h in plate["history"])
