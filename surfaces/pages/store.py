@@ -312,6 +312,14 @@ def scenario_detail_page(request: HttpRequest, ref: str) -> HttpResponse:
     for d in derivations:
         d["touched_components"] = (d["metadata"] or {}).get("touched_components")
         d["touched_rows"] = _touched_rows(d["touched_components"])
+        primary = next((p["hash"] for p in d["parents"] if p["role"] == "primary"), None)
+        if primary is not None and primary != h:
+            # the whole scenario against its primary parent, prompts included, word by word
+            rows = diff_rows(
+                flatten(selectors.scenario_get(ref=primary)["scenario"]),
+                flatten(scenario["scenario"]),
+            )
+            d["diff"] = {"rows": rows[:MAX_DIFF_LINES], "truncated": len(rows) > MAX_DIFF_LINES}
     data = {
         "hash": h,
         "scenario_slug": scenario["scenario_slug"],

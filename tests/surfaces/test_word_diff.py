@@ -70,3 +70,26 @@ def test_a_workflow_page_shows_its_changes_from_its_parent(
         'id="diff-from-parent"'
         not in client.get(f"/store/cognition-workflows/{parent}/").content.decode()
     )
+
+
+@pytest.mark.django_db
+def test_a_scenario_page_shows_what_its_fork_changed_word_by_word(
+    client: Client, reader_user: User
+) -> None:
+    from scenarios_app.services import scenario_assemble, scenario_fork
+
+    parent = scenario_assemble(data=RULE_SCENARIO)["scenario_hash"]
+    child = scenario_fork(
+        data={
+            "primary_parent": {"hash": parent},
+            "changes": {"description": "A coin on a wooden table and someone who may flip it."},
+        }
+    )["scenario_hash"]
+    client.force_login(reader_user)
+    page = client.get(f"/scenarios/{child}/").content.decode()
+    assert "What changed from the primary parent" in page
+    assert '<mark class="w-add"> wooden</mark>' in page
+    assert (
+        "What changed from the primary parent"
+        not in client.get(f"/scenarios/{parent}/").content.decode()
+    )
