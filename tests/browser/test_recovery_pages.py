@@ -116,6 +116,12 @@ def test_a_failed_batch_is_retried_from_the_world_page(
     browser.get(f"{live_server.url}/worlds/coin/")
     card = browser.find_element(By.CSS_SELECTOR, ".retry-card")
     assert "The last batch ended with a failure" in card.text
+    # the attempts table fits its card at 1400 px (no sideways scrolling inside it)
+    widths = browser.execute_script(
+        "const w = document.querySelector('#queue .table-wrap');"
+        "return [w.scrollWidth, w.clientWidth];"
+    )
+    assert widths[0] <= widths[1], widths
     assert low_contrast(browser) == []
     _shot(browser, "3-world-failed-1400", 1400)
     browser.set_window_size(390, 900)
