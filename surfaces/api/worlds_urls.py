@@ -1,6 +1,6 @@
 from django.urls import path
 
-from surfaces.api import annotations, indexes, interventions, retries
+from surfaces.api import annotations, compare, indexes, interventions, retries
 from surfaces.api import worlds as api
 
 urlpatterns = [
@@ -24,7 +24,7 @@ urlpatterns = [
     ),
     path(
         "worlds/<str:slug>/compare/<str:other>/",
-        api.WorldCompareApi.as_view(),
+        compare.WorldCompareApi.as_view(),
         name="api-world-compare",
     ),
     path(

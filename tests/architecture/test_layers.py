@@ -170,3 +170,22 @@ def test_every_module_stays_within_the_size_rule() -> None:
         if lines > MAX_MODULE_LINES:
             too_long[name] = lines
     assert too_long == {}
+
+
+def test_the_repository_stands_alone() -> None:
+    """A user's clone has no specification beside it: no file cites its sections or points at
+    files outside the repository (the docs say what a user needs, in their own words)."""
+    root = Path(__file__).resolve().parents[2]
+    section = "SPEC " + "\u00a7"
+    outside = "../" + "shared"
+    skip = {".git", ".venv", "var", "node_modules", "staticfiles", "test-artifacts", ".mypy_cache"}
+    suffixes = {".py", ".md", ".html", ".js", ".css", ".json", ".txt", ".toml", ".yml", ".cfg"}
+    found = []
+    for path in root.rglob("*"):
+        if any(part in skip for part in path.relative_to(root).parts):
+            continue
+        if path.is_file() and (path.suffix in suffixes or path.parent.name in ("bin", ".ci")):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if section in text or outside in text:
+                found.append(str(path.relative_to(root)))
+    assert found == []
