@@ -83,3 +83,19 @@ def prefer_colour_scheme(driver: webdriver.Chrome, scheme: str) -> None:
         "Emulation.setEmulatedMedia",
         {"features": [{"name": "prefers-color-scheme", "value": scheme}]},
     )
+
+
+def full_page_shot(driver: webdriver.Chrome, name: str, width: int) -> None:
+    """A screenshot of the whole page at ``width`` px, saved as test-artifacts/<name>.png."""
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(width, min(max(height + 140, 600), 4000))
+    driver.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+
+
+def sideways_overflow(driver: webdriver.Chrome) -> int:
+    """How many px the page is wider than the window (0 or less: it fits)."""
+    return int(
+        driver.execute_script(
+            "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+    )

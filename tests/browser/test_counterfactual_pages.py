@@ -13,8 +13,13 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from tests.browser.chromium import low_contrast, prefer_colour_scheme, wait_for
-from tests.browser.test_reviewer_flow import ARTIFACTS
+from tests.browser.chromium import (
+    full_page_shot,
+    low_contrast,
+    prefer_colour_scheme,
+    sideways_overflow,
+    wait_for,
+)
 from tests.browser.test_reviewer_flow import browser as browser
 from tests.worlds_app.test_counterfactuals import RULE_SCENARIO
 from tests.worlds_app.test_pages import run_turn
@@ -24,20 +29,6 @@ from worlds_app.services.interventions import intervention_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 PASSWORD = "a-long-password-1"
-
-
-def _shot(driver: webdriver.Chrome, name: str, width: int) -> None:
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(width, min(max(height + 140, 600), 4000))
-    driver.save_screenshot(str(ARTIFACTS / f"counterfactual-{name}.png"))
-
-
-def _overflow(driver: webdriver.Chrome) -> int:
-    return int(
-        driver.execute_script(
-            "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
-        )
-    )
 
 
 def test_a_branch_page_and_an_intervention_added_in_the_browser(
@@ -108,7 +99,7 @@ def test_a_branch_page_and_an_intervention_added_in_the_browser(
         "the live check's complaint",
     )
     assert "did you mean" in check.text or "coin" in check.text
-    _shot(browser, "1-form-invalid-1400", 1400)
+    full_page_shot(browser, "counterfactual-1-form-invalid-1400", 1400)
     editor.send_keys(Keys.CONTROL, "a")
     editor.send_keys(Keys.DELETE)
     editor.send_keys(
@@ -127,20 +118,20 @@ def test_a_branch_page_and_an_intervention_added_in_the_browser(
     card = browser.find_element(By.ID, "interventions").text
     assert "operator alice" in card and "a gust of wind" in card and "PENDING" in card.upper()
     assert low_contrast(browser) == []
-    assert _overflow(browser) <= 0
-    _shot(browser, "2-branch-1400", 1400)
+    assert sideways_overflow(browser) <= 0
+    full_page_shot(browser, "counterfactual-2-branch-1400", 1400)
     prefer_colour_scheme(browser, "dark")
     assert low_contrast(browser) == []
-    _shot(browser, "3-branch-1400-dark", 1400)
+    full_page_shot(browser, "counterfactual-3-branch-1400-dark", 1400)
     prefer_colour_scheme(browser, "light")
     browser.set_window_size(390, 900)
     browser.get(f"{base}/worlds/coin-branch/")
-    assert _overflow(browser) <= 0
-    _shot(browser, "4-branch-390", 390)
+    assert sideways_overflow(browser) <= 0
+    full_page_shot(browser, "counterfactual-4-branch-390", 390)
 
     # The parent's turn 2 shows the operator's patch first, with the note.
     browser.set_window_size(1400, 1000)
     browser.get(f"{base}/worlds/coin-parent/turns/2/")
     patches = browser.find_element(By.CSS_SELECTOR, ".patch").text
     assert "operator alice" in patches and "rain starts" in patches
-    _shot(browser, "5-parent-turn-with-intervention", 1400)
+    full_page_shot(browser, "counterfactual-5-parent-turn-with-intervention", 1400)

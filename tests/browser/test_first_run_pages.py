@@ -15,10 +15,11 @@ from selenium.webdriver.common.by import By
 
 from scenarios_app.services import scenario_assemble
 from tests.browser.chromium import (
-    ARTIFACTS,
     chromium,
+    full_page_shot,
     low_contrast,
     prefer_colour_scheme,
+    sideways_overflow,
     sign_in,
     wait_for,
 )
@@ -35,20 +36,6 @@ def browser() -> Iterator[webdriver.Chrome]:
         yield driver
 
 
-def _shot(driver: webdriver.Chrome, name: str, width: int) -> None:
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(width, min(max(height + 140, 600), 4000))
-    driver.save_screenshot(str(ARTIFACTS / f"first-run-{name}.png"))
-
-
-def _overflow(driver: webdriver.Chrome) -> int:
-    return int(
-        driver.execute_script(
-            "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
-        )
-    )
-
-
 def test_the_banner_the_world_form_and_the_author_page(
     live_server: Any, browser: webdriver.Chrome, settings: Any
 ) -> None:
@@ -62,12 +49,12 @@ def test_the_banner_the_world_form_and_the_author_page(
     banner = browser.find_element(By.CSS_SELECTOR, ".toy-banner")
     assert "Embedded toy model" in banner.text and "CHUKWA_LLM_BASE_URL" in banner.text
     assert low_contrast(browser) == []
-    _shot(browser, "1-banner-1400", 1400)
+    full_page_shot(browser, "first-run-1-banner-1400", 1400)
     prefer_colour_scheme(browser, "dark")
     assert low_contrast(browser) == []
     browser.set_window_size(390, 900)
-    assert _overflow(browser) <= 0
-    _shot(browser, "2-banner-390-dark", 390)
+    assert sideways_overflow(browser) <= 0
+    full_page_shot(browser, "first-run-2-banner-390-dark", 390)
     prefer_colour_scheme(browser, "light")
 
     browser.set_window_size(1400, 1000)
@@ -86,10 +73,10 @@ def test_the_banner_the_world_form_and_the_author_page(
     assert "seed" in error.text
     assert browser.find_element(By.ID, "wf-slug").get_attribute("value") == "formed"
     assert low_contrast(browser) == []
-    _shot(browser, "3-world-form-error-1400", 1400)
+    full_page_shot(browser, "first-run-3-world-form-error-1400", 1400)
     browser.set_window_size(390, 900)
-    assert _overflow(browser) <= 0
-    _shot(browser, "4-world-form-390", 390)
+    assert sideways_overflow(browser) <= 0
+    full_page_shot(browser, "first-run-4-world-form-390", 390)
     browser.set_window_size(1400, 1000)
     seed = browser.find_element(By.ID, "wf-seed")
     seed.clear()
@@ -107,5 +94,5 @@ def test_the_banner_the_world_form_and_the_author_page(
             .map(el => el.tagName + '.' + el.className + '#' + el.id + ' '
                  + Math.round(el.getBoundingClientRect().right)).slice(0, 8);"""
     )
-    assert _overflow(browser) <= 0, too_wide
-    _shot(browser, "5-author-390", 390)
+    assert sideways_overflow(browser) <= 0, too_wide
+    full_page_shot(browser, "first-run-5-author-390", 390)

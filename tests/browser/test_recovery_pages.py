@@ -14,10 +14,11 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 
 from tests.browser.chromium import (
-    ARTIFACTS,
     chromium,
+    full_page_shot,
     low_contrast,
     prefer_colour_scheme,
+    sideways_overflow,
     sign_in,
     wait_for,
 )
@@ -39,20 +40,6 @@ PASSWORD = "a-long-password-1"
 def browser() -> Iterator[webdriver.Chrome]:
     with chromium(1400, 1000) as driver:
         yield driver
-
-
-def _shot(driver: webdriver.Chrome, name: str, width: int) -> None:
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(width, min(max(height + 140, 600), 4000))
-    driver.save_screenshot(str(ARTIFACTS / f"recovery-{name}.png"))
-
-
-def _overflow(driver: webdriver.Chrome) -> int:
-    return int(
-        driver.execute_script(
-            "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
-        )
-    )
 
 
 def _operator() -> None:
@@ -79,10 +66,10 @@ def test_the_side_panel_shows_what_a_generation_was_sent_and_what_came_back(
     assert "Acting subject" in text  # the user message that was sent
     assert "The ant walks east to the crumb." in text  # the reply, pretty-printed
     assert low_contrast(browser) == []
-    _shot(browser, "1-side-panel-1400", 1400)
+    full_page_shot(browser, "recovery-1-side-panel-1400", 1400)
     prefer_colour_scheme(browser, "dark")
     assert low_contrast(browser) == []
-    _shot(browser, "2-side-panel-dark", 1400)
+    full_page_shot(browser, "recovery-2-side-panel-dark", 1400)
 
 
 def test_a_failed_batch_is_retried_from_the_world_page(
@@ -123,10 +110,10 @@ def test_a_failed_batch_is_retried_from_the_world_page(
     )
     assert widths[0] <= widths[1], widths
     assert low_contrast(browser) == []
-    _shot(browser, "3-world-failed-1400", 1400)
+    full_page_shot(browser, "recovery-3-world-failed-1400", 1400)
     browser.set_window_size(390, 900)
-    assert _overflow(browser) <= 0
-    _shot(browser, "4-world-failed-390", 390)
+    assert sideways_overflow(browser) <= 0
+    full_page_shot(browser, "recovery-4-world-failed-390", 390)
     browser.set_window_size(1400, 1000)
     browser.find_element(By.CSS_SELECTOR, ".retry-card button[type=submit]").click()
     wait_for(lambda: "/attempts/" in browser.current_url, 10, "the new attempt's timeline")
@@ -137,7 +124,7 @@ def test_a_failed_batch_is_retried_from_the_world_page(
     browser.get(f"{live_server.url}/worlds/coin/")
     assert not browser.find_elements(By.CSS_SELECTOR, ".retry-card")
     assert "Current turn\n3" in browser.find_element(By.CSS_SELECTOR, ".stats").text
-    _shot(browser, "5-world-retried-1400", 1400)
+    full_page_shot(browser, "recovery-5-world-retried-1400", 1400)
 
 
 def test_the_turn_page_lists_the_tool_calls(
@@ -162,7 +149,7 @@ def test_the_turn_page_lists_the_tool_calls(
     section = browser.find_element(By.ID, "tool-calls").text
     assert "buy_candy" in section and "candy_bar" in section
     assert low_contrast(browser) == []
-    _shot(browser, "6-turn-tool-calls-1400", 1400)
+    full_page_shot(browser, "recovery-6-turn-tool-calls-1400", 1400)
     browser.set_window_size(390, 900)
-    assert _overflow(browser) <= 0
-    _shot(browser, "7-turn-tool-calls-390", 390)
+    assert sideways_overflow(browser) <= 0
+    full_page_shot(browser, "recovery-7-turn-tool-calls-390", 390)

@@ -25,10 +25,8 @@ def _client(live_server: Any, user: User) -> httpx.Client:
     )
 
 
-def _run(http: httpx.Client, slug: str, count: int) -> list[str]:
-    queued = http.post(f"/api/worlds/{slug}/turns/", json={"count": count})
-    assert queued.status_code == 202, queued.text
-    ids: list[str] = queued.json()["attempt_ids"]
+def _wait(http: httpx.Client, ids: list[str]) -> list[str]:
+    """The attempts' statuses once every one has finished (90 s at the most)."""
     deadline = time.monotonic() + 90
     statuses: list[str] = []
     while time.monotonic() < deadline:
@@ -36,7 +34,13 @@ def _run(http: httpx.Client, slug: str, count: int) -> list[str]:
         if all(s in FINISHED for s in statuses):
             return statuses
         time.sleep(0.2)
-    raise AssertionError(f"attempts of {slug} did not finish: {statuses}")
+    raise AssertionError(f"attempts did not finish: {statuses}")
+
+
+def _run(http: httpx.Client, slug: str, count: int) -> list[str]:
+    queued = http.post(f"/api/worlds/{slug}/turns/", json={"count": count})
+    assert queued.status_code == 202, queued.text
+    return _wait(http, queued.json()["attempt_ids"])
 
 
 def _hashes(http: httpx.Client, slug: str, numbers: range) -> list[str]:

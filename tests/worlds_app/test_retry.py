@@ -5,38 +5,16 @@ a 409 that says why; readers cannot retry."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-import httpx
 import pytest
 from django.contrib.auth.models import User
-from rest_framework.authtoken.models import Token
 
 from tests.worlds_app.test_counterfactuals import RULE_SCENARIO
+from tests.worlds_app.test_counterfactuals_http import _client, _wait
 from worlds_app.models import TurnAttempt
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
-
-FINISHED = {"committed", "failed", "interrupted", "cancelled"}
-
-
-def _client(live_server: Any, user: User) -> httpx.Client:
-    token = Token.objects.get_or_create(user=user)[0].key
-    return httpx.Client(
-        base_url=live_server.url, headers={"Authorization": f"Token {token}"}, timeout=30
-    )
-
-
-def _wait(http: httpx.Client, ids: list[str]) -> list[str]:
-    deadline = time.monotonic() + 90
-    statuses: list[str] = []
-    while time.monotonic() < deadline:
-        statuses = [http.get(f"/api/attempts/{i}/").json()["status"] for i in ids]
-        if all(s in FINISHED for s in statuses):
-            return statuses
-        time.sleep(0.2)
-    raise AssertionError(f"attempts did not finish: {statuses}")
 
 
 def test_a_failed_batch_is_retried_from_the_attempt_that_ended_it(

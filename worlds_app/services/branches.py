@@ -57,6 +57,18 @@ def _first_turn(world: World) -> int:
     return world.branched_from_turn if world.branched_from_turn is not None else 0
 
 
+def _same_names(what: str, ours: set[str], theirs: set[str], where: str) -> None:
+    """400 ``branch_mismatch`` naming the first name (in order) only one side has."""
+    for name in sorted(ours ^ theirs):
+        side, other = ("the scenario", where) if name in ours else (where, "the scenario")
+        raise invalid(
+            "branch_mismatch",
+            "scenario_ref",
+            f"{what} {name!r} is in {side} but not in {other}",
+            **{what: name},
+        )
+
+
 def _kind_name(entity: dict[str, Any]) -> str:
     return "agent" if is_agent(entity) else str(entity.get("kind"))
 
@@ -69,26 +81,9 @@ def branch_state(point: BranchPoint, snapshot: dict[str, Any]) -> WorldState:
     parent's entity ids, entity kinds and environment labels."""
     parent = WorldState.from_snapshot(point.turn.state)
     where = f"world {point.parent.slug!r} at turn {point.turn.number}"
-    labels, parent_labels = sorted(snapshot["environments"]), sorted(parent.environments)
-    for label in sorted(set(labels) ^ set(parent_labels)):
-        side = "the scenario" if label in labels else where
-        other = where if label in labels else "the scenario"
-        raise invalid(
-            "branch_mismatch",
-            "scenario_ref",
-            f"environment {label!r} is in {side} but not in {other}",
-            environment=label,
-        )
-    ids = [e["id"] for e in snapshot["entities"]]
-    for entity_id in sorted(set(ids) ^ set(parent.entities)):
-        side = "the scenario" if entity_id in ids else where
-        other = where if entity_id in ids else "the scenario"
-        raise invalid(
-            "branch_mismatch",
-            "scenario_ref",
-            f"entity {entity_id!r} is in {side} but not in {other}",
-            entity=entity_id,
-        )
+    labels = sorted(snapshot["environments"])
+    _same_names("environment", set(labels), set(parent.environments), where)
+    _same_names("entity", {e["id"] for e in snapshot["entities"]}, set(parent.entities), where)
     entities: dict[str, dict[str, Any]] = {}
     for own in snapshot["entities"]:
         before = parent.entities[own["id"]]

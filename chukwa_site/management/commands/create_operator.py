@@ -1,18 +1,15 @@
-"""Create (or update) an operator: a staff user in the operators group, with an API token."""
+"""Create (or update) an operator: ``create_user NAME --operator`` under its older name."""
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
-from django.conf import settings
-from django.contrib.auth.models import Group, User
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
-from rest_framework.authtoken.models import Token
+from django.core.management.base import CommandParser
+
+from chukwa_site.management.commands import create_user
 
 
-class Command(BaseCommand):
+class Command(create_user.Command):
     help = "Create an operator (may write through the API and admin) and print its API token."
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -24,27 +21,4 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        username: str = options["username"]
-        if not username.strip():
-            raise CommandError("username must be non-empty")
-        with transaction.atomic():
-            group = Group.objects.filter(name=settings.OPERATORS_GROUP).first()
-            if group is None:
-                raise CommandError("the operators group is missing: run `manage.py migrate` first")
-            user, created = User.objects.get_or_create(
-                username=username, defaults={"email": options["email"], "is_staff": True}
-            )
-            password = options["password"]
-            if created and not password:
-                password = secrets.token_urlsafe(12)
-            if password:
-                user.set_password(password)
-            user.is_staff = True
-            user.save()
-            user.groups.add(group)
-            token, _ = Token.objects.get_or_create(user=user)
-        verb = "created" if created else "updated"
-        self.stdout.write(f"operator {username!r} {verb}")
-        if password:
-            self.stdout.write(f"  password: {password}")
-        self.stdout.write(f"  API token: {token.key}")
+        super().handle(*args, **{**options, "operator": True, "reader": False})
