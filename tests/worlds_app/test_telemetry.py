@@ -545,3 +545,44 @@ def test_the_project_is_the_one_otel_resource_attributes_names(
     (root, *_) = attempt_spans(attempt_id=attempt.pk)
     assert root.resource.attributes["openinference.project.name"] == "park-runs"
     assert root.resource.attributes["service.name"] == "chukwa"
+
+
+def test_an_operators_intervention_is_on_the_root_span_and_in_its_output() -> None:
+    from tests.worlds_app.test_counterfactuals import RULE_SCENARIO
+    from worlds_app.services import world_create
+    from worlds_app.services.interventions import intervention_create
+
+    world_create(data={"slug": "coin-otel", "scenario_ref": {"data": RULE_SCENARIO}})
+    intervention_create(
+        slug="coin-otel",
+        data={
+            "patch": {
+                "narration": "Rain drums on the window.",
+                "effects": [
+                    {
+                        "op": "set_environment_content",
+                        "environment_label": "room",
+                        "content": "A bare room; rain drums on the window.",
+                    }
+                ],
+            },
+            "note": "rain starts",
+        },
+        created_by="alice",
+    )
+    attempt = run_turn("coin-otel")
+    assert attempt.status == AttemptStatus.COMMITTED
+    (root,) = [s for s in attempt_spans(attempt_id=attempt.pk) if s.parent is None]
+    assert root.attributes is not None
+    assert str(root.attributes["output.value"]).startswith(
+        "operator alice: Rain drums on the window."
+    )
+    names = [e.name for e in root.events]
+    assert names == ["world_patch_applied", "intervention"]
+    patch, intervention = root.events
+    assert patch.attributes is not None and intervention.attributes is not None
+    assert patch.attributes["chukwa.patch.seq"] == 1
+    assert "set_environment_content room" in tuple(patch.attributes["chukwa.patch.changes"])
+    assert intervention.attributes["chukwa.intervention.operator"] == "alice"
+    assert intervention.attributes["chukwa.intervention.note"] == "rain starts"
+    assert not [s for s in attempt_spans(attempt_id=attempt.pk) if s.name == "invoke_agent "]

@@ -117,10 +117,14 @@ def _providers(invocations: list[SourceInvocation]) -> dict[str, str]:
 def _narrations(patches: list[AttemptEvent]) -> list[dict[str, Any]]:
     told = []
     for event in patches:
-        patch = event.payload.get("patch", {}) if isinstance(event.payload, dict) else {}
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        patch = payload.get("patch", {})
         narration = patch.get("narration") if isinstance(patch, dict) else None
+        # an operator's intervention has no subject: it is told as the operator's
+        operator = (payload.get("intervention") or {}).get("operator", "")
+        who = event.subject_id or f"operator {operator}"
         if isinstance(narration, str) and narration:
-            told.append({"subject": event.subject_id, "narration": scrub(narration)})
+            told.append({"subject": who, "narration": scrub(narration)})
     return told
 
 
@@ -194,7 +198,11 @@ def attempt_spans(*, attempt_id: str | UUID) -> list[ReadableSpan]:
         subject = subjects.setdefault(inv.subject_id, _Subject(inv.subject_id))
         subject.nodes.setdefault(inv.node_id, []).append(inv)
         subject.moments += [inv.started_at, end_of(inv)]
+    interventions: list[AttemptEvent] = []
     for event in events:
+        if not event.subject_id and event.kind == EventKind.WORLD_PATCH_APPLIED:
+            interventions.append(event)  # an operator's patch, applied before anyone thinks
+            continue
         if not event.subject_id or event.kind in (
             EventKind.ATTEMPT_FAILED,
             EventKind.ATTEMPT_INTERRUPTED,
@@ -209,7 +217,7 @@ def attempt_spans(*, attempt_id: str | UUID) -> list[ReadableSpan]:
             subject.node_events.setdefault(event.node_id, []).append(event)
             subject.nodes.setdefault(event.node_id, [])
 
-    narrations = _narrations([p for s in subjects.values() for p in s.patches])
+    narrations = _narrations(interventions + [p for s in subjects.values() for p in s.patches])
     ids.next_span_id = _uuid_span_id(attempt.pk)
     turn = attempt.produced_turn or attempt.attempted_turn
     failure = f"{attempt.failure_step}: {attempt.failure_reason}"
@@ -285,6 +293,21 @@ def attempt_spans(*, attempt_id: str | UUID) -> list[ReadableSpan]:
                     "chukwa.patch.changes": changed or None,
                     "chukwa.patch.transition_count": payload.get("transition_count"),
                     "chukwa.patch": as_json(scrub_json(patch)) if capture_content() else None,
+                }
+            ),
+            timestamp=_ns(event.created_at),
+        )
+
+    for event in interventions:
+        patch_event(root, event)
+        intervention = (event.payload or {}).get("intervention") or {}
+        root.add_event(
+            "intervention",
+            attributes=without_none(
+                {
+                    "chukwa.intervention.id": intervention.get("id"),
+                    "chukwa.intervention.operator": intervention.get("operator"),
+                    "chukwa.intervention.note": scrub(intervention.get("note") or "") or None,
                 }
             ),
             timestamp=_ns(event.created_at),
