@@ -10,6 +10,7 @@ from typing import Any, TypedDict
 from uuid import UUID
 
 from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Substr
 
 from chukwa_core.errors import NotFoundError, invalid
@@ -581,3 +582,57 @@ def model_price_list(
         reject_nul(model, "model")
         rows = rows.filter(model=model)
     return list(rows.order_by("url_env", "model", "-valid_from").values(*PRICE_FIELDS))
+
+
+# --- what the invocation and LLM call pages read besides the rows themselves ------------------
+
+
+def llm_call_parse_error(*, call_id: UUID | None) -> str:
+    if call_id is None:
+        return ""
+    found = LlmCall.objects.filter(pk=call_id).values_list("parse_error", flat=True).first()
+    return found or ""
+
+
+def invocation_children(*, invocation_id: UUID) -> list[dict[str, Any]]:
+    """The calls an invocation made (a generation's tool calls), in order."""
+    return [
+        dict(row)
+        for row in SourceInvocation.objects.filter(parent_id=invocation_id)
+        .order_by("seq")
+        .values(
+            "id",
+            "seq",
+            "kind",
+            "tool_name",
+            "status",
+            "duration_ms",
+            "failure_class",
+            "failure_message",
+        )
+    ]
+
+
+def llm_call_last_message(*, call_id: UUID) -> Any:
+    """A call's last request message, read inside PostgreSQL (a long conversation is never
+    loaded for it)."""
+    return (
+        LlmCall.objects.filter(pk=call_id)
+        .annotate(last=KeyTransform("-1", "messages"))
+        .values_list("last", flat=True)
+        .first()
+    )
+
+
+def invocation_row(*, invocation_id: UUID) -> dict[str, Any]:
+    return dict(SourceInvocation.objects.values().get(pk=invocation_id))
+
+
+def invocation_place(*, invocation_id: UUID) -> dict[str, Any] | None:
+    """Where an invocation sits, for the crumbs: its world, attempt and number in it."""
+    found = (
+        SourceInvocation.objects.filter(pk=invocation_id)
+        .values("world__slug", "attempt__seq", "seq")
+        .first()
+    )
+    return dict(found) if found is not None else None

@@ -13,10 +13,10 @@ from django.db.models.functions import Coalesce
 from chukwa_core import clock  # pure calendar helpers (no Django), shared with worlds
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
+from scenarios_app.models import COLLECTION_SEGMENTS as COLLECTION_SEGMENTS
 from scenarios_app.models import (
     CognitionProfile,
     CognitionWorkflow,
-    ComponentKind,
     Entity,
     Environment,
     JsonSchema,
@@ -32,6 +32,7 @@ from scenarios_app.models import (
     WorkflowComponentRef,
     WorkflowDerivation,
 )
+from scenarios_app.models import ComponentKind as ComponentKind
 
 MODEL_BY_KIND = {
     ComponentKind.JSON_SCHEMA: JsonSchema,
@@ -504,3 +505,22 @@ def workflow_versions(*, workflow_hash: str) -> dict[str, list[dict[str, Any]]]:
             .values("child_id", *fields)
         ],
     }
+
+
+def workflow_content(*, workflow_hash: str, field: str) -> dict[str, Any]:
+    """A stored workflow's content; 404 naming ``field`` when there is none."""
+    content = (
+        CognitionWorkflow.objects.filter(pk=workflow_hash).values_list("content", flat=True).first()
+    )
+    if content is None:
+        raise NotFoundError(
+            "not_found",
+            f"{field}: no stored cognition_workflow has hash {workflow_hash}",
+            {"field": field},
+        )
+    return dict(content)
+
+
+def source_labels(*, source_hashes: set[str]) -> dict[str, str]:
+    """hash → label of the stored response sources among ``source_hashes``."""
+    return dict(ResponseSource.objects.filter(pk__in=source_hashes).values_list("pk", "label"))

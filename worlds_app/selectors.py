@@ -18,14 +18,21 @@ from cognition_app.sources.components import source_content
 from scenarios_app.selectors import parse_paging
 from worlds_app import read_sql
 from worlds_app.models import (
+    ACTIVE_STATUSES,
     Annotation,
     AnnotationTarget,
     AttemptStatus,
     Intervention,
+    PatchTransition,
     Turn,
     World,
     WorldBudget,
 )
+
+# An attempt in one of these statuses has ended (every other is queued or running): the one
+# definition pages and the API show.
+FINISHED_STATUSES = tuple(s.value for s in AttemptStatus if s not in ACTIVE_STATUSES)
+RETRYABLE_STATUSES = (AttemptStatus.FAILED.value, AttemptStatus.INTERRUPTED.value)
 
 # Turn numbers are stored as PostgreSQL integer; a larger one names no turn and must not reach
 # the database as an out-of-range parameter.
@@ -581,3 +588,18 @@ def intervention_list(*, slug: str) -> list[dict[str, Any]]:
         intervention_row(i)
         for i in Intervention.objects.filter(world=world).select_related("world").order_by("turn")
     ]
+
+
+def turn_transition_links(*, slug: str, number: int) -> dict[tuple[int, int], dict[str, Any]]:
+    """(patch seq, effect index) → the generation that decided each effect of a committed turn
+    (``llm_call_id``, ``invocation_id``; both null for a rule or an intervention)."""
+    return {
+        (t["patch_seq"], t["effect_index"]): dict(t)
+        for t in PatchTransition.objects.filter(world__slug=slug, turn_number=number).values(
+            "patch_seq", "effect_index", "llm_call_id", "invocation_id"
+        )
+    }
+
+
+def world_count() -> int:
+    return World.objects.count()

@@ -12,6 +12,7 @@ from scenarios_app.services.components import (
     json_schema_put,
     response_source_put,
 )
+from scenarios_app.services.drafts import nothing_stored, workflow_draft
 from scenarios_app.services.forks import scenario_fork
 from scenarios_app.services.manifest import (
     AssembleResult,
@@ -37,10 +38,12 @@ __all__ = [
     "entity_put",
     "environment_put",
     "json_schema_put",
+    "nothing_stored",
     "response_source_put",
     "scenario_assemble",
     "scenario_assemble_within",
     "scenario_fork",
     "scenario_name_set",
     "scenario_name_unset",
+    "workflow_draft",
 ]

@@ -8,10 +8,9 @@ they were sent from (``next``), and each answers ``?format=json`` with the same 
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlencode
 
-from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -26,6 +25,9 @@ from worlds_app.selectors import MAX_TURN_NUMBER, parse_uuid, require_slug
 from worlds_app.services import annotations as services
 
 PANEL_LIMIT = 200  # annotations shown on one target; more are on the index
+
+if TYPE_CHECKING:  # typing only: pages read through selectors and call services
+    from django.contrib.auth.models import User
 
 
 def form_value(raw: str) -> bool | int | float | str:
@@ -120,7 +122,7 @@ def _on(
     try:
         # @page let only a signed-in user (a User row) this far
         services.annotation_create(
-            data=cast(services.AnnotationInput, body), author=cast(User, request.user)
+            data=cast(services.AnnotationInput, body), author=cast("User", request.user)
         )
     except ChukwaError as exc:
         if wants_json(request) or exc.status_code != 400:

@@ -32,7 +32,7 @@ from worlds_app import selectors
 from worlds_app.services import turn_attempt_retry
 from worlds_app.services.attempts import turn_attempt_retryable
 
-FINISHED = ("committed", "failed", "interrupted", "cancelled")
+FINISHED = selectors.FINISHED_STATUSES
 SUBJECTS_PER_PAGE = 50
 ONLY = ("", "problems")
 
@@ -97,7 +97,7 @@ def attempt_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
         # the button only where the retry would be accepted now
         "retryable": (
             operator
-            and data["status"] in ("failed", "interrupted")
+            and data["status"] in selectors.RETRYABLE_STATUSES
             and turn_attempt_retryable(attempt_id=data["id"])
         ),
         "retry_left": data["batch_size"] - data["batch_index"] - 1,

@@ -11,11 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db.models.fields.json import KeyTransform
 from django.http import HttpRequest, HttpResponse
 
 from cognition_app import selectors
-from cognition_app.models import LlmCall, SourceInvocation
 from cognition_app.sources.schema_delivery import SCHEMA_INSTRUCTION
 from cognition_app.verdicts import NodeGeneration, invocation_verdict, node_generations
 from surfaces.pages.live import stop_polling_when
@@ -29,27 +27,9 @@ CHUNK_MARKS = 400  # ticks drawn on the arrival track
 @page
 def invocation_page(request: HttpRequest, invocation_id: str) -> HttpResponse:
     data = selectors.invocation_get(invocation_id=invocation_id)
-    parse_error = (
-        LlmCall.objects.filter(pk=data["llm_call_id"]).values_list("parse_error", flat=True).first()
-        if data["llm_call_id"]
-        else ""
-    )
-    data["verdict"] = invocation_verdict({**data, "parse_error": parse_error or ""})
-    children: list[dict[str, Any]] = [
-        dict(row)
-        for row in SourceInvocation.objects.filter(parent_id=data["id"])
-        .order_by("seq")
-        .values(
-            "id",
-            "seq",
-            "kind",
-            "tool_name",
-            "status",
-            "duration_ms",
-            "failure_class",
-            "failure_message",
-        )
-    ]
+    parse_error = selectors.llm_call_parse_error(call_id=data["llm_call_id"])
+    data["verdict"] = invocation_verdict({**data, "parse_error": parse_error})
+    children = selectors.invocation_children(invocation_id=data["id"])
     for child in children:
         child["verdict"] = invocation_verdict(child)
     data["children"] = children
@@ -148,12 +128,7 @@ def _next_message(data: dict[str, Any], following: NodeGeneration | None) -> dic
         kind = "tool_result"
     else:
         return None
-    last = (
-        LlmCall.objects.filter(pk=following["llm_call_id"])
-        .annotate(last=KeyTransform("-1", "messages"))
-        .values_list("last", flat=True)
-        .first()
-    )
+    last = selectors.llm_call_last_message(call_id=following["llm_call_id"])
     if not isinstance(last, dict) or last.get("role") != "user":
         return None
     return {
@@ -173,7 +148,7 @@ def llm_call_page(request: HttpRequest, call_id: str) -> HttpResponse:
         (i for i, g in enumerate(generations) if g["invocation_id"] == data["invocation_id"]), None
     )
     if index is None:  # not a node's generation (a conformance check): judged by its row alone
-        inv = SourceInvocation.objects.values().get(pk=data["invocation_id"])
+        inv = selectors.invocation_row(invocation_id=data["invocation_id"])
         data["verdict"] = invocation_verdict({**inv, "parse_error": data["parse_error"]})
         earlier, following = [], None
     else:
@@ -196,11 +171,7 @@ def llm_call_page(request: HttpRequest, call_id: str) -> HttpResponse:
     span = max(last, 1)
     step = max(1, len(chunks) // CHUNK_MARKS)
     # where the call sits, for the crumbs: world, attempt, invocation
-    where = (
-        SourceInvocation.objects.filter(pk=data["invocation_id"])
-        .values("world__slug", "attempt__seq", "seq")
-        .first()
-    )
+    where = selectors.invocation_place(invocation_id=data["invocation_id"])
     context = {
         "call": data,
         "where": where,

@@ -10,16 +10,21 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from chukwa_core.errors import ChukwaError
-from cognition_app.models import InvocationKind, InvocationStatus
 from cognition_app.selectors import CALL_OUTCOMES
 from scenarios_app.selectors import store_counts
-from surfaces.api.indexes import attempt_page_of, invocation_page_of, llm_call_page_of
+from surfaces.api.annotations import ANNOTATION_TARGET_KINDS
+from surfaces.api.indexes import (
+    INVOCATION_KINDS,
+    INVOCATION_STATUSES,
+    attempt_page_of,
+    invocation_page_of,
+    llm_call_page_of,
+)
 from surfaces.api.worlds import STATUSES
 from surfaces.pages.layout import page_links
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
 from worlds_app import selectors as world_selectors
-from worlds_app.models import AnnotationTarget, World
 
 TIME_HINT = "2030-01-01T09:00:00Z"
 
@@ -98,9 +103,9 @@ def invocation_index_page(request: HttpRequest) -> HttpResponse:
         request,
         template="pages/invocation_index.html",
         fields=[
-            _field("kind", "Kind", request.GET, choices=InvocationKind.values),
+            _field("kind", "Kind", request.GET, choices=INVOCATION_KINDS),
             _field("source", "Source", request.GET, hint="label or tool, e.g. buy_candy"),
-            _field("status", "Status", request.GET, choices=InvocationStatus.values),
+            _field("status", "Status", request.GET, choices=INVOCATION_STATUSES),
             _field("world", "World", request.GET, hint="world slug"),
             _field("subject", "Subject", request.GET, hint="entity id, e.g. bob"),
             _field("since", "Since", request.GET, hint=TIME_HINT),
@@ -121,7 +126,7 @@ def annotation_index_page(request: HttpRequest) -> HttpResponse:
     for key in [k for k, v in params.items() if v == ""]:
         del params[key]  # a blank form field is no filter
     fields = [
-        _field("target_kind", "On", request.GET, choices=AnnotationTarget.values),
+        _field("target_kind", "On", request.GET, choices=ANNOTATION_TARGET_KINDS),
         _field("world", "World", request.GET, hint="world slug (turns)"),
         _field("name", "Name", request.GET, hint="e.g. helpfulness"),
         _field("value", "Value", request.GET, hint="3, wrong, true…"),
@@ -165,7 +170,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "failed": failed,
         "queued_count": queued["count"],
         "rejected_calls_count": rejected["count"],
-        "worlds_count": World.objects.count(),
+        "worlds_count": world_selectors.world_count(),
         "store": counts,
     }
     store = [{"title": title, "count": counts[key], "url": url} for key, title, url in STORE_LINKS]

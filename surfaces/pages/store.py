@@ -10,7 +10,7 @@ from django.utils.safestring import mark_safe
 from chukwa_core.errors import NotFoundError
 from chukwa_core.workflow_refs import REF_KINDS
 from scenarios_app import selectors
-from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind
+from scenarios_app.selectors import COLLECTION_SEGMENTS, ComponentKind
 from surfaces.pages.authoring.review import MAX_DIFF_LINES, diff_rows, flatten, parent_content
 from surfaces.pages.layout import query_url
 from surfaces.pages.lineage_svg import lineage_svg

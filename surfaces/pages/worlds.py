@@ -25,7 +25,6 @@ from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
 from worlds_app import indexes, selectors
 from worlds_app.comparison import world_compare
-from worlds_app.models import PatchTransition
 from worlds_app.services import turn_attempt_enqueue
 from worlds_app.services.attempts import turn_attempt_retryable
 
@@ -36,7 +35,7 @@ class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
 
 
-FINISHED = ("committed", "failed", "interrupted", "cancelled")
+FINISHED = selectors.FINISHED_STATUSES
 TURNS_PER_PAGE = 20
 ATTEMPTS_PER_PAGE = 15
 PATCHES_PER_PAGE = 50
@@ -104,7 +103,7 @@ def _retry_attempt(request: HttpRequest, world: dict[str, Any]) -> dict[str, Any
     last = world["last_attempt"]
     if (
         last is None
-        or last["status"] not in ("failed", "interrupted")
+        or last["status"] not in selectors.RETRYABLE_STATUSES
         or not is_operator(request.user)
         or not turn_attempt_retryable(attempt_id=str(last["id"]))
     ):
@@ -169,12 +168,7 @@ def turn_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     data["tool_calls"] = (
         tool_calls_of_attempt(attempt_id=data["attempt_id"]) if data["attempt_id"] else []
     )
-    links: dict[tuple[int, int], dict[str, Any]] = {
-        (t["patch_seq"], t["effect_index"]): dict(t)
-        for t in PatchTransition.objects.filter(world__slug=slug, turn_number=number).values(
-            "patch_seq", "effect_index", "llm_call_id", "invocation_id"
-        )
-    }
+    links = selectors.turn_transition_links(slug=slug, number=number)
     for row in data["transitions"]:
         extra = links.get((row["patch_seq"], row["effect_index"]), {})
         row["llm_call_id"] = extra.get("llm_call_id")

@@ -189,3 +189,32 @@ def test_the_repository_stands_alone() -> None:
             if section in text or outside in text:
                 found.append(str(path.relative_to(root)))
     assert found == []
+
+
+def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node but those under ``if TYPE_CHECKING:`` (imports for annotations only)."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name):
+            if node.test.id == "TYPE_CHECKING":
+                continue
+        yield node
+        yield from _runtime_nodes(node)
+
+
+def test_pages_read_through_selectors_and_call_services() -> None:
+    """No module under surfaces/pages imports a models module or queries the ORM itself: what a
+    page shows comes from a selector, what it changes goes through a service."""
+    found = []
+    for path in sorted((PROJECT / "surfaces" / "pages").rglob("*.py")):
+        for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+            modules: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            for module in modules:
+                if module.endswith(".models") or module.startswith("django.db.models"):
+                    found.append(f"{path.relative_to(PROJECT)}:{node.lineno} imports {module}")
+            if isinstance(node, ast.Attribute) and node.attr == "objects":
+                found.append(f"{path.relative_to(PROJECT)}:{node.lineno} queries .objects")
+    assert found == []

@@ -30,7 +30,7 @@ from cognition_app.sources import (
 )
 from cognition_app.subject_run import AttemptFailure, StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt, World
-from worlds_app.selectors import require_slug
+from worlds_app.selectors import RETRYABLE_STATUSES, require_slug
 from worlds_app.services.claims import Claim, Heartbeat, LeaseLost, claim_attempt
 from worlds_app.services.dispatch import export_on_commit, kick_on_commit
 from worlds_app.services.events import EventLog
@@ -88,7 +88,7 @@ def _enqueue_locked(world: World, count: int, requested_by: str) -> EnqueueResul
     return {"batch_id": str(batch_id), "attempt_ids": [str(a.id) for a in attempts]}
 
 
-RETRYABLE = (AttemptStatus.FAILED, AttemptStatus.INTERRUPTED)
+RETRYABLE = RETRYABLE_STATUSES
 
 
 def retry_refusal(attempt: TurnAttempt, world: World) -> ConflictError | None:

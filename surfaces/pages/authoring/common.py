@@ -8,12 +8,11 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from django.db import transaction
 from django.http import HttpRequest
 
 from chukwa_core.errors import ChukwaError
 from chukwa_core.ids import label_problem
-from scenarios_app.services._store import Resolver
+from scenarios_app.services import nothing_stored, workflow_draft
 from surfaces.permissions import is_operator
 
 T = TypeVar("T")
@@ -31,11 +30,7 @@ def forbidden_unless_operator(request: HttpRequest, what: str = "Authoring workf
 
 def rolled_back(work: Callable[[], T]) -> T:
     """Run ``work`` in a transaction that is always rolled back: a dry run writes nothing."""
-    with transaction.atomic():
-        try:
-            return work()
-        finally:
-            transaction.set_rollback(True)
+    return nothing_stored(work)
 
 
 def error_dict(exc: ChukwaError) -> dict[str, Any]:
@@ -82,7 +77,8 @@ def parse_content(raw: str) -> Any:
 
 def check(content: Any) -> tuple[str, bool]:
     """The store's put path as a dry run: (workflow hash, whether it would be a new row)."""
-    return rolled_back(lambda: Resolver().put_workflow(content))
+    workflow_hash, would_be_new, _ = rolled_back(lambda: workflow_draft(content))
+    return workflow_hash, would_be_new
 
 
 def validation(raw: str) -> dict[str, Any]:

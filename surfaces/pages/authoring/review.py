@@ -12,10 +12,10 @@ import difflib
 import json
 from typing import Any
 
-from chukwa_core.errors import NotFoundError, invalid
+from chukwa_core.errors import invalid
 from chukwa_core.ids import is_hash
-from scenarios_app.models import CognitionWorkflow
-from scenarios_app.services._store import Resolver
+from scenarios_app.selectors import workflow_content
+from scenarios_app.services import workflow_draft
 from surfaces.pages.authoring.common import parse_content, rolled_back
 from surfaces.pages.word_diff import mark_words
 
@@ -62,28 +62,14 @@ def parent_content(derived_from: str) -> Any:
         raise invalid(
             "invalid_hash", "derived_from", f"{derived_from[:80]!r} is not a lowercase sha256 hex"
         )
-    content = (
-        CognitionWorkflow.objects.filter(pk=derived_from).values_list("content", flat=True).first()
-    )
-    if content is None:
-        raise NotFoundError(
-            "not_found",
-            f"derived_from: no stored cognition_workflow has hash {derived_from}",
-            {"field": "derived_from"},
-        )
-    return content
+    return workflow_content(workflow_hash=derived_from, field="derived_from")
 
 
 def review(raw: str, derived_from: str) -> dict[str, Any]:
     """The dry-run save of ``raw`` compared with the stored ``derived_from`` ("" for none)."""
     content = parse_content(raw)
 
-    def work() -> tuple[str, bool, Any]:
-        workflow_hash, would_be_new = Resolver().put_workflow(content)
-        stored = CognitionWorkflow.objects.values_list("content", flat=True).get(pk=workflow_hash)
-        return workflow_hash, would_be_new, stored
-
-    workflow_hash, would_be_new, resolved = rolled_back(work)
+    workflow_hash, would_be_new, resolved = rolled_back(lambda: workflow_draft(content))
     before = flatten(parent_content(derived_from)) if derived_from else []
     rows = diff_rows(before, flatten(resolved))
     return {

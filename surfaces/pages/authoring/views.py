@@ -17,11 +17,16 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.views.decorators.http import require_GET, require_POST
 
-from chukwa_core.errors import ChukwaError, NotFoundError
+from chukwa_core.errors import ChukwaError
 from chukwa_core.ids import is_hash
 from chukwa_core.patch_schema import world_patch_schema_hash
-from scenarios_app.models import CognitionWorkflow
-from scenarios_app.selectors import workflow_versions
+from scenarios_app.pickers import (
+    component_choices,
+    profile_labels,
+    scenario_choices,
+    workflow_choices,
+)
+from scenarios_app.selectors import workflow_content, workflow_versions
 from scenarios_app.services import ScenarioForkInput, cognition_workflow_derive, scenario_fork
 from surfaces.pages.authoring.common import (
     check,
@@ -31,15 +36,9 @@ from surfaces.pages.authoring.common import (
     parse_content,
     validation,
 )
-from surfaces.pages.authoring.pickers import (
-    component_choices,
-    profile_labels,
-    scenario_choices,
-    workflow_choices,
-)
-from surfaces.pages.authoring.preview import fork_defaults, picker_context, preview
 from surfaces.pages.authoring.review import review
 from surfaces.pages.rendering import page, respond
+from worlds_app.workflow_preview import fork_defaults, picker_context, preview
 
 PAGE = "authoring/author.html"
 
@@ -129,14 +128,8 @@ def workflow_author(request: HttpRequest) -> HttpResponse:
                 f"workflow: {workflow_hash!r} is not a lowercase sha256 hex",
                 {"field": "workflow"},
             )
-        stored = CognitionWorkflow.objects.filter(pk=workflow_hash).first()
-        if stored is None:
-            raise NotFoundError(
-                "not_found",
-                f"workflow: no stored cognition_workflow has hash {workflow_hash}",
-                {"field": "workflow"},
-            )
-        content = json.dumps(stored.content, indent=2, ensure_ascii=False)
+        stored = workflow_content(workflow_hash=workflow_hash, field="workflow")
+        content = json.dumps(stored, indent=2, ensure_ascii=False)
         context = _page_context(request, content=content, source_hash=workflow_hash)
         context["versions"] = workflow_versions(workflow_hash=workflow_hash)
     else:
@@ -204,7 +197,7 @@ def workflow_author_preview(request: HttpRequest) -> HttpResponse:
     forbidden_unless_operator(request)
     try:
         result = preview(
-            request.POST.get("content", ""),
+            parse_content(request.POST.get("content", "")),
             request.POST.get("world", "").strip(),
             request.POST.get("subject", "").strip(),
         )

@@ -12,8 +12,8 @@ from django.views.decorators.http import require_http_methods
 
 from chukwa_core.errors import ChukwaError, invalid
 from cognition_app.sources import REPLAY_MODES
+from scenarios_app.pickers import scenario_choices
 from surfaces.pages.authoring.common import error_dict, forbidden_unless_operator
-from surfaces.pages.authoring.pickers import scenario_choices
 from surfaces.pages.rendering import page, respond, wants_json
 from worlds_app.services import BudgetInput, WorldCreateInput, world_create
 from worlds_app.services.budgets import BUDGET_FIELDS, COST_LIMITS, TOKEN_LIMITS

@@ -1,6 +1,7 @@
 """The preview of a workflow for one subject of a world: the exact messages its LLM nodes would
 receive at the world's next turn and the requests its ambient sources would be sent. Nothing is
-called and nothing is stored: inline parts exist only inside a rolled-back transaction.
+called and nothing is stored: inline parts exist only inside a rolled-back transaction (the
+author's page shows it).
 """
 
 from __future__ import annotations
@@ -10,15 +11,15 @@ from typing import Any
 
 from chukwa_core import clock
 from chukwa_core.errors import ChukwaError, NotFoundError
+from chukwa_core.ids import label_problem
 from chukwa_core.world_state import WorldState, is_agent
 from cognition_app import sources
 from cognition_app.ambient import inject, resolve_template, runs_for_subject, visible_to
 from cognition_app.llm_nodes import placeholder_values, render_messages, tool_loop_schema
 from cognition_app.sources import SourceFailure
 from cognition_app.subject_run import SubjectRun, TurnContext
-from scenarios_app.models import CognitionWorkflow, ResponseSource
-from scenarios_app.services._store import Resolver
-from surfaces.pages.authoring.common import checked_slug, parse_content, rolled_back
+from scenarios_app.selectors import source_labels
+from scenarios_app.services import nothing_stored, workflow_draft
 from worlds_app.models import Turn, World
 
 AMBIENT_NOT_FETCHED = "(ambient results are not fetched in a preview)"
@@ -29,8 +30,18 @@ MAX_WORLDS = 100
 # --- world and subject pickers ----------------------------------------------------------------
 
 
+def _checked_slug(slug: str) -> str:
+    """The world picker's value, checked before it is looked up (NUL or 10 KB is not a slug)."""
+    problem = label_problem(slug) if slug else None
+    if problem is not None:
+        raise ChukwaError(
+            "invalid_slug", f"world: {slug[:64]!r} {problem}", {"field": "world"}, status_code=400
+        )
+    return slug
+
+
 def _world(slug: str) -> World:
-    world = World.objects.filter(slug=checked_slug(slug)).first()
+    world = World.objects.filter(slug=_checked_slug(slug)).first()
     if world is None:
         raise NotFoundError("world_not_found", f"world: no world {slug!r}", {"field": "world"})
     return world
@@ -77,10 +88,8 @@ def _ambient_preview(
     workflow: dict[str, Any], request_context: dict[str, Any], subject: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """What each ambient source would be called with for this subject's turn (never called)."""
-    labels = dict(
-        ResponseSource.objects.filter(
-            pk__in={s["source_ref"]["hash"] for s in workflow["ambient_sources"]}
-        ).values_list("pk", "label")
+    labels = source_labels(
+        source_hashes={s["source_ref"]["hash"] for s in workflow["ambient_sources"]}
     )
     entries = []
     for source in workflow["ambient_sources"]:
@@ -143,8 +152,8 @@ def _node_preview(node: dict[str, Any], run: SubjectRun, earlier: list[str]) -> 
     return entry
 
 
-def preview(raw: str, world_slug: str, subject_id: str) -> dict[str, Any]:
-    content = parse_content(raw)
+def preview(content: Any, world_slug: str, subject_id: str) -> dict[str, Any]:
+    """The preview of the (parsed) workflow ``content`` for one subject of a world."""
     if not world_slug:
         raise ChukwaError("missing_world", "world: choose a world to preview", {"field": "world"})
     world = _world(world_slug)
@@ -180,8 +189,7 @@ def preview(raw: str, world_slug: str, subject_id: str) -> dict[str, Any]:
     def work() -> dict[str, Any]:
         # Inline schemas and sources exist only inside this rolled-back transaction; everything
         # that reads them happens here.
-        workflow_hash, _ = Resolver().put_workflow(content)
-        workflow = CognitionWorkflow.objects.values_list("content", flat=True).get(pk=workflow_hash)
+        workflow_hash, _, workflow = workflow_draft(content)
         ambient = _ambient_preview(workflow, request_context, subject)
         run = SubjectRun(
             subject_id=subject_id,
@@ -204,5 +212,5 @@ def preview(raw: str, world_slug: str, subject_id: str) -> dict[str, Any]:
         "turn": turn.number,
         "attempted_turn": turn.number + 1,
         "simulation_time": simulation_time,
-        **rolled_back(work),
+        **nothing_stored(work),
     }
