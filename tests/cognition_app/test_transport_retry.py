@@ -13,15 +13,19 @@ from typing import Any
 
 import httpx
 import pytest
+from django.test import Client
 
+from cognition_app.budgets import prompt_estimate
 from cognition_app.models import LlmCall, SourceInvocation
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.retry import RetryPolicy, is_transient, wait_before
 from scenarios_app.models import ResponseSource
+from scenarios_app.services import scenario_assemble
 from tests.cognition_app.conftest import create_world, fixture_body, run_turn, workflow_of
 from tests.cognition_app.test_llm_retry import ANT_OK, BOB_OK, events, invocations
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from worlds_app.models import AttemptStatus
+from worlds_app.services import world_create
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +42,9 @@ def generations(attempt: Any) -> list[SourceInvocation]:
     return invocations(attempt, kind="llm_generation")
 
 
-def test_a_503_then_a_200_commits_with_both_tries_traced(scripted_llm: ScriptedLLM) -> None:
+def test_a_503_then_a_200_commits_with_both_tries_traced(
+    scripted_llm: ScriptedLLM, operator_client: Any, client: Client, reader_user: Any
+) -> None:
     ant_world("retry-503", {"attempts": 3, "backoff_ms": 10})
     scripted_llm.script(Reply(status=503), ANT_OK)
     attempt = run_turn("retry-503")
@@ -57,8 +63,15 @@ def test_a_503_then_a_200_commits_with_both_tries_traced(scripted_llm: ScriptedL
     ]
     assert len(scripted_llm.requests) == 2
     assert events(attempt, "generation_rejected") == []
-    # both tries reached the backend with their own invocation ids, opened before sending
     assert list(first.retries.all()) == [second]
+    # a reviewer sees both tries on the timeline, the later naming the first
+    client.force_login(reader_user)
+    page = client.get(f"/attempts/{attempt.pk}/").content.decode()
+    assert "generation 1 · try 2" in page
+    api = operator_client.get(f"/api/source-invocations/{second.pk}/").json()
+    assert api["retry_of_id"] == str(first.pk)
+    detail = client.get(f"/invocations/{second.pk}/").content.decode()
+    assert "A later try of" in detail and f"/invocations/{first.pk}/" in detail
 
 
 def test_a_400_is_not_tried_again(scripted_llm: ScriptedLLM) -> None:
@@ -122,6 +135,29 @@ def test_without_a_policy_a_503_fails_at_once(scripted_llm: ScriptedLLM) -> None
     attempt = run_turn("no-policy")
     assert attempt.status == AttemptStatus.FAILED
     assert len(generations(attempt)) == 1 and scripted_llm.pending == 1
+
+
+def test_each_try_reserves_and_gives_back_its_own_budget(scripted_llm: ScriptedLLM) -> None:
+    """A per-turn budget with room for one call's reservation only: the second try may start
+    because the first gave its reservation back when it failed (it spent nothing)."""
+    ant_world("estimate", {"attempts": 2})
+    scripted_llm.script(ANT_OK)
+    run_turn("estimate")
+    (request,) = scripted_llm.requests
+    one_call = prompt_estimate(request["messages"], request.get("response_format")) + 800
+    body = fixture_body("ant_on_plate")
+    (profile,) = body["cognition_profiles"]
+    iface = workflow_of(body, profile)["nodes"][0]["llm_source_ref"]["inline"]["interface"]
+    iface["retry"] = {"attempts": 2}
+    scenario = scenario_assemble(data=body)["scenario_hash"]
+    budget = {"max_tokens_per_turn": one_call + 100}  # less than two reservations
+    world_create(data={"slug": "budgeted", "scenario_ref": {"hash": scenario}, "budget": budget})  # type: ignore[typeddict-item]
+    scripted_llm.script(Reply(status=503), ANT_OK)
+    attempt = run_turn("budgeted")
+    assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
+    first, second = generations(attempt)
+    assert first.status == "failed" and second.retry_of_id == first.pk
+    assert LlmCall.objects.get(invocation=second).completion_tokens
 
 
 # --- http_json: a flaky server in front of the toy weather -----------------------------------
