@@ -5,8 +5,11 @@ OpenAI-compatible server, the toy sources, and a flaky server in front of them."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -17,8 +20,10 @@ from django.test import Client
 
 from cognition_app.budgets import prompt_estimate
 from cognition_app.models import LlmCall, SourceInvocation
+from cognition_app.sources.cancel import CancelScope
 from cognition_app.sources.failure import SourceFailure
-from cognition_app.sources.retry import RetryPolicy, is_transient, wait_before
+from cognition_app.sources.retry import RetryPolicy, is_transient, wait_before, with_retries
+from cognition_app.sources.tracing import CallContext
 from scenarios_app.models import ResponseSource
 from scenarios_app.services import scenario_assemble
 from tests.cognition_app.conftest import create_world, fixture_body, run_turn, workflow_of
@@ -247,6 +252,73 @@ def test_the_wait_doubles_and_is_capped() -> None:
     asked = SourceFailure("transport", "x", http_status=429, retry_after="20")
     assert wait_before(policy, 1, asked, 60) == 20.0
     assert wait_before(policy, 1, asked, 5) == 5.0  # never past one timeout_ms
+
+
+def _bare_ctx(cancel: CancelScope | None = None) -> CallContext:
+    return CallContext(
+        attempt_id=uuid.uuid4(),
+        world_id=0,
+        world_slug="w",
+        attempted_turn=1,
+        next_seq=lambda: 0,
+        cancel=cancel,
+    )
+
+
+def _failing(tries: list[CallContext]) -> Any:
+    def call(ctx: CallContext) -> None:
+        tries.append(ctx)
+        raise SourceFailure("transport", "HTTP 503", invocation_id=uuid.uuid4(), http_status=503)
+
+    return call
+
+
+def test_a_stop_during_the_wait_ends_the_call_without_another_try() -> None:
+    cancel = CancelScope()
+    threading.Timer(0.2, cancel.cancel, args=("another subject failed",)).start()
+    tries: list[CallContext] = []
+    iface = {"timeout_ms": 5000, "retry": {"attempts": 3, "backoff_ms": 10_000}}
+    started = time.monotonic()
+    with pytest.raises(SourceFailure) as excinfo:
+        with_retries(interface=iface, ctx=_bare_ctx(cancel), what="a call", call=_failing(tries))
+    assert excinfo.value.failure_class == "cancelled"
+    assert len(tries) == 1 and time.monotonic() - started < 5
+
+
+def test_no_try_starts_that_could_outlast_the_attempts_window(settings: Any) -> None:
+    settings.CHUKWA_ATTEMPT_SOFT_TIME_LIMIT = 3  # a third: 1 s, less than one timeout_ms
+    tries: list[CallContext] = []
+    iface = {"timeout_ms": 2000, "retry": {"attempts": 5}}
+    with pytest.raises(SourceFailure):
+        with_retries(interface=iface, ctx=_bare_ctx(), what="a call", call=_failing(tries))
+    assert len(tries) == 1
+
+
+class _StrictReplay:
+    source_world_slug = "recorded"
+    strict = True
+
+    def take(self, key: str) -> SourceInvocation | None:
+        return None
+
+
+def test_a_strictly_replaying_world_never_tries_again() -> None:
+    tries: list[CallContext] = []
+    ctx = dataclasses.replace(_bare_ctx(), replay=_StrictReplay())
+    iface = {"timeout_ms": 2000, "retry": {"attempts": 3}}
+    with pytest.raises(SourceFailure):
+        with_retries(interface=iface, ctx=ctx, what="a call", call=_failing(tries))
+    assert len(tries) == 1
+
+
+def test_later_tries_name_the_first() -> None:
+    tries: list[CallContext] = []
+    iface = {"timeout_ms": 2000, "retry": {"attempts": 3}}
+    with pytest.raises(SourceFailure) as excinfo:
+        with_retries(interface=iface, ctx=_bare_ctx(), what="a call", call=_failing(tries))
+    assert [t.retry_of is None for t in tries] == [True, False, False]
+    assert tries[1].retry_of == tries[2].retry_of
+    assert "after 3 tries" in excinfo.value.message
 
 
 # --- validation at put ------------------------------------------------------------------------
