@@ -37,6 +37,10 @@ TOOL_INTERFACES = frozenset({HTTP_JSON_INTERFACE, MCP_TOOL_INTERFACE})
 MAX_SOURCE_CONCURRENCY = 256
 SCHEMA_DELIVERIES = frozenset({"response_format", "prompt_only"})
 TIMEOUT_MS_MAX = 600_000
+# A source's optional transport retry policy: tries in all (the first included) and the wait
+# before the second, doubled before each later one.
+RETRY_ATTEMPTS_MAX = 5
+RETRY_BACKOFF_MS_MAX = 30_000
 # Chat Completions parameters an author may set, with the JSON types each accepts. An allowlist,
 # not a denylist: anything else (headers, base URLs, keys, timeouts, tools, n, stream options…)
 # could change where a request goes, what it carries or how Chukwa reads the reply.
@@ -263,6 +267,31 @@ def _check_timeout(value: object, field: str) -> None:
         )
 
 
+def _check_retry(interface: Mapping[str, Any], iface_field: str) -> None:
+    """The optional ``retry`` object: how often a call that failed in transport (a timeout, a
+    refused or dropped connection, HTTP 5xx or 429) is tried again."""
+    if "retry" not in interface:
+        return
+    code, field = "invalid_response_source", f"{iface_field}.retry"
+    retry = require_object(interface["retry"], field, code)
+    check_keys(retry, field, required=("attempts",), optional=("backoff_ms",), code=code)
+    attempts = retry["attempts"]
+    if not is_int(attempts) or not 1 <= attempts <= RETRY_ATTEMPTS_MAX:
+        raise invalid(
+            code,
+            f"{field}.attempts",
+            f"must be an integer 1…{RETRY_ATTEMPTS_MAX} (tries in all, the first included), "
+            f"got {attempts!r}",
+        )
+    backoff = retry.get("backoff_ms", 0)
+    if not is_int(backoff) or not 0 <= backoff <= RETRY_BACKOFF_MS_MAX:
+        raise invalid(
+            code,
+            f"{field}.backoff_ms",
+            f"must be an integer 0…{RETRY_BACKOFF_MS_MAX}, got {backoff!r}",
+        )
+
+
 def validate_response_source_content(content: object, field: str = "content") -> dict[str, Any]:
     code = "invalid_response_source"
     source = require_object(content, field, code)
@@ -288,7 +317,14 @@ def validate_response_source_content(content: object, field: str = "content") ->
             interface,
             iface_field,
             required=("name", "model", "base_url_env", "schema_delivery", "timeout_ms"),
-            optional=("api_key_env", "params", "max_string_length", "max_concurrency", "provider"),
+            optional=(
+                "api_key_env",
+                "params",
+                "max_string_length",
+                "max_concurrency",
+                "provider",
+                "retry",
+            ),
             code=code,
         )
         require_string(interface["model"], f"{iface_field}.model", code)
@@ -319,6 +355,7 @@ def validate_response_source_content(content: object, field: str = "content") ->
                 f"got {interface['schema_delivery']!r}",
             )
         _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
+        _check_retry(interface, iface_field)
         if "max_string_length" in interface:
             # Bounds every string (and the effects list) in the schema sent to the model: small
             # local models otherwise loop inside a string until max_tokens.
@@ -364,7 +401,7 @@ def validate_response_source_content(content: object, field: str = "content") ->
             interface,
             iface_field,
             required=("name", "method", "url_env", "timeout_ms"),
-            optional=("path",),
+            optional=("path", "retry"),
             code=code,
         )
         if interface["method"] != "POST":
@@ -389,6 +426,7 @@ def validate_response_source_content(content: object, field: str = "content") ->
                     f"backslashes or line breaks (got {path!r})",
                 )
         _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
+        _check_retry(interface, iface_field)
     return dict(source)
 
 
@@ -400,7 +438,7 @@ def _validate_mcp_tool(interface: Mapping[str, Any], iface_field: str, code: str
         interface,
         iface_field,
         required=("name", "url_env", "tool", "timeout_ms"),
-        optional=("api_key_env",),
+        optional=("api_key_env", "retry"),
         code=code,
     )
     url_env = _check_url_env(interface["url_env"], f"{iface_field}.url_env")
@@ -422,6 +460,7 @@ def _validate_mcp_tool(interface: Mapping[str, Any], iface_field: str, code: str
             '"_", "-" or "."',
         )
     _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
+    _check_retry(interface, iface_field)
 
 
 # --- environment ---------------------------------------------------------------------------

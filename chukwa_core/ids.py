@@ -60,6 +60,12 @@ def bound_key_env_name(url_env: str) -> str:
     return f"{prefix}_API_KEY"
 
 
+def bound_concurrency_env_name(url_env: str) -> str:
+    """The deployment's bound on the endpoint a URL variable names, across every worker:
+    ``<P>_BASE_URL`` or ``<P>_URL`` → ``<P>_MAX_CONCURRENCY``."""
+    return bound_key_env_name(url_env).removesuffix("_API_KEY") + "_MAX_CONCURRENCY"
+
+
 def entity_id_problem(value: str) -> str | None:
     """Why ``value`` is not a valid entity id, or None when it is."""
     if value == "":

@@ -189,6 +189,9 @@ def start_aux(env: dict[str, str], children: list[Child]) -> list[str]:
         _wait_ready(child, f"{base}/health", 60)
         env["CHUKWA_LLM_BASE_URL"] = f"{base}/v1"
         env["CHUKWA_EMBEDDED_MODEL"] = "true"  # the pages say replies come from a toy model
+        # It generates one reply at a time: every worker's calls wait for it before their
+        # timeout_ms starts (cognition_app/sources/endpoint_slots.py), not in its queue.
+        env["CHUKWA_LLM_MAX_CONCURRENCY"] = "1"
         # Sources may name an API key variable; the local server needs none.
         env.setdefault("CHUKWA_LLM_API_KEY", "embedded-model-needs-no-key")
         lines.append(f"embedded model (SmolLM2-135M-Instruct via llama.cpp): {base}/v1")

@@ -92,6 +92,16 @@ class SourceInvocation(models.Model):
     # A plain id like the event links: the source world may be deleted later, and the replayed
     # trace must keep saying where its content came from.
     replayed_from = models.UUIDField(null=True, blank=True)
+    # A later try of a call its source's ``retry`` policy tried again after a transport failure:
+    # the call's first try (whose row has none). Each try is a row of its own, with its own seq.
+    retry_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="retries",
+        db_index=False,
+    )
 
     class Meta:
         ordering = ["attempt", "seq"]
@@ -108,6 +118,12 @@ class SourceInvocation(models.Model):
             models.Index(
                 fields=["world", "request_key", "attempted_turn", "seq"],
                 name="invocation_request_key_idx",
+            ),
+            # the tries of a call; partial: the rows of calls tried once (nearly all) add nothing
+            models.Index(
+                fields=["retry_of"],
+                name="invocation_retry_of_idx",
+                condition=Q(retry_of__isnull=False),
             ),
         ]
 

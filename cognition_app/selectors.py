@@ -51,6 +51,7 @@ SUMMARY_FIELDS = (
     "model_output_kind",
     "request_key",
     "replayed_from",
+    "retry_of_id",
 )
 
 

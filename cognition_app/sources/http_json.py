@@ -21,6 +21,7 @@ from cognition_app.sources.results import (
     replayed_or_new,
     result_schema_problem,
 )
+from cognition_app.sources.retry import try_row, with_retries
 from cognition_app.sources.tracing import (
     CallContext,
     fail_invocation,
@@ -58,6 +59,7 @@ def invoke_http_json(
     # The X-Chukwa-* headers carry per-call ids (and the turn, which the k-th-use rule covers):
     # not part of the key, nor is the URL the variable points at.
     key = request_key(source_hash, {"method": "POST", "path": request["path"], "body": body})
+    what = f"{kind} {ctx.ambient_source_id or ctx.tool_name} of {ctx.subject_id or 'the turn'}"
     inv = replayed_or_new(
         ctx,
         kind=kind,
@@ -67,7 +69,7 @@ def invoke_http_json(
         key=key,
         input_schema_hash=input_schema_hash,
         result_schema_hash=result_schema_hash,
-        what=f"{kind} {ctx.ambient_source_id or ctx.tool_name} of {ctx.subject_id or 'the turn'}",
+        what=what,
     )
     if isinstance(inv, JsonResult):  # served from the recording
         return inv
@@ -76,9 +78,14 @@ def invoke_http_json(
     except SourceFailure as exc:
         raise fail_unsent(ctx, inv, exc) from None
     inv.request["url"] = base + iface.get("path", "")
-    open_rows(ctx, [insert_statement(inv)])  # the row exists before any byte is sent
-    with finished_on_error(inv):
-        return _post_json(inv, iface, base, body, ctx, result_schema_hash)
+
+    def one_try(try_ctx: CallContext) -> JsonResult:
+        row = try_row(inv, try_ctx)
+        open_rows(try_ctx, [insert_statement(row)])  # the row exists before any byte is sent
+        with finished_on_error(row):
+            return _post_json(row, iface, base, body, try_ctx, result_schema_hash)
+
+    return with_retries(interface=iface, ctx=ctx, what=what, call=one_try)
 
 
 def _post_json(

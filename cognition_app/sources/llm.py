@@ -3,6 +3,7 @@ traced durably."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -37,6 +38,7 @@ from cognition_app.sources.cancel import CANCELLED, CancelScope
 from cognition_app.sources.components import source_content
 from cognition_app.sources.conformance import ensure_schema_enforced
 from cognition_app.sources.deadline import bounded
+from cognition_app.sources.endpoint_slots import endpoint_slot
 from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.generation import (
     CHUNK_ROWS,
@@ -48,8 +50,9 @@ from cognition_app.sources.generation import (
 from cognition_app.sources.limits import source_slot
 from cognition_app.sources.llm_replay import replayed_generation
 from cognition_app.sources.replay import fail_miss, open_replayed, request_key_of
+from cognition_app.sources.retry import with_retries
 from cognition_app.sources.schema_delivery import deliver_schema
-from cognition_app.sources.stream_events import chunk_events
+from cognition_app.sources.stream_events import chunk_events, usage_counts
 from cognition_app.sources.tracing import (
     CallContext,
     finish_rows,
@@ -180,10 +183,18 @@ def invoke_llm(
         output_schema_hash=output_schema_hash,
         judge=judge,
     )
-    # A free slot of the source first (its max_concurrency), then the budget: a call waiting
-    # for a slot reserves nothing.
-    with source_slot(source_hash, iface.get("max_concurrency"), ctx.cancel, what):
-        return send.run(config_failure)
+    # Free slots first (the source's max_concurrency, the endpoint's bound over every worker),
+    # then each try (a call of its own): a call waiting for a slot reserves and times nothing.
+    with (
+        source_slot(source_hash, iface.get("max_concurrency"), ctx.cancel, what),
+        endpoint_slot(iface["base_url_env"], ctx.cancel, what),
+    ):
+        return with_retries(
+            interface=iface,
+            ctx=ctx,
+            what=what,
+            call=lambda try_ctx: dataclasses.replace(send, ctx=try_ctx).run(config_failure),
+        )
 
 
 @dataclass
@@ -415,7 +426,13 @@ def _stream(
             ]
         )
         log_finished(inv)
-        return SourceFailure(failure_class, message, invocation_id=inv.pk)
+        return SourceFailure(
+            failure_class,
+            message,
+            invocation_id=inv.pk,
+            http_status=http_status,
+            retry_after=http_meta.get("response_headers", {}).get("retry-after"),
+        )
 
     try:
         with (
@@ -464,7 +481,7 @@ def _stream(
                 if chunk.model:
                     response_model = chunk.model
                 if chunk.usage:
-                    usage = _usage(chunk.usage)
+                    usage = usage_counts(chunk.usage)
                 for delta in chunk.deltas:
                     reply_chars += len(delta)
                     if reply_chars > MAX_REPLY_CHARS:
@@ -556,19 +573,6 @@ def _stream(
         log_finished(inv)
     call.raw_text, call.finish_reason = text, finish_reason
     return gen
-
-
-def _usage(reported: dict[str, Any]) -> dict[str, int]:
-    """The token counts a provider reported that can be stored (non-negative int4)."""
-    usage = {
-        k: v
-        for k, v in reported.items()
-        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31
-    }
-    cached = (reported.get("prompt_tokens_details") or {}).get("cached_tokens")
-    if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached < 2**31:
-        usage["cached_tokens"] = cached
-    return usage
 
 
 def _watched(cancel: CancelScope | None, response: httpx.Response) -> AbstractContextManager[None]:

@@ -28,6 +28,7 @@ from cognition_app.sources.results import (
     replayed_or_new,
     result_schema_problem,
 )
+from cognition_app.sources.retry import try_row, with_retries
 from cognition_app.sources.tracing import (
     CallContext,
     fail_invocation,
@@ -61,6 +62,7 @@ def invoke_mcp_tool(
     request = {"url_env": iface["url_env"], "tool": iface["tool"], "arguments": body}
     # Neither the URL nor the key (nor the X-Chukwa-* per-call ids) is part of the key.
     key = request_key(source_hash, {"tool": iface["tool"], "arguments": body})
+    what = f"{kind} {ctx.tool_name} of {ctx.subject_id or 'the turn'}"
     inv = replayed_or_new(
         ctx,
         kind=kind,
@@ -70,7 +72,7 @@ def invoke_mcp_tool(
         key=key,
         input_schema_hash=input_schema_hash,
         result_schema_hash=result_schema_hash,
-        what=f"{kind} {ctx.tool_name} of {ctx.subject_id or 'the turn'}",
+        what=what,
     )
     if isinstance(inv, JsonResult):  # served from the recording
         return inv
@@ -89,11 +91,15 @@ def invoke_mcp_tool(
     except SourceFailure as exc:
         raise fail_unsent(ctx, inv, exc) from None
     inv.request["url"] = url
-    open_rows(ctx, [insert_statement(inv)])  # the row exists before any byte is sent
-    with finished_on_error(inv):
-        return _call(
-            ctx, inv, iface, url, {**ctx.headers(inv.pk), **auth}, body, result_schema_hash
-        )
+
+    def one_try(try_ctx: CallContext) -> JsonResult:
+        row = try_row(inv, try_ctx)
+        open_rows(try_ctx, [insert_statement(row)])  # the row exists before any byte is sent
+        with finished_on_error(row):
+            headers = {**try_ctx.headers(row.pk), **auth}
+            return _call(try_ctx, row, iface, url, headers, body, result_schema_hash)
+
+    return with_retries(interface=iface, ctx=ctx, what=what, call=one_try)
 
 
 def _call(

@@ -65,10 +65,15 @@ class Replay:
 
     def take(self, key: str) -> SourceInvocation | None:
         """The recording that serves this use of ``key``, or None. Every call counts as a use,
-        served or not, exactly as it counts in the source world."""
+        served or not, exactly as it counts in the source world (a call is counted once, however
+        many tries it took)."""
         with self._lock:
             if key not in self._uses:
-                self._uses[key] = self.used.filter(request_key=key).count()
+                # succeeded uses only, as recordings are: a committed attempt may hold the
+                # failed tries of a call its source's retry policy tried again
+                self._uses[key] = self.used.filter(
+                    request_key=key, status=InvocationStatus.SUCCEEDED
+                ).count()
             k = self._uses[key]
             self._uses[key] = k + 1
         found = list(

@@ -52,7 +52,7 @@ def chunk_events(content_type: str, body: Iterable[bytes]) -> Iterator[Chunk]:
         try:
             # orjson first; what it refuses goes to loads_strict, for json's reading or error.
             # (What orjson reads otherwise, an integer beyond 64 bits as a float, is no token
-            # count either way: ``_usage`` keeps only ints below 2**31.)
+            # count either way: ``usage_counts`` keeps only ints below 2**31.)
             event = orjson.loads(data)
         except orjson.JSONDecodeError:
             try:
@@ -147,3 +147,16 @@ def read_chunk(event: Any) -> Chunk | None:
             finish_reason = reason
     model = event.get("model")
     return Chunk(model if type(model) is str else "", usage, deltas, finish_reason)
+
+
+def usage_counts(reported: dict[str, Any]) -> dict[str, int]:
+    """The token counts a provider reported that can be stored (non-negative int4)."""
+    usage = {
+        k: v
+        for k, v in reported.items()
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31
+    }
+    cached = (reported.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if isinstance(cached, int) and not isinstance(cached, bool) and 0 <= cached < 2**31:
+        usage["cached_tokens"] = cached
+    return usage

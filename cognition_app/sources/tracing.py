@@ -54,6 +54,8 @@ class CallContext:
     parent_id: UUID | None = None
     generation_attempt: int | None = None
     tool_loop_round: int | None = None
+    # a later try of a call (its source's ``retry`` policy): the first try's row
+    retry_of: UUID | None = None
     # the world's seed (chukwa_core.seeds): an LLM call whose source fixes no seed sends one
     # derived from it; None for an unseeded world
     world_seed: int | None = None
@@ -120,6 +122,7 @@ def new_invocation(
         output_schema_hash=output_schema_hash,
         generation_attempt=ctx.generation_attempt,
         tool_loop_round=ctx.tool_loop_round,
+        retry_of_id=ctx.retry_of,
     )
 
 
@@ -265,7 +268,13 @@ def fail_invocation(
     finish_invocation(
         inv, InvocationStatus.FAILED, failure_class=failure_class, failure_message=message, **fields
     )
-    raise SourceFailure(failure_class, message, invocation_id=inv.pk)
+    raise SourceFailure(
+        failure_class,
+        message,
+        invocation_id=inv.pk,
+        http_status=fields.get("http_status"),
+        retry_after=(fields.get("response_headers") or {}).get("retry-after"),
+    )
 
 
 def _close_running(attempt_id: UUID, status: str, failure_class: str, reason: str) -> int:

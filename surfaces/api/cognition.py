@@ -58,6 +58,10 @@ class InvocationSummarySerializer(serializers.Serializer):
     replayed_from = serializers.UUIDField(
         allow_null=True, help_text="the recorded invocation this one was served from (replay)"
     )
+    retry_of_id = serializers.UUIDField(
+        allow_null=True,
+        help_text="a later try of a call its source's retry policy tried again: the first try",
+    )
 
     class Meta:
         ref_name = "SourceInvocationSummary"

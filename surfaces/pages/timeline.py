@@ -79,6 +79,7 @@ class _Builder:
             if e["kind"] == "generation_rejected"
         }
         self.verdicts: dict[str, Verdict] = {}
+        self.tries: dict[str, int] = {}  # a retried call's first try → its tries so far
 
     # --- rows ---------------------------------------------------------------------------------
 
@@ -112,6 +113,10 @@ class _Builder:
             label = f"conformance check of {inv['source_label']}"
         else:
             label = f"ambient {inv['ambient_source_id'] or inv['source_label']}"
+        if inv.get("retry_of_id") is not None:  # a transport retry: rows come in seq order
+            first = str(inv["retry_of_id"])
+            self.tries[first] = self.tries.get(first, 1) + 1
+            label += f" · try {self.tries[first]}"
         row: dict[str, Any] = {
             "id": f"i-{key}",
             "type": "invocation",
@@ -136,6 +141,7 @@ class _Builder:
             "output_kind": inv["model_output_kind"],
             "failure": inv["failure_message"],
             "replayed_from": inv["replayed_from"],
+            "transport_retry_of": inv.get("retry_of_id"),
             "children": [],
             "running": inv["status"] == "running",
             # a rejected try that a retry made good is not a problem of its group

@@ -201,7 +201,7 @@ def test_mcp_tool_sources_are_accepted(changes: dict[str, Any]) -> None:
             {"headers": {"Authorization": "Bearer x"}},
             "invalid_response_source",
             "headers",
-            "allowed fields are api_key_env, name, timeout_ms, tool, url_env",
+            "allowed fields are api_key_env, name, retry, timeout_ms, tool, url_env",
             id="headers_refused",
         ),
         pytest.param(

@@ -54,6 +54,8 @@ class Reply:
     close_mid_stream: bool = False
     raw_body: bytes | None = None
     content_type: str | None = None
+    # extra headers of a non-streamed answer (an error's ``Retry-After``)
+    headers: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
@@ -166,9 +168,17 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _send_bytes(
-        self, status: int, body: bytes, content_type: str, *, truncate: bool = False
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        *,
+        truncate: bool = False,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("x-request-id", self.server.llm._next_request_id())
@@ -183,8 +193,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
         self.wfile.flush()
 
-    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
-        self._send_bytes(status, json.dumps(payload).encode(), "application/json")
+    def _send_json(
+        self, status: int, payload: dict[str, Any], headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        self._send_bytes(status, json.dumps(payload).encode(), "application/json", headers=headers)
 
     def _drop(self) -> None:
         self.close_connection = True
@@ -283,7 +295,7 @@ class _Handler(BaseHTTPRequestHandler):
             payload = reply.error_body or _error_body(
                 f"scripted LLM: scripted HTTP {reply.status}", "scripted_error"
             )
-            self._send_json(reply.status, payload)
+            self._send_json(reply.status, payload, reply.headers)
             return
         text = reply.text or ""
         if reply.usage is not None:
