@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cognition_app.embedded_llm import EmbeddedLLMServer
+    from devservices.embedded_llm import EmbeddedLLMServer
 
 MODEL_REQUESTS = 3
 MODEL_MAX_TOKENS = 256
@@ -139,7 +139,7 @@ def _model_request(base_url: str, seed: int) -> ModelRun:
 
 
 def part_two() -> list[ModelRun]:
-    from cognition_app import embedded_llm
+    from devservices import embedded_llm
 
     print("\n== 2. Embedded model: tokens per second ==")
     t0 = time.perf_counter()

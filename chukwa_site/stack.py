@@ -180,7 +180,7 @@ def start_aux(env: dict[str, str], children: list[Child]) -> list[str]:
         child = _spawn(
             children,
             "the embedded model",
-            [sys.executable, "-m", "cognition_app.embedded_llm", "--port", str(LLM_PORT)],
+            [sys.executable, "-m", "devservices.embedded_llm", "--port", str(LLM_PORT)],
             env,
             port=LLM_PORT,
             port_variable=LLM_PORT_VAR,
@@ -205,7 +205,7 @@ def start_aux(env: dict[str, str], children: list[Child]) -> list[str]:
             [
                 sys.executable,
                 "-m",
-                "cognition_app.toys",
+                "devservices.toys",
                 "--port",
                 str(TOYS_PORT),
                 "--state-dir",
@@ -236,7 +236,7 @@ def _start_toy_mcp(env: dict[str, str], children: list[Child]) -> str:
         [
             sys.executable,
             "-m",
-            "cognition_app.toy_mcp",
+            "devservices.toy_mcp",
             "--port",
             str(TOY_MCP_PORT),
             "--api-key-env",

@@ -9,7 +9,18 @@ from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[2]
 # Lowest first: a package may import itself and the packages before it, never one after it.
-LAYERS = ["chukwa_core", "scenarios_app", "cognition_app", "worlds_app", "surfaces", "chukwa_site"]
+# The development servers (devservices) come first: they import no other package of Chukwa;
+# which packages may import them is a rule of its own (below).
+LAYERS = [
+    "devservices",
+    "chukwa_core",
+    "scenarios_app",
+    "cognition_app",
+    "worlds_app",
+    "surfaces",
+    "chukwa_site",
+]
+DOMAIN = ["chukwa_core", "scenarios_app", "cognition_app", "worlds_app", "surfaces"]
 
 
 def _module_name(path: Path) -> str:
@@ -218,3 +229,22 @@ def test_pages_read_through_selectors_and_call_services() -> None:
             if isinstance(node, ast.Attribute) and node.attr == "objects":
                 found.append(f"{path.relative_to(PROJECT)}:{node.lineno} queries .objects")
     assert found == []
+
+
+def test_development_servers_live_outside_the_domain_apps() -> None:
+    """The toy sources, the toy MCP server and the embedded model are development services that
+    Chukwa reaches over HTTP like any other source: they live in devservices, which only the
+    project package (the stack and the demo) imports."""
+    graph = _graph()
+    importers = sorted(
+        f"{name} imports {target}"
+        for name, edges in graph.items()
+        for target in edges
+        if target.split(".")[0] == "devservices" and name.split(".")[0] in DOMAIN
+    )
+    assert importers == []
+    assert {"devservices.toys", "devservices.toy_mcp", "devservices.embedded_llm"} <= set(graph)
+    for package in DOMAIN:
+        held = [p.name for p in (PROJECT / package).rglob("*") if p.stem in ("toys", "toy_mcp")]
+        held += [p.name for p in (PROJECT / package).rglob("embedded_llm")]
+        assert held == [], package

@@ -19,7 +19,7 @@ from django.db import connection
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
-from cognition_app import toys
+from devservices import toys
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
 from tests.browser.chromium import ARTIFACTS, chromium

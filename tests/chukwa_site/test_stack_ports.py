@@ -95,7 +95,7 @@ def test_a_server_that_dies_later_is_named_and_the_rest_is_stopped() -> None:
         # gunicorn's control socket is this stack's, under its data folder
         assert (embedded.data_dir() / "gunicorn.ctl").exists()
         toy_mcp = subprocess.run(
-            ["pgrep", "-f", f"cognition_app.toy_mcp --port {env['CHUKWA_TOY_MCP_PORT']}"],
+            ["pgrep", "-f", f"devservices.toy_mcp --port {env['CHUKWA_TOY_MCP_PORT']}"],
             capture_output=True,
             text=True,
             check=True,

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from cognition_app import toy_mcp
 from cognition_app.sources import conformance
-from cognition_app.toys import serve, toy_env
+from devservices import toy_mcp
+from devservices.toys import serve, toy_env
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
 from worlds_app.models import TurnAttempt, World

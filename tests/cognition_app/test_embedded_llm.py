@@ -24,7 +24,7 @@ HELLO: list[dict[str, str]] = [{"role": "user", "content": "Write one sentence a
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[httpx.Client]:
-    from cognition_app.embedded_llm import serve  # ImportError here fails every test
+    from devservices.embedded_llm import serve  # ImportError here fails every test
 
     server = serve("127.0.0.1", 0, threads=2, ctx=2048)
     host, port = server.server_address[:2]
@@ -258,7 +258,7 @@ def test_unknown_path_is_404_json(client: httpx.Client) -> None:
 
 
 def test_max_tokens_default_and_cap() -> None:
-    from cognition_app.embedded_llm import parse_request
+    from devservices.embedded_llm import parse_request
 
     assert parse_request(json.dumps({"messages": HELLO}).encode()).max_tokens == 256
     capped = parse_request(json.dumps({"messages": HELLO, "max_tokens": 50_000}).encode())
@@ -272,7 +272,7 @@ def test_grammar_strings_exclude_raw_control_characters() -> None:
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
     from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA
-    from cognition_app.embedded_llm.engine import json_strings_without_control_characters
+    from devservices.embedded_llm.engine import json_strings_without_control_characters
 
     gbnf = json_strings_without_control_characters(
         json_schema_to_gbnf(json.dumps(WORLD_PATCH_SCHEMA))

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from cognition_app import embedded_llm
 from cognition_app.models import SourceInvocation
+from devservices import embedded_llm
 from scenarios_app.services import scenario_assemble
 from tests.cognition_app.conftest import fixture_body, workflow_of
 from worlds_app.models import TurnAttempt

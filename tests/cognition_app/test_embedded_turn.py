@@ -10,8 +10,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA
-from cognition_app import embedded_llm
 from cognition_app.models import LlmCall, LlmChunk, SourceProbe
+from devservices import embedded_llm
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
 from worlds_app import selectors

@@ -19,7 +19,7 @@ from django.db import connection
 from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA, world_patch_schema_hash
 from cognition_app.llm_nodes import CORRECTIVE, TEXT_CORRECTIVE
 from cognition_app.models import LlmCall, LlmChunk, SourceInvocation, SourceProbe
-from cognition_app.toys import NOT_JSON_BODY
+from devservices.toys import NOT_JSON_BODY
 from scenarios_app.models import JsonSchema
 from tests.cognition_app.conftest import create_world, fixture_body, run_turn, workflow_of
 from tests.support.scripted_llm import Reply, ScriptedLLM

@@ -1,5 +1,5 @@
 """``mcp_tool`` sources end to end: the park_mcp fixture, whose Bob may flip the
-park lamp through the toy MCP server (cognition_app.toy_mcp), run in-process against the scripted
+park lamp through the toy MCP server (devservices.toy_mcp), run in-process against the scripted
 LLM server over real HTTP; the call is traced, validated, fed back and replayed like an
 ``http_json`` tool, and fails like one."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cognition_app.toy_mcp import BROKEN_SWITCH_MESSAGE, NOT_JSON_TEXT, RunningMcp
+from devservices.toy_mcp import BROKEN_SWITCH_MESSAGE, NOT_JSON_TEXT, RunningMcp
 from scenarios_app.services import scenario_assemble
 from tests.cognition_app.conftest import (
     TOY_MCP_KEY,

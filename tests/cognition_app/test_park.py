@@ -16,7 +16,7 @@ import pytest
 from django.forms.models import model_to_dict
 
 from cognition_app.models import LlmCall, LlmChunk, SourceInvocation, SourceProbe
-from cognition_app.toys import PA_ANNOUNCEMENT, PHONE_SPAM_MESSAGE, STOCK_FILE
+from devservices.toys import PA_ANNOUNCEMENT, PHONE_SPAM_MESSAGE, STOCK_FILE
 from tests.cognition_app.conftest import (
     create_world,
     entity_of,

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from cognition_app.models import LlmCall, LlmChunk, SourceInvocation
-from cognition_app.toys import toy_env
+from devservices.toys import toy_env
 from scenarios_app.services import scenario_assemble, scenario_fork
 from tests.cognition_app.conftest import fixture_body, run_turn, workflow_of
 from tests.cognition_app.test_park import (

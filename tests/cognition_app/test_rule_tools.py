@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from chukwa_core.errors import ChukwaError
-from cognition_app import toys
 from cognition_app.models import SourceInvocation
+from devservices import toys
 from scenarios_app.services import scenario_assemble
 from worlds_app import selectors
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_run, world_create

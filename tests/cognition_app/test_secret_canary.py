@@ -24,8 +24,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from rest_framework.test import APIClient
 
-from cognition_app import toy_mcp
 from cognition_app.models import LlmCall, SourceInvocation
+from devservices import toy_mcp
 from tests.cognition_app.conftest import create_world, fixture_body, run_turn, workflow_of
 from tests.cognition_app.test_llm_retry import ANT_OK, BOB_OK
 from tests.support.scripted_llm import Reply, ScriptedLLM

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from cognition_app.models import InvocationStatus, LlmCall, LlmChunk, SourceInvocation, SourceProbe
-from cognition_app.toys import TOY_ENV_VARS
+from devservices.toys import TOY_ENV_VARS
 from tests.cognition_app.conftest import create_world, run_turn
 from tests.cognition_app.test_llm_retry import ANT_OK, assert_world_unchanged
 from tests.support.fixtures import TEST_API_KEY

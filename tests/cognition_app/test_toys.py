@@ -14,7 +14,7 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-from cognition_app.toys import (
+from devservices.toys import (
     PA_ANNOUNCEMENT,
     PHONE_SPAM_MESSAGE,
     STOCK_FILE,
@@ -364,7 +364,7 @@ def test_park_schemas_are_draft_2020_12_and_argument_schemas_are_strict() -> Non
         "fountain_result",
         "send_text_arguments",
         "send_text_result",
-        "toggle_lamp_arguments",  # the toy MCP server's tool (cognition_app.toy_mcp)
+        "toggle_lamp_arguments",  # the toy MCP server's tool (devservices.toy_mcp)
         "toggle_lamp_result",
     }
     for schema in SCHEMAS.values():
@@ -407,7 +407,7 @@ def test_cli_prints_the_url_and_the_variables(
     def interrupt() -> None:
         raise KeyboardInterrupt
 
-    import cognition_app.toys as toys
+    import devservices.toys as toys
 
     real_serve = toys.serve
 

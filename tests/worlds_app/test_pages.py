@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from cognition_app.models import LlmCall, SourceInvocation
 from cognition_app.sources import conformance
-from cognition_app.toys import serve, toy_env
+from devservices.toys import serve, toy_env
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
 from tests.support.scripted_llm import ScriptedLLM

@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from cognition_app.models import LlmCall, LlmChunk, SourceInvocation
 from cognition_app.sources import conformance
-from cognition_app.toys import serve, toy_env
 from cognition_app.verdicts import verdict
+from devservices.toys import serve, toy_env
 from surfaces.pages.cognition import SCHEMA_INSTRUCTION, labelled_messages
 from surfaces.pages.live import STOP_POLLING
 from tests.support.scripted_llm import ScriptedLLM

@@ -19,7 +19,7 @@ Tools (arguments: an empty object unless said otherwise):
 When started with a key, every MCP request must carry ``Authorization: Bearer <key>`` (else
 HTTP 401). ``GET /health`` → ``{"ok": true}``, without a key.
 
-Run it: ``python -m cognition_app.toy_mcp --port 8093 [--api-key-env CHUKWA_MCP_LAMP_API_KEY]``.
+Run it: ``python -m devservices.toy_mcp --port 8093 [--api-key-env CHUKWA_MCP_LAMP_API_KEY]``.
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def serve(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m cognition_app.toy_mcp",
+        prog="python -m devservices.toy_mcp",
         description="Serve the park's toy MCP server (a lamp) over streamable HTTP at /mcp.",
     )
     parser.add_argument("--host", default="127.0.0.1")

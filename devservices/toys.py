@@ -33,7 +33,7 @@ Bodies that are not a JSON object → 400 ``{"error": …}``; unknown paths → 
 ``POST`` endpoint → 405; ``GET /health`` → ``{"ok": true}``. The JSON Schemas of the tool
 arguments and results live in ``scenarios_app/scenario_fixtures/schemas/park_schemas.json``.
 
-Run it: ``python -m cognition_app.toys --host 127.0.0.1 --port 8092 --state-dir var/toys``.
+Run it: ``python -m devservices.toys --host 127.0.0.1 --port 8092 --state-dir var/toys``.
 """
 
 from __future__ import annotations
@@ -417,7 +417,7 @@ def _wait_forever() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m cognition_app.toys",
+        prog="python -m devservices.toys",
         description="Serve the park scenario's toy HTTP JSON sources.",
     )
     parser.add_argument("--host", default="127.0.0.1")

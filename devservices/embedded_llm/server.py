@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from cognition_app.embedded_llm.chat_request import ChatRequest, RequestError, parse_request
-from cognition_app.embedded_llm.engine import MODEL_NAME, Engine, generation_error, model_path
+from devservices.embedded_llm.chat_request import ChatRequest, RequestError, parse_request
+from devservices.embedded_llm.engine import MODEL_NAME, Engine, generation_error, model_path
 
 if TYPE_CHECKING:  # llama_cpp is imported by the engine only, after it sets OMP_WAIT_POLICY
     from llama_cpp import LlamaGrammar
@@ -178,7 +178,7 @@ def serve(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m cognition_app.embedded_llm",
+        prog="python -m devservices.embedded_llm",
         description=f"OpenAI-compatible Chat Completions endpoint serving {MODEL_NAME}.",
     )
     parser.add_argument("--host", default="127.0.0.1")

