@@ -115,3 +115,33 @@ def test_a_server_that_dies_later_is_named_and_the_rest_is_stopped() -> None:
         ["pgrep", "-f", f"gunicorn.*127.0.0.1:{env['CHUKWA_PORT']}"], capture_output=True, text=True
     )
     assert left.stdout.strip() == ""
+
+
+@pytest.mark.slow
+def test_the_embedded_model_is_started_bounded_and_announced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no CHUKWA_LLM_BASE_URL the stack starts the embedded model and tells the web and
+    workers that it serves (the pages' banner) and that it answers one generation at a time
+    (CHUKWA_LLM_MAX_CONCURRENCY=1, so no generation's deadline runs while it waits)."""
+    from chukwa_site import stack
+
+    port = _free_port()
+    monkeypatch.setattr(stack, "LLM_PORT", port)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("CHUKWA_LLM_", "CHUKWA_EMBEDDED_MODEL"))
+    }
+    env.update({name: "http://127.0.0.1:9" for name in stack.TOY_VARS})  # toys: not started
+    env[stack.TOY_MCP_URL_VAR] = "http://127.0.0.1:9/mcp"
+    children: list[stack.Child] = []
+    try:
+        lines = stack.start_aux(env, children)
+    finally:
+        stack.stop_children(children)
+    assert [c.name for c in children] == ["the embedded model"]
+    assert env["CHUKWA_LLM_BASE_URL"] == f"http://127.0.0.1:{port}/v1"
+    assert env["CHUKWA_EMBEDDED_MODEL"] == "true"
+    assert env["CHUKWA_LLM_MAX_CONCURRENCY"] == "1"
+    assert any("embedded model" in line for line in lines)
