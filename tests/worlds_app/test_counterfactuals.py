@@ -386,8 +386,11 @@ def test_an_intervention_is_in_the_very_prompt_of_the_turn_it_joins(
     assert made.status_code == 201, made.json()
     assert made.json()["turn"] == 2 and made.json()["status"] == "pending"
     assert made.json()["created_by"] == "ops"
+    # the count the claim reads (a turn looks its intervention up only when there is one)
+    assert World.objects.get(slug="rainy").pending_interventions == 1
     scripted_llm.script(ANT_OK)
     attempt = run_turn("rainy")
+    assert World.objects.get(slug="rainy").pending_interventions == 0
     assert attempt.status == AttemptStatus.COMMITTED
     prompt = scripted_llm.requests[-1]["messages"][1]["content"]
     assert "soaked by the rain, soggy" in prompt
@@ -436,6 +439,7 @@ def test_an_intervention_whose_targets_do_not_fit_fails_the_turn_and_stays_pendi
         operator_client.delete(f"/api/worlds/badrain/interventions/{pending.pk}/").status_code
         == 204
     )
+    assert World.objects.get(slug="badrain").pending_interventions == 0
     again = operator_client.post(
         "/api/worlds/badrain/interventions/", {"patch": RAIN, "turn": 1}, format="json"
     )

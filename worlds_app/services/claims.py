@@ -84,7 +84,7 @@ def _fields(
 _ATTEMPT_FIELDS = _fields(TurnAttempt)
 _WORLD_FIELDS = _fields(World)
 # What a follower re-reads of the world its predecessor ran with (columns that can change).
-_WORLD_CHANGEABLE = _fields(World, ["slug", "replay_source"])
+_WORLD_CHANGEABLE = _fields(World, ["slug", "replay_source", "pending_interventions"])
 _BUDGET_FIELDS = _fields(WorldBudget, list(BUDGET_LIMITS))
 _TURN_FIELDS = _fields(Turn, ["id", "world", "number", "simulation_time", "state", "state_hash"])
 

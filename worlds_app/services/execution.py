@@ -433,7 +433,12 @@ def turn_attempt_execute(
     Returns the working world, the staged transitions, the patch count and the intervention
     applied. Nothing here writes world state."""
     turn = _TurnRun(attempt, previous, events, limits)
-    intervention = pending_for(world_id=turn.world.pk, turn=turn.attempted_turn)
+    # Looked up only when the world has one pending (the count comes with the claim).
+    intervention = (
+        pending_for(world_id=turn.world.pk, turn=turn.attempted_turn)
+        if turn.world.pending_interventions
+        else None
+    )
     if intervention is not None:
         turn.apply_intervention(intervention)
     agents = turn.working.agents()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
 from chukwa_core.component_validation import check_keys, require_object
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
@@ -93,7 +94,7 @@ def intervention_create(*, slug: str, data: InterventionInput, created_by: str) 
             )
         try:
             with transaction.atomic():
-                return Intervention.objects.create(
+                made = Intervention.objects.create(
                     world=world,
                     turn=turn,
                     patch=body["patch"],
@@ -106,6 +107,10 @@ def intervention_create(*, slug: str, data: InterventionInput, created_by: str) 
                 f"turn: an intervention already holds turn {turn} of world {slug!r}",
                 {"field": "turn"},
             ) from None
+        World.objects.filter(pk=world.pk).update(
+            pending_interventions=F("pending_interventions") + 1
+        )
+        return made
 
 
 def intervention_delete(*, slug: str, intervention_id: int) -> None:
@@ -133,6 +138,9 @@ def intervention_delete(*, slug: str, intervention_id: int) -> None:
                 {"field": "id", "turn": found.turn},
             )
         found.delete()
+        World.objects.filter(pk=world.pk).update(
+            pending_interventions=F("pending_interventions") - 1
+        )
 
 
 def pending_for(*, world_id: int, turn: int) -> Intervention | None:

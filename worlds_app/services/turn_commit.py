@@ -91,10 +91,15 @@ FROM (SELECT (SELECT count(*) FROM w) AS worlds, (SELECT count(*) FROM a) AS att
 """  # noqa: S608
 
 
-_CONSUME = (
-    f"UPDATE {connection.ops.quote_name(Intervention._meta.db_table)} "  # noqa: S608
-    "SET consumed_by_id = %s, consumed_at = %s WHERE id = %s AND consumed_by_id IS NULL"
+# The intervention the turn applied, consumed, and the world's count of pending ones lowered.
+_CONSUME = f"""WITH i AS (
+    UPDATE {connection.ops.quote_name(Intervention._meta.db_table)}
+    SET consumed_by_id = %s, consumed_at = %s WHERE id = %s AND consumed_by_id IS NULL
+    RETURNING world_id
 )
+UPDATE {_WORLD} SET pending_interventions = pending_interventions - 1
+WHERE id = (SELECT world_id FROM i)
+"""  # noqa: S608
 
 
 def commit_turn(
