@@ -99,65 +99,74 @@ def test_admin_staff_read_operators_write(operator_user: User, reader_user: User
     assert (row.created_by, str(row.input_per_million)) == ("ops", "0.150000")
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_price_entered_late_prices_the_calls_made_since_its_valid_from(
-    operator_client: APIClient, reader_client: APIClient, scripted_llm: Any
+    live_server: Any, operator_user: User, reader_user: User, scripted_llm: Any
 ) -> None:
     """A call costs its tokens times the price in force at its time, whenever that price was
-    entered: an afternoon's calls made before anyone entered a price are priced once it is."""
+    entered: an afternoon's calls made before anyone entered a price are priced once it is.
+    Prices are put and costs read over real HTTP."""
     from datetime import timedelta
 
+    import httpx
     from django.utils import timezone
+    from rest_framework.authtoken.models import Token
 
     from cognition_app.costs import usage_cost
     from cognition_app.models import LlmCall
     from tests.cognition_app.conftest import create_world, run_turn
     from tests.cognition_app.test_llm_retry import ANT_OK
 
+    def client(user: User) -> httpx.Client:
+        token = Token.objects.get_or_create(user=user)[0].key
+        return httpx.Client(
+            base_url=live_server.url, headers={"Authorization": f"Token {token}"}, timeout=30
+        )
+
     create_world("ant_on_plate", "late-price")
     scripted_llm.script(ANT_OK)
     attempt = run_turn("late-price")
     (call,) = LlmCall.objects.filter(invocation__attempt=attempt)
     assert call.cost is None and call.price_id is None  # no price yet: unknown, never 0
-    before = reader_client.get(f"/api/attempts/{attempt.pk}/").json()["cost"]
-    assert before["total"] is None and before["unknown_calls"] == 1
+    with client(operator_user) as ops, client(reader_user) as reader:
+        before = reader.get(f"/api/attempts/{attempt.pk}/").json()["cost"]
+        assert before["total"] is None and before["unknown_calls"] == 1
+        # readers cannot price
+        assert reader.put("/api/model-prices/", json=PRICE).status_code == 403
 
-    an_hour_ago = (timezone.now() - timedelta(hours=1)).isoformat()
-    late = operator_client.put(
-        "/api/model-prices/", {**PRICE, "valid_from": an_hour_ago}, format="json"
-    )
-    assert late.status_code == 201
-    call.refresh_from_db()
-    row = ModelPrice.objects.get(pk=late.json()["id"]) if "id" in late.json() else None
-    price = row or ModelPrice.objects.get(valid_from__lte=call.started_at)
-    expected = usage_cost(
-        price,
-        prompt_tokens=call.prompt_tokens or 0,
-        completion_tokens=call.completion_tokens or 0,
-        cached_tokens=call.cached_tokens or 0,
-    )
-    assert call.price_id == price.pk and call.cost == expected and expected > 0
-    after = reader_client.get(f"/api/attempts/{attempt.pk}/").json()["cost"]
-    assert after["unknown_calls"] == 0 and after["total"] is not None
-    world = reader_client.get("/api/worlds/late-price/").json()["cost"]
-    assert world["total"] == after["total"]
+        an_hour_ago = (timezone.now() - timedelta(hours=1)).isoformat()
+        late = ops.put("/api/model-prices/", json={**PRICE, "valid_from": an_hour_ago})
+        assert late.status_code == 201, late.text
+        call.refresh_from_db()
+        price = ModelPrice.objects.get(valid_from__lte=call.started_at)
+        expected = usage_cost(
+            price,
+            prompt_tokens=call.prompt_tokens or 0,
+            completion_tokens=call.completion_tokens or 0,
+            cached_tokens=call.cached_tokens or 0,
+        )
+        assert call.price_id == price.pk and call.cost == expected and expected > 0
+        after = reader.get(f"/api/attempts/{attempt.pk}/").json()["cost"]
+        assert after["unknown_calls"] == 0 and after["total"] is not None
+        world = reader.get("/api/worlds/late-price/").json()["cost"]
+        assert world["total"] == after["total"]
 
-    # A price from after the call does not touch it; a correction of the same period does.
-    operator_client.put(
-        "/api/model-prices/",
-        {**PRICE, "input_per_million": "9", "valid_from": timezone.now().isoformat()},
-        format="json",
-    )
-    call.refresh_from_db()
-    assert call.price_id == price.pk and call.cost == expected
-    corrected = operator_client.put(
-        "/api/model-prices/",
-        {
-            **PRICE,
-            "output_per_million": "1.2",
-            "valid_from": (call.started_at - timedelta(minutes=1)).isoformat(),
-        },
-        format="json",
-    )
-    assert corrected.status_code == 201
-    call.refresh_from_db()
-    assert call.cost is not None and call.cost > expected
+        # A price from after the call does not touch it; a correction of its period does.
+        later = ops.put(
+            "/api/model-prices/",
+            json={**PRICE, "input_per_million": "9", "valid_from": timezone.now().isoformat()},
+        )
+        assert later.status_code == 201
+        call.refresh_from_db()
+        assert call.price_id == price.pk and call.cost == expected
+        corrected = ops.put(
+            "/api/model-prices/",
+            json={
+                **PRICE,
+                "output_per_million": "1.2",
+                "valid_from": (call.started_at - timedelta(minutes=1)).isoformat(),
+            },
+        )
+        assert corrected.status_code == 201
+        call.refresh_from_db()
+        assert call.cost is not None and call.cost > expected
