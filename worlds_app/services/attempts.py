@@ -88,12 +88,9 @@ def _enqueue_locked(world: World, count: int, requested_by: str) -> EnqueueResul
     return {"batch_id": str(batch_id), "attempt_ids": [str(a.id) for a in attempts]}
 
 
-RETRYABLE = RETRYABLE_STATUSES
-
-
 def retry_refusal(attempt: TurnAttempt, world: World) -> ConflictError | None:
     """Why ``attempt`` cannot be retried now (the 409), or None when it can."""
-    if attempt.status not in RETRYABLE:
+    if attempt.status not in RETRYABLE_STATUSES:
         return ConflictError(
             "not_retryable",
             f"attempt_id: attempt {attempt.seq} of {world.slug!r} is {attempt.status}; only a "
