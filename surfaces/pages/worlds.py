@@ -232,6 +232,19 @@ def world_diff_page(request: HttpRequest, slug: str) -> HttpResponse:
     return respond(request, "worlds_app/world_diff.html", context, data)
 
 
+def _narrations(
+    slug: str, origin: dict[str, Any] | None, numbers: list[int]
+) -> dict[int, list[dict[str, Any]]]:
+    """A world's narrations of some turns; a branch's turns before its branch point are its
+    parent's (one query more, for a branch only)."""
+    told = indexes.turn_narrations(slug=slug, numbers=numbers)
+    if origin is not None:
+        earlier = [n for n in numbers if n < origin["turn"]]
+        if earlier:
+            told.update(indexes.turn_narrations(slug=origin["world"], numbers=earlier))
+    return told
+
+
 @page
 @require_http_methods(["GET", "HEAD"])
 def world_compare_page(request: HttpRequest, slug: str, other: str) -> HttpResponse:
@@ -239,8 +252,8 @@ def world_compare_page(request: HttpRequest, slug: str, other: str) -> HttpRespo
     data = world_compare(slug=slug, other=other, params=request.GET)
     limit, offset, count = data["limit"], data["offset"], data["count"]
     numbers = [t["number"] for t in data["turns"]]
-    left = indexes.turn_narrations(slug=data["world"], numbers=numbers)
-    right = indexes.turn_narrations(slug=data["other"], numbers=numbers)
+    left = _narrations(data["world"], data["world_branched_from"], numbers)
+    right = _narrations(data["other"], data["other_branched_from"], numbers)
     turns = [
         {
             **t,

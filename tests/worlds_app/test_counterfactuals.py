@@ -315,6 +315,8 @@ def test_a_branch_at_turn_3_with_a_changed_prompt_reruns_nothing_and_diverges_af
     assert comparison["other_branched_from"] == {"world": "parent", "turn": 3}
     shown = browser.get("/worlds/parent/compare/branch/").content.decode()
     assert "branch is a branch of parent from turn 3" in shown and "Turns 0–4 in common" in shown
+    # the branch's side of turn 2 tells its parent's turn (the branch has no turn of its own)
+    assert shown.count("Turn 2: the ant walks.") == 2
     assert [t["number"] for t in comparison["turns"]] == [0, 1, 2, 3, 4]
     assert [t["identical"] for t in comparison["turns"]] == [True, True, True, True, False]
 
