@@ -245,7 +245,7 @@ def _turn_in_pieces(slug: str, *, capture: bool = False) -> PieceTiming:
 
     from cognition_app.subject_run import AttemptFailure, StagedEvent
     from worlds_app.models import AttemptEvent
-    from worlds_app.services.events import EventLog
+    from worlds_app.services.attempt_recorder import AttemptRecorder
     from worlds_app.services.execution import turn_attempt_execute
     from worlds_app.services.turn_commit import commit_turn
 
@@ -255,8 +255,8 @@ def _turn_in_pieces(slug: str, *, capture: bool = False) -> PieceTiming:
     attempt, previous = claim.attempt, claim.previous
     assert previous is not None
     started = time.monotonic()
-    events = EventLog(attempt)
-    events.append(
+    recorder = AttemptRecorder(attempt)
+    recorder.events.append(
         StagedEvent(
             "attempt_started",
             {
@@ -269,7 +269,7 @@ def _turn_in_pieces(slug: str, *, capture: bool = False) -> PieceTiming:
     t1 = time.perf_counter()
     try:
         working, staged, patches, _ = turn_attempt_execute(
-            attempt=attempt, previous=previous, events=events, limits=claim.limits
+            attempt=attempt, previous=previous, recorder=recorder, limits=claim.limits
         )
     except AttemptFailure as failure:
         raise RuntimeError(f"turn failed at {failure.step}: {failure.message}") from failure
@@ -279,11 +279,11 @@ def _turn_in_pieces(slug: str, *, capture: bool = False) -> PieceTiming:
     if capture:
         # The debug cursor renders every statement's SQL, so captured commits are not timed.
         with CaptureQueriesContext(connection) as captured:
-            commit_turn(claim, working, staged, events, started, owner=OWNER)
+            commit_turn(claim, working, staged, recorder, started, owner=OWNER)
         queries = len(captured.captured_queries)
         sql = [q["sql"][:120] for q in captured.captured_queries]
     else:
-        commit_turn(claim, working, staged, events, started, owner=OWNER)
+        commit_turn(claim, working, staged, recorder, started, owner=OWNER)
     t3 = time.perf_counter()
     event_count = AttemptEvent.objects.filter(attempt_id=attempt_id).count()
     return PieceTiming(

@@ -326,7 +326,7 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": env.log_level("CHUKWA_LOG_LEVEL", logging.WARNING)},
     # httpx logs every request's full URL at INFO, query string included; "source call
-    # finished" (cognition_app.sources.tracing) says what happened without the URL. The MCP
+    # finished" (cognition_app.recording) says what happened without the URL. The MCP
     # SDK's client (mcp_tool sources) uses httpx2 the same way, and logs a server's malformed
     # replies (which may echo a key) at ERROR: the call's scrubbed trace row says it instead.
     # urllib3 (the connections under source calls, cognition_app.sources.transport) logs each

@@ -42,7 +42,7 @@ def _subject_threads_closed() -> Iterator[None]:
     connection; after a test that ran one in this process, its threads stop and close them
     (no connection left on the test database)."""
     yield
-    from cognition_app.sources import write_behind
+    from cognition_app.recording import write_behind
     from worlds_app.services.subject_threads import close_pool
 
     close_pool()

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import httpx
 
-from cognition_app.sources.failure import SourceFailure
+from cognition_app.failures import SourceFailure
 
 CANCELLED = "cancelled"
 

@@ -21,20 +21,13 @@ from django.conf import settings
 from django.utils import timezone
 
 from chukwa_core.json_values import loads_strict, storable_text
-from cognition_app.models import InvocationKind, InvocationStatus, SourceInvocation, SourceProbe
-from cognition_app.rows import insert_statement
+from cognition_app.failures import SourceFailure
+from cognition_app.models import InvocationKind, SourceProbe
+from cognition_app.recording import CallRecord
+from cognition_app.redaction import redact_headers, scrub
+from cognition_app.sources.context import CallContext
 from cognition_app.sources.deadline import TooLarge, TooSlow, post_json
-from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.replay import request_key
-from cognition_app.sources.tracing import (
-    CallContext,
-    fail_invocation,
-    finish_invocation,
-    finished_on_error,
-    new_invocation,
-    open_rows,
-)
-from cognition_app.sources.variables import redact_headers, scrub
 
 PROBE_SCHEMA_NAME = "chukwa_conformance_probe"
 PROBE_MAX_BYTES = 1024 * 1024  # the answer is a few dozen bytes; a bigger one is not read
@@ -84,7 +77,7 @@ def ensure_schema_enforced(
             age = (now - stored.checked_at).total_seconds()
             _probe_cache[key] = time.monotonic() + _probe_ttl(True) - age
             return
-        inv = new_invocation(
+        check = CallRecord.new(
             ctx,
             kind=InvocationKind.CONFORMANCE_CHECK,
             source_hash=source_hash,
@@ -100,17 +93,19 @@ def ensure_schema_enforced(
                 f"response_format JSON schemas (checked {stored.checked_at.isoformat()}, checked "
                 f"again after {retry_at.isoformat()}): {stored.detail}"
             )
-            inv.request = {"verdict_from": stored.checked_at.isoformat()}
-            inv.status = InvocationStatus.FAILED
-            inv.failure_class, inv.failure_message = "backend_not_enforcing", message
-            inv.ended_at, inv.duration_ms = inv.started_at, 0
-            open_rows(ctx, [insert_statement(inv)])
-            raise SourceFailure("backend_not_enforcing", message, invocation_id=inv.pk)
+            check.invocation.request = {"verdict_from": stored.checked_at.isoformat()}
+            raise check.refused(SourceFailure("backend_not_enforcing", message))
         payload = _probe_payload(model)
-        inv.request = {**payload, "url_env": ctx_url_env(source), "path": "/chat/completions"}
-        open_rows(ctx, [insert_statement(inv)])  # the row exists before any byte is sent
-        with finished_on_error(inv):
-            enforces, detail = _run_probe(inv, source, base_url, payload, headers, timeout)
+        check.invocation.request = {
+            **payload,
+            "url_env": ctx_url_env(source),
+            "path": "/chat/completions",
+        }
+        check.open()  # the row exists before any byte is sent
+        with check.guard():
+            enforces, detail, recorded = _run_probe(
+                check, source, base_url, payload, headers, timeout
+            )
             SourceProbe.objects.update_or_create(
                 base_url=base_url,
                 model=model,
@@ -121,14 +116,8 @@ def ensure_schema_enforced(
                     f"the LLM backend behind {ctx_url_env(source)} (model {model}) does not "
                     f"enforce response_format JSON schemas: {detail}"
                 )
-                finish_invocation(
-                    inv,
-                    InvocationStatus.FAILED,
-                    failure_class="backend_not_enforcing",
-                    failure_message=message,
-                )
-                raise SourceFailure("backend_not_enforcing", message, invocation_id=inv.pk)
-            finish_invocation(inv, InvocationStatus.SUCCEEDED, validation_status="valid")
+                check.fail("backend_not_enforcing", message, **recorded)
+            check.succeed_now(validation_status="valid", **recorded)
             _probe_cache[key] = time.monotonic() + _probe_ttl(True)
 
 
@@ -153,14 +142,12 @@ def _probe_payload(model: str) -> dict[str, Any]:
     }
 
 
-def _unreached(inv: SourceInvocation, why: str) -> NoReturn:
-    fail_invocation(
-        inv,
+def _unreached(check: CallRecord, why: str) -> NoReturn:
+    check.fail(
         "transport",
         f"conformance check could not reach the backend: {why}; nothing was concluded about "
         f"JSON schemas and the check runs again on the next call",
     )
-    raise AssertionError("unreachable")  # fail_invocation always raises
 
 
 def _failure_of_status(status: int, source: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -182,16 +169,16 @@ def _failure_of_status(status: int, source: Mapping[str, Any]) -> tuple[str, str
 
 
 def _run_probe(
-    inv: SourceInvocation,
+    check: CallRecord,
     source: Mapping[str, Any],
     base_url: str,
     payload: dict[str, Any],
     headers: dict[str, str],
     timeout: float,
-) -> tuple[bool, str]:
+) -> tuple[bool, str, dict[str, Any]]:
     """Send the check; a failure that says nothing about schemas finishes the row and raises
-    (no verdict is kept, so the next attempt checks again); otherwise returns the verdict with
-    the response recorded."""
+    (no verdict is kept, so the next attempt checks again); otherwise returns the verdict, its
+    detail and the response's fields to record with it."""
     try:
         # timeout_ms bounds the whole exchange; the probe's reply is a few dozen bytes
         response, response_text = post_json(
@@ -202,13 +189,13 @@ def _run_probe(
             max_bytes=PROBE_MAX_BYTES,
         )
     except TooSlow:
-        _unreached(inv, f"no complete answer within {round(timeout * 1000)} ms")
+        _unreached(check, f"no complete answer within {round(timeout * 1000)} ms")
     except TooLarge:
-        _unreached(inv, f"its answer is larger than {PROBE_MAX_BYTES:,} bytes")
+        _unreached(check, f"its answer is larger than {PROBE_MAX_BYTES:,} bytes")
     except httpx.HTTPError as exc:
-        _unreached(inv, str(exc))
+        _unreached(check, str(exc))
     text = storable_text(scrub(response_text[:20_000]))
-    recorded = {
+    recorded: dict[str, Any] = {
         "http_status": response.status_code,
         "response_headers": redact_headers(response.headers),
         "response_text": text,
@@ -217,24 +204,27 @@ def _run_probe(
     failure = _failure_of_status(status, source)
     if failure is not None:
         failure_class, why = failure
-        fail_invocation(
-            inv,
+        check.fail(
             failure_class,
             f"conformance check: HTTP {status}: {why}; nothing was concluded about JSON schemas "
             f"and the check runs again on the next call: {text[:300]}",
             **recorded,
         )
-    SourceInvocation.objects.filter(pk=inv.pk).update(**recorded)
     if status >= 400:
         return (
             False,
             f"rejected response_format (HTTP {response.status_code}): {text[:300]}",
+            recorded,
         )
     try:
         reply = loads_strict(response_text)["choices"][0]["message"]["content"]
         answer = loads_strict(reply)
     except (ValueError, KeyError, IndexError, TypeError) as exc:
-        return False, storable_text(scrub(f"probe reply is not the schema's JSON: {exc}"))
+        return (
+            False,
+            storable_text(scrub(f"probe reply is not the schema's JSON: {exc}")),
+            recorded,
+        )
     if answer != {"probe": PROBE_ANSWER}:
         return (
             False,
@@ -243,5 +233,6 @@ def _run_probe(
                     f"probe reply {answer!r} does not follow the schema (expected {PROBE_ANSWER!r})"
                 )
             ),
+            recorded,
         )
-    return True, "schema enforced"
+    return True, "schema enforced", recorded

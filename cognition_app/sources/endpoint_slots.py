@@ -23,8 +23,8 @@ from django.db import connection
 
 from chukwa_core.component_validation import MAX_SOURCE_CONCURRENCY
 from chukwa_core.ids import bound_concurrency_env_name
+from cognition_app.failures import SourceFailure
 from cognition_app.sources.cancel import CancelScope
-from cognition_app.sources.failure import SourceFailure
 
 # How often a call waiting for a slot tries again (and looks at its attempt's cancel flag).
 WAIT_STEP_SECONDS = 0.1

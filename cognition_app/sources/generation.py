@@ -7,11 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cognition_app.models import LlmCall, LlmChunk, SourceInvocation
-from cognition_app.rows import RowTable
-
-# A generation's streamed chunks, as tuples: one multi-row INSERT per flush.
-CHUNK_ROWS = RowTable.of(LlmChunk, ("call", "seq", "offset_ms", "text"))
+from cognition_app.models import LlmCall, SourceInvocation
+from cognition_app.recording import Verdict
 
 
 @dataclass
@@ -40,7 +37,7 @@ class Generation:
     judgement: Judgement | None = None
 
 
-def verdict_fields(judgement: Judgement | None) -> tuple[dict[str, Any], dict[str, Any]]:
+def verdict_fields(judgement: Judgement | None) -> Verdict:
     """The judgement as fields of the LLM call row and of the invocation row."""
     if judgement is None:
         return {}, {}

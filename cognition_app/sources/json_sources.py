@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from cognition_app.sources.components import source_content
+from cognition_app.sources.context import CallContext
 from cognition_app.sources.http_json import invoke_http_json
 from cognition_app.sources.mcp_tool import invoke_mcp_tool
 from cognition_app.sources.results import JsonResult
-from cognition_app.sources.tracing import CallContext
 
 
 def invoke_json_source(

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -19,63 +16,27 @@ from chukwa_core.hashing import canonical_json_bytes
 from chukwa_core.json_values import storable_text
 from chukwa_core.seeds import seeded_params
 from cognition_app.budgets import BudgetLedger, Reservation, completion_cap, prompt_estimate
-from cognition_app.costs import price_at, price_from_rows, price_statement, usage_cost
-from cognition_app.models import (
-    InvocationKind,
-    InvocationStatus,
-    LlmCall,
-    LlmChunk,
-    ModelPrice,
-    SourceInvocation,
-)
-from cognition_app.rows import (
-    Statement,
-    delete_statement,
-    insert_statement,
-    update_statement,
-)
+from cognition_app.costs import price_at
+from cognition_app.failures import SourceFailure
+from cognition_app.models import InvocationKind, InvocationStatus, ModelPrice
+from cognition_app.recording import GenerationRecord
+from cognition_app.redaction import redact_headers, scrub
 from cognition_app.sources.cancel import CANCELLED, CancelScope
 from cognition_app.sources.components import source_content
 from cognition_app.sources.conformance import ensure_schema_enforced
+from cognition_app.sources.context import CallContext
 from cognition_app.sources.deadline import bounded
 from cognition_app.sources.endpoint_slots import endpoint_slot
-from cognition_app.sources.failure import SourceFailure
-from cognition_app.sources.generation import (
-    CHUNK_ROWS,
-    Generation,
-    Judge,
-    Judgement,
-    verdict_fields,
-)
+from cognition_app.sources.generation import Generation, Judge, verdict_fields
 from cognition_app.sources.limits import source_slot
 from cognition_app.sources.llm_replay import replayed_generation
-from cognition_app.sources.replay import fail_miss, open_replayed, request_key_of
+from cognition_app.sources.replay import fail_miss, request_key_of
 from cognition_app.sources.retry import with_retries
 from cognition_app.sources.schema_delivery import deliver_schema
 from cognition_app.sources.stream_events import chunk_events, usage_counts
-from cognition_app.sources.tracing import (
-    CallContext,
-    finish_rows,
-    finish_statement,
-    finished_on_error,
-    log_finished,
-    new_invocation,
-    open_rows,
-    trace_batch,
-)
 from cognition_app.sources.transport import body_pieces, error_text, post
-from cognition_app.sources.variables import (
-    key_from_env,
-    redact_headers,
-    scrub,
-    secret_values,
-    url_from_env,
-)
+from cognition_app.sources.variables import key_from_env, url_from_env
 
-# Streamed chunks are flushed by time, so a generation's query count does not grow with the
-# length of its reply; CHUNK_BATCH only bounds the rows held in memory between flushes.
-CHUNK_BATCH = 512
-CHUNK_FLUSH_SECONDS = 0.25
 # A reply longer than this fails the call (an endpoint that never stops would otherwise fill
 # the worker's memory and the chunk table until timeout_ms); max_tokens keeps honest ones far
 # below it.
@@ -137,17 +98,21 @@ def invoke_llm(
         # so there is nothing to check; the first one that goes live is checked as usual.
         record = ctx.replay.take(req_key)
         if record is not None:
-            inv = open_replayed(
+            rows = GenerationRecord.new_generation(
                 ctx,
-                kind=InvocationKind.LLM_GENERATION,
                 source_hash=source_hash,
                 source=source,
                 request=request,
-                key=req_key,
-                record=record,
+                request_key=req_key,
                 output_schema_hash=output_schema_hash,
+                base_url=record.llm_call.base_url,
+                model=payload["model"],
+                messages=payload["messages"],
+                params=params,
+                response_format=response_format,
+                replayed_from=record.pk,
             )
-            return replayed_generation(ctx, inv, record, payload, params, response_format, judge)
+            return replayed_generation(rows, record, judge)
         if ctx.replay.strict:
             fail_miss(
                 ctx,
@@ -260,60 +225,33 @@ class _Send:
                 headers=self.headers,
                 timeout=timeout,
             )
-        inv = new_invocation(
+        rows = GenerationRecord.new_generation(
             ctx,
-            kind=InvocationKind.LLM_GENERATION,
             source_hash=self.source_hash,
             source=self.source,
             request=self.request,
             request_key=self.request_key,
             output_schema_hash=self.output_schema_hash,
-        )
-        call = LlmCall(
-            invocation=inv,
             base_url=self.base_url,
-            requested_model=iface["model"],
+            model=iface["model"],
             messages=self.payload["messages"],
             params=self.params,
             response_format=self.response_format,
-            started_at=inv.started_at,
             base_url_env=iface["base_url_env"],
             price=price,
         )
         if config_failure is not None:
-            # Nothing was sent: the call spent nothing, a known zero (not an unknown cost).
-            call.prompt_tokens = call.completion_tokens = 0
-            call.cost, call.usage_source = Decimal(0), "not_sent"
-            inv.status = call.status = InvocationStatus.FAILED
-            inv.failure_class = config_failure.failure_class
-            inv.failure_message = config_failure.message
-            inv.ended_at = call.ended_at = inv.started_at
-            inv.duration_ms = 0
-            call.error = config_failure.message
-            open_rows(ctx, [insert_statement(inv), insert_statement(call)])
-            config_failure.invocation_id = inv.pk
-            raise config_failure
+            raise rows.refused(config_failure)
         # Both rows exist before any byte is sent: one round trip with the attempt's pending
         # events and, without a budget, the price lookup (the price row is stored when the
         # call finishes). Their JSON is the payload's, canonicalized (orjson may write it).
-        opening = [insert_statement(inv, checked=_REQUEST), insert_statement(call, checked=_LLM)]
         if ctx.budget is None:
-            at = inv.started_at
-            opening.append(
-                price_statement(url_env=iface["base_url_env"], model=iface["model"], at=at)
-            )
-        results = open_rows(ctx, opening)
-        if ctx.budget is None:
-            call.price = price_from_rows(results[-1])
-
-        def finish(statements: list[Statement]) -> None:
-            release.handed_over = True  # given back once the rows are written
-            finish_rows(ctx, statements, after=release)
-
-        with finished_on_error(inv, call):
+            rows.open_reading_price(url_env=iface["base_url_env"], model=iface["model"])
+        else:
+            rows.open()
+        with rows.guard():
             return _stream(
-                inv,
-                call,
+                rows,
                 self.base_url,
                 self.headers,
                 self.payload,
@@ -321,12 +259,8 @@ class _Send:
                 timeout,
                 self.judge,
                 ctx.cancel,
-                finish,
+                release,
             )
-
-
-# The JSON fields of the opening's rows: parts of the payload (``insert_statement(checked=…)``).
-_REQUEST, _LLM = ("request",), ("messages", "params", "response_format")
 
 
 @dataclass
@@ -344,8 +278,7 @@ class _Release:
 
 
 def _stream(
-    inv: SourceInvocation,
-    call: LlmCall,
+    rows: GenerationRecord,
     base_url: str,
     headers: dict[str, str],
     payload: dict[str, Any],
@@ -353,83 +286,46 @@ def _stream(
     timeout: float,
     judge: Judge | None,
     cancel: CancelScope | None,
-    finish: Callable[[list[Statement]], None],
+    release: _Release,
 ) -> Generation:
-    """``finish`` writes the statements finishing a generation that succeeded (the caller's
-    ``finish_rows``: possibly on the writer thread); failures are written here and now.
-    ``timeout`` (``timeout_ms``) bounds the whole exchange, the stream's last chunk included."""
+    """The exchange, its chunks handed to ``rows`` as they come; ``timeout`` (``timeout_ms``)
+    bounds the whole of it, the stream's last chunk included. A failure finishes the rows now;
+    a success hands them to the recorder with the verdict (and the budget's reservation, given
+    back once they are written)."""
     started = time.monotonic()
     deadline = started + timeout
     too_slow = (
         f"the LLM endpoint did not finish its reply within timeout_ms ({round(timeout * 1000)} ms)"
     )
-    pending: list[tuple[Any, ...]] = []  # chunk rows: (call_id, seq, offset_ms, text)
-    call_id = str(call.pk)  # as the row's JSON holds it, made once
-    secrets = secret_values()  # read once per generation, not once per chunk
-    seq = 0
-    last_flush = started
     parts: list[str] = []
     reply_chars = 0
     usage: dict[str, int] = {}
     finish_reason = ""
     response_model = ""
-    ttft_ms: int | None = None
     http_meta: dict[str, Any] = {}  # status and redacted headers, once the response starts
-
-    def chunk_statements() -> list[Statement]:
-        statements = list(CHUNK_ROWS.statements(pending))
-        pending.clear()
-        return statements
-
-    def flush() -> None:
-        nonlocal last_flush
-        trace_batch(chunk_statements())
-        last_flush = time.monotonic()
+    rows.streaming()
 
     def fail(
         failure_class: str, message: str, http_status: int | None = None, body: str = ""
     ) -> SourceFailure:
-        text = storable_text(scrub("".join(parts), secrets))
-        message = storable_text(scrub(message, secrets))
-        now = timezone.now()
         # Stopped because another subject failed: whatever the cut stream raised.
         status = InvocationStatus.FAILED
         if cancel is not None and cancel.cancelled:
             status, failure_class = InvocationStatus.CANCELLED, CANCELLED
-            message = storable_text(scrub(f"stopped mid-stream: {cancel.reason}", secrets))
-        # One round trip: the last chunks, then both rows finished.
-        trace_batch(
-            [
-                *chunk_statements(),
-                update_statement(
-                    LlmCall,
-                    call.pk,
-                    {
-                        "status": status,
-                        "ended_at": now,
-                        "error": message,
-                        "raw_text": text,
-                        "ttft_ms": ttft_ms,
-                        "price": call.price,
-                    },
-                    while_running=True,
-                ),
-                finish_statement(
-                    inv,
-                    status,
-                    failure_class=failure_class,
-                    failure_message=message,
-                    http_status=http_status or http_meta.get("http_status"),
-                    response_headers=http_meta.get("response_headers", {}),
-                    response_text=body or text,
-                ),
-            ]
-        )
-        log_finished(inv)
-        return SourceFailure(
+            message = f"stopped mid-stream: {cancel.reason}"
+        stored = rows.stream_failed(
+            status,
             failure_class,
             message,
-            invocation_id=inv.pk,
+            reply="".join(parts),
+            http_status=http_status or http_meta.get("http_status"),
+            response_headers=http_meta.get("response_headers", {}),
+            response_text=body,
+        )
+        return SourceFailure(
+            failure_class,
+            stored,
+            invocation_id=rows.pk,
             http_status=http_status,
             retry_after=http_meta.get("response_headers", {}).get("retry-after"),
         )
@@ -448,7 +344,7 @@ def _stream(
             http_meta["http_status"] = response.status_code
             http_meta["response_headers"] = redact_headers(response.headers)
             if response.status_code != 200:
-                body = storable_text(scrub(error_text(response)[:20_000], secrets))
+                body = storable_text(scrub(error_text(response)[:20_000]))
                 status = response.status_code
                 if status >= 500 or status == 429:
                     raise fail(
@@ -490,15 +386,8 @@ def _stream(
                             f"the reply is longer than {MAX_REPLY_CHARS:,} characters (its "
                             f"chunks so far are kept)",
                         )
-                    now = time.monotonic()
-                    offset = int((now - started) * 1000)
-                    if ttft_ms is None:
-                        ttft_ms = offset  # stored at the end; live, it is chunk 0's offset
                     parts.append(delta)
-                    pending.append((call_id, seq, offset, storable_text(scrub(delta, secrets))))
-                    seq += 1
-                    if len(pending) >= CHUNK_BATCH or now - last_flush >= CHUNK_FLUSH_SECONDS:
-                        flush()
+                    rows.chunk(int((time.monotonic() - started) * 1000), delta)
                 if chunk.finish_reason:
                     finish_reason = storable_text(chunk.finish_reason)[:40]
     except SourceFailure as exc:
@@ -516,13 +405,10 @@ def _stream(
             raise fail("transport", too_slow) from None
         raise fail("transport", f"{type(exc).__name__}: {exc}") from None
     original = "".join(parts)
-    # What is stored, shown and sent back to the model on a retry: storable, no key in it. The
-    # judge reads the original, so NUL or a lone surrogate in the reply is a model-content
-    # failure for the retry lane, not a database error.
-    scrubbed = scrub(original, secrets)
-    text = storable_text(scrubbed)
     if not finish_reason:
         raise fail("transport", "the stream ended without a finish_reason (connection dropped?)")
+    # What is stored, shown and sent back to the model on a retry: storable, no key in it.
+    text = rows.kept_text(original)
     if usage.get("completion_tokens") is not None:
         usage_source = "provider"
     else:
@@ -532,99 +418,38 @@ def _stream(
             "completion_tokens": max(1, len(text) // 4),
         }
         usage_source = "estimated"
-    response_model = storable_text(response_model)[:200]
-    gen = Generation(text=text, invocation=inv, call=call, finish_reason=finish_reason, usage=usage)
+    gen = Generation(
+        text=text,
+        invocation=rows.invocation,
+        call=rows.call,
+        finish_reason=finish_reason,
+        usage=usage,
+    )
     judged = False
     try:
         # The judge reads the reply without any key in it (an echoed key must not reach a
-        # parsed artifact or the world), but with everything else as the model sent it.
-        gen.judgement = judge(scrubbed) if judge is not None else None
+        # parsed artifact or the world), but with everything else as the model sent it: NUL
+        # or a lone surrogate in the reply is a model-content failure for the retry lane, not
+        # a database error.
+        gen.judgement = judge(rows.scrubbed(original)) if judge is not None else None
         judged = True
     finally:
-        # One transaction, one round trip: the last chunks, the finished rows and the verdict.
-        finished_at = timezone.now()
-        statements = chunk_statements()
-        if scrubbed != original:
-            # A key was echoed into the reply, possibly split across chunks: keep the chunk
-            # record but never the key.
-            statements += [
-                delete_statement(LlmChunk, "call", call.pk),
-                *CHUNK_ROWS.statements([(call.pk, 0, ttft_ms or 0, text)]),
-            ]
-        statements += _finish_generation(
-            inv,
-            call,
-            text,
-            finished_at,
-            ttft_ms,
-            finish_reason,
-            response_model,
-            usage,
-            usage_source,
-            http_meta,
-            gen.judgement,
-            call.price,
+        # A judge that raised (a bug) propagates to ``rows.guard()``: the rows written now,
+        # first; else the recorder writes them and gives the reservation back after.
+        release.handed_over = judged
+        rows.stream_succeeded(
+            reply=original,
+            finish_reason=finish_reason,
+            response_model=storable_text(response_model)[:200],
+            usage=usage,
+            usage_source=usage_source,
+            http_meta=http_meta,
+            verdict=verdict_fields(gen.judgement),
+            after=release if judged else None,
+            through_recorder=judged,
         )
-        # A judge that raised (a bug) propagates to ``finished_on_error``: written now, first.
-        if judged:
-            finish(statements)
-        else:
-            trace_batch(statements)
-        log_finished(inv)
-    call.raw_text, call.finish_reason = text, finish_reason
     return gen
 
 
 def _watched(cancel: CancelScope | None, response: httpx.Response) -> AbstractContextManager[None]:
     return cancel.watching(response) if cancel is not None else nullcontext()
-
-
-def _finish_generation(
-    inv: SourceInvocation,
-    call: LlmCall,
-    text: str,
-    now: datetime,
-    ttft_ms: int | None,
-    finish_reason: str,
-    response_model: str,
-    usage: dict[str, int],
-    usage_source: str,
-    http_meta: dict[str, Any],
-    judgement: Judgement | None,
-    price: ModelPrice | None,
-) -> list[Statement]:
-    """The UPDATEs finishing both rows, the verdict and the cost included. No price row, no
-    cost: null, shown "unknown", never 0."""
-    call_verdict, inv_verdict = verdict_fields(judgement)
-    call_fields = {
-        **call_verdict,
-        "status": InvocationStatus.SUCCEEDED,
-        "ended_at": now,
-        "ttft_ms": ttft_ms,
-        "raw_text": text,
-        "normalized_text": text.strip(),
-        "finish_reason": finish_reason,
-        "response_model": response_model,
-        "prompt_tokens": usage.get("prompt_tokens"),
-        "completion_tokens": usage.get("completion_tokens"),
-        "cached_tokens": usage.get("cached_tokens"),
-        "usage_source": usage_source,
-        "cost": (
-            usage_cost(
-                price,
-                prompt_tokens=usage.get("prompt_tokens", 0),
-                completion_tokens=usage.get("completion_tokens", 0),
-                cached_tokens=usage.get("cached_tokens", 0),
-            )
-            if price is not None
-            else None
-        ),
-        "cost_estimated": usage_source == "estimated",
-        "price": price,
-    }
-    return [
-        update_statement(LlmCall, call.pk, call_fields, while_running=True),
-        finish_statement(
-            inv, InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
-        ),
-    ]

@@ -24,7 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, Implementation, TextContent
 from pydantic import ValidationError
 
-from cognition_app.sources.variables import redact_headers
+from cognition_app.redaction import redact_headers
 
 CLIENT_INFO = Implementation(name="chukwa", version="1")
 

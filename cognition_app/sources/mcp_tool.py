@@ -17,26 +17,15 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from chukwa_core.json_values import UnstorableValue, check_storable, loads_strict, storable_text
-from cognition_app.models import SourceInvocation
-from cognition_app.rows import insert_statement
+from cognition_app.failures import SourceFailure
+from cognition_app.recording import CallRecord
+from cognition_app.redaction import scrub, scrub_json
 from cognition_app.sources.components import source_content
-from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.context import CallContext
 from cognition_app.sources.replay import request_key
-from cognition_app.sources.results import (
-    JsonResult,
-    fail_unsent,
-    replayed_or_new,
-    result_schema_problem,
-)
-from cognition_app.sources.retry import try_row, with_retries
-from cognition_app.sources.tracing import (
-    CallContext,
-    fail_invocation,
-    finish_succeeded,
-    finished_on_error,
-    open_rows,
-)
-from cognition_app.sources.variables import key_from_env, scrub, scrub_json, url_from_env
+from cognition_app.sources.results import JsonResult, replayed_or_new, result_schema_problem
+from cognition_app.sources.retry import try_record, with_retries
+from cognition_app.sources.variables import key_from_env, url_from_env
 
 if TYPE_CHECKING:
     from cognition_app.sources.mcp_client import ToolReply
@@ -63,7 +52,7 @@ def invoke_mcp_tool(
     # Neither the URL nor the key (nor the X-Chukwa-* per-call ids) is part of the key.
     key = request_key(source_hash, {"tool": iface["tool"], "arguments": body})
     what = f"{kind} {ctx.tool_name} of {ctx.subject_id or 'the turn'}"
-    inv = replayed_or_new(
+    call = replayed_or_new(
         ctx,
         kind=kind,
         source_hash=source_hash,
@@ -74,8 +63,8 @@ def invoke_mcp_tool(
         result_schema_hash=result_schema_hash,
         what=what,
     )
-    if isinstance(inv, JsonResult):  # served from the recording
-        return inv
+    if isinstance(call, JsonResult):  # served from the recording
+        return call
     try:
         url = url_from_env(iface["url_env"], "url_env")
         auth = {}
@@ -89,22 +78,21 @@ def invoke_mcp_tool(
                 "tool's arguments schema allows what MCP cannot carry)",
             )
     except SourceFailure as exc:
-        raise fail_unsent(ctx, inv, exc) from None
-    inv.request["url"] = url
+        raise call.refused(exc) from None
+    call.invocation.request["url"] = url
 
     def one_try(try_ctx: CallContext) -> JsonResult:
-        row = try_row(inv, try_ctx)
-        open_rows(try_ctx, [insert_statement(row)])  # the row exists before any byte is sent
-        with finished_on_error(row):
-            headers = {**try_ctx.headers(row.pk), **auth}
-            return _call(try_ctx, row, iface, url, headers, body, result_schema_hash)
+        this_try = try_record(call, try_ctx)
+        this_try.open()  # the row exists before any byte is sent
+        with this_try.guard():
+            headers = {**try_ctx.headers(this_try.pk), **auth}
+            return _call(this_try, iface, url, headers, body, result_schema_hash)
 
     return with_retries(interface=iface, ctx=ctx, what=what, call=one_try)
 
 
 def _call(
-    ctx: CallContext,
-    inv: SourceInvocation,
+    call: CallRecord,
     iface: dict[str, Any],
     url: str,
     headers: dict[str, str],
@@ -118,7 +106,7 @@ def _call(
     try:
         answer = call_tool(url, iface["tool"], arguments, headers, iface["timeout_ms"])
     except ToolCallFailed as exc:
-        return fail_invocation(inv, exc.failure_class, exc.message, http_status=exc.http_status)
+        call.fail(exc.failure_class, exc.message, http_status=exc.http_status)
     recorded: dict[str, Any] = {
         "http_status": answer.http_status,
         "response_headers": answer.response_headers,
@@ -130,18 +118,15 @@ def _call(
     }
     if answer.is_error:
         message = scrub(" ".join(answer.texts)) or "(the tool sent no text)"
-        return fail_invocation(
-            inv, "tool_error", f"{iface['tool']} failed: {message[:2000]}", **recorded
-        )
+        call.fail("tool_error", f"{iface['tool']} failed: {message[:2000]}", **recorded)
     value, problem = _value_of(answer)
     if problem:
-        return fail_invocation(inv, "non_json", problem, **recorded)
+        call.fail("non_json", problem, **recorded)
     value = scrub_json(value)
     recorded["response_json"] = value
     errors, schema_problem = result_schema_problem(value, result_schema_hash)
     if errors:
-        return fail_invocation(
-            inv,
+        call.fail(
             "schema_invalid",
             f"result does not match its result schema: {schema_problem}",
             validation_status="invalid",
@@ -150,8 +135,8 @@ def _call(
         )
     if result_schema_hash:
         recorded["validation_status"] = "valid"
-    finish_succeeded(ctx, inv, **recorded)
-    return JsonResult(value, inv.pk)
+    call.succeed(**recorded)
+    return JsonResult(value, call.pk)
 
 
 def _value_of(answer: ToolReply) -> tuple[Any, str]:

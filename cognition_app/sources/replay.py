@@ -24,10 +24,10 @@ from typing import Any, NoReturn
 from django.db.models import QuerySet
 
 from chukwa_core.hashing import canonical_json_bytes
+from cognition_app.failures import SourceFailure
 from cognition_app.models import InvocationStatus, SourceInvocation
-from cognition_app.rows import insert_statement
-from cognition_app.sources.failure import SourceFailure
-from cognition_app.sources.tracing import CallContext, new_invocation, open_rows
+from cognition_app.recording import CallRecord
+from cognition_app.sources.context import CallContext
 
 REPLAY_THEN_LIVE = "replay_then_live"
 REPLAY_STRICT = "replay_strict"
@@ -95,9 +95,9 @@ def open_replayed(
     record: SourceInvocation,
     input_schema_hash: str = "",
     output_schema_hash: str = "",
-) -> SourceInvocation:
-    """The (unsaved) invocation row of a call served from ``record``."""
-    inv = new_invocation(
+) -> CallRecord:
+    """The record (not written yet) of a call served from ``record``."""
+    return CallRecord.new(
         ctx,
         kind=kind,
         source_hash=source_hash,
@@ -106,9 +106,8 @@ def open_replayed(
         request_key=key,
         input_schema_hash=input_schema_hash,
         output_schema_hash=output_schema_hash,
+        replayed_from=record.pk,
     )
-    inv.replayed_from = record.pk
-    return inv
 
 
 def fail_miss(
@@ -129,11 +128,7 @@ def fail_miss(
         f"left for request key {key} ({what}, source {source.get('label', '')!r} "
         f"{source_hash[:12]})"
     )
-    inv = new_invocation(
+    call = CallRecord.new(
         ctx, kind=kind, source_hash=source_hash, source=source, request=request, request_key=key
     )
-    inv.status = InvocationStatus.FAILED
-    inv.failure_class, inv.failure_message = "replay_miss", message
-    inv.ended_at, inv.duration_ms = inv.started_at, 0
-    open_rows(ctx, [insert_statement(inv)])
-    raise SourceFailure("replay_miss", message, invocation_id=inv.pk)
+    raise call.refused(SourceFailure("replay_miss", message))

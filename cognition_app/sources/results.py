@@ -9,12 +9,12 @@ from uuid import UUID
 
 from django.utils import timezone
 
+from cognition_app.failures import SourceFailure
 from cognition_app.models import InvocationStatus, SourceInvocation
-from cognition_app.rows import insert_statement
+from cognition_app.recording import CallRecord
 from cognition_app.sources.components import schema_errors, schema_validator
-from cognition_app.sources.failure import SourceFailure
+from cognition_app.sources.context import CallContext
 from cognition_app.sources.replay import fail_miss, open_replayed
-from cognition_app.sources.tracing import CallContext, new_invocation, open_rows
 
 
 @dataclass(frozen=True)
@@ -34,49 +34,33 @@ def result_schema_problem(value: Any, result_schema_hash: str) -> tuple[list[dic
     return errors, f"{errors[0]['pointer'] or '(root)'}: {errors[0]['message']}"
 
 
-def fail_unsent(ctx: CallContext, inv: SourceInvocation, exc: SourceFailure) -> SourceFailure:
-    """A call refused before any byte was sent (a variable missing or malformed, arguments an
-    interface cannot carry): its row is written once, already failed, and ``exc`` names it."""
-    inv.status = InvocationStatus.FAILED
-    inv.failure_class, inv.failure_message = exc.failure_class, exc.message
-    inv.ended_at = inv.started_at
-    inv.duration_ms = 0
-    open_rows(ctx, [insert_statement(inv)])
-    exc.invocation_id = inv.pk
-    return exc
-
-
 def serve_replayed(
-    ctx: CallContext, inv: SourceInvocation, record: SourceInvocation, result_schema_hash: str
+    call: CallRecord, record: SourceInvocation, result_schema_hash: str
 ) -> JsonResult:
     """Serve the call from ``record``: its reply, traced as this call's, no byte sent, so the row
     is written once, already finished. The reply is checked against *this* call's result schema
     (a fork may have changed the schema without changing the request)."""
-    inv.request["url"] = record.request.get("url", "")
-    inv.http_status = record.http_status
-    inv.response_headers = record.response_headers
-    inv.response_text = record.response_text
-    inv.response_json = value = record.response_json
+    call.invocation.request["url"] = record.request.get("url", "")
+    value = record.response_json
     errors, problem = result_schema_problem(value, result_schema_hash)
+    fields: dict[str, Any] = {
+        "http_status": record.http_status,
+        "response_headers": record.response_headers,
+        "response_text": record.response_text,
+        "response_json": value,
+    }
     if result_schema_hash:
-        inv.validation_status = "invalid" if errors else "valid"
-        inv.validation_errors = errors
+        fields["validation_status"] = "invalid" if errors else "valid"
+        fields["validation_errors"] = errors
     message = ""
     if errors:
         message = f"replayed response does not match its result schema: {problem}"
-        inv.status, inv.failure_class, inv.failure_message = (
-            InvocationStatus.FAILED,
-            "schema_invalid",
-            message,
-        )
-    else:
-        inv.status = InvocationStatus.SUCCEEDED
-    inv.ended_at = timezone.now()
-    inv.duration_ms = int((inv.ended_at - inv.started_at).total_seconds() * 1000)
-    open_rows(ctx, [insert_statement(inv)])
+        fields.update(failure_class="schema_invalid", failure_message=message)
+    status = InvocationStatus.FAILED if errors else InvocationStatus.SUCCEEDED
+    call.write_finished(status, ended_at=timezone.now(), **fields)
     if errors:
-        raise SourceFailure("schema_invalid", message, invocation_id=inv.pk)
-    return JsonResult(value, inv.pk)
+        raise SourceFailure("schema_invalid", message, invocation_id=call.pk)
+    return JsonResult(value, call.pk)
 
 
 def replayed_or_new(
@@ -90,14 +74,13 @@ def replayed_or_new(
     input_schema_hash: str,
     result_schema_hash: str,
     what: str,
-) -> JsonResult | SourceInvocation:
+) -> JsonResult | CallRecord:
     """Serve the call from the world's recording when it replays one: the recorded reply, or
-    a traced miss in strict mode (which raises). Otherwise the call goes live: its new row,
-    not yet written (the caller opens it with ``open_rows`` before sending)."""
+    a traced miss in strict mode (which raises). Otherwise the call goes live: its new record,
+    not yet written (the caller opens it before sending)."""
     record = ctx.replay.take(key) if ctx.replay is not None else None
     if record is not None:
         return serve_replayed(
-            ctx,
             open_replayed(
                 ctx,
                 kind=kind,
@@ -122,7 +105,7 @@ def replayed_or_new(
             key=key,
             what=what,
         )
-    return new_invocation(
+    return CallRecord.new(
         ctx,
         kind=kind,
         source_hash=source_hash,

@@ -24,9 +24,9 @@ from uuid import UUID
 from django.conf import settings
 from django.utils import timezone
 
-from cognition_app.models import SourceInvocation
-from cognition_app.sources.failure import SourceFailure
-from cognition_app.sources.tracing import CallContext, new_invocation
+from cognition_app.failures import SourceFailure
+from cognition_app.recording import CallRecord
+from cognition_app.sources.context import CallContext
 
 T = TypeVar("T")
 
@@ -119,20 +119,22 @@ def with_retries(
                 time.sleep(wait)
 
 
-def try_row(first: SourceInvocation, ctx: CallContext) -> SourceInvocation:
-    """The (unsaved) row of a JSON source call's try: ``first`` itself for the first try, else a
-    new row asking the same, with a seq and a start of its own, naming the first try."""
+def try_record(first: CallRecord, ctx: CallContext) -> CallRecord:
+    """The record (not written yet) of a JSON source call's try: ``first`` itself for the first
+    try, else a new row asking the same, with a seq and a start of its own, naming the first
+    try."""
     if ctx.retry_of is None:
         return first
-    return new_invocation(
+    inv = first.invocation
+    return CallRecord.new(
         ctx,
-        kind=first.kind,
-        source_hash=first.source_hash,
-        source={"label": first.source_label},
-        request=copy.deepcopy(first.request),
-        request_key=first.request_key,
-        input_schema_hash=first.input_schema_hash,
-        output_schema_hash=first.output_schema_hash,
+        kind=inv.kind,
+        source_hash=inv.source_hash,
+        source={"label": inv.source_label},
+        request=copy.deepcopy(inv.request),
+        request_key=inv.request_key,
+        input_schema_hash=inv.input_schema_hash,
+        output_schema_hash=inv.output_schema_hash,
     )
 
 

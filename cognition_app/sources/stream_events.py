@@ -12,7 +12,7 @@ from httpx_sse import ServerSentEvent
 from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 
 from chukwa_core.json_values import loads_strict
-from cognition_app.sources.failure import SourceFailure
+from cognition_app.failures import SourceFailure
 
 
 class Chunk(NamedTuple):

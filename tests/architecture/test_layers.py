@@ -248,3 +248,62 @@ def test_development_servers_live_outside_the_domain_apps() -> None:
         held = [p.name for p in (PROJECT / package).rglob("*") if p.stem in ("toys", "toy_mcp")]
         held += [p.name for p in (PROJECT / package).rglob("embedded_llm")]
         assert held == [], package
+
+
+TRACE_MODELS = ("SourceInvocation", "LlmCall", "LlmChunk")
+ORM_WRITES = ("update", "create", "bulk_create", "update_or_create", "delete", "save")
+
+
+def _trace_writes(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """``<TraceModel>.objects…<write>(…)`` chains and ``<instance>.save()`` of a trace model."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr not in ORM_WRITES:
+            continue
+        chain = ast.unparse(node.func.value)
+        if any(chain.startswith(f"{model}.objects") for model in TRACE_MODELS):
+            yield node.lineno, f"{chain}.{node.func.attr}"
+
+
+def test_sources_record_their_calls_through_the_recording_port() -> None:
+    """A source does transport and judging; the rows of its call are the recording package's to
+    write. No module under cognition_app/sources imports the row writer (``cognition_app.rows``)
+    or a module inside ``cognition_app.recording`` (only the package's public names), nor writes
+    a trace row through the ORM."""
+    graph = _graph()
+    found = []
+    for name, edges in graph.items():
+        if not name.startswith("cognition_app.sources"):
+            continue
+        for target, line in edges.items():
+            if target == "cognition_app.rows" or target.startswith("cognition_app.recording."):
+                found.append(f"{name}:{line} imports {target}")
+    for path in sorted((PROJECT / "cognition_app" / "sources").rglob("*.py")):
+        for line, write in _trace_writes(ast.parse(path.read_text(), str(path))):
+            found.append(f"{path.relative_to(PROJECT)}:{line} writes {write}")
+    assert found == []
+    # the check sees what it forbids
+    planted = ast.parse("SourceInvocation.objects.filter(pk=1).update(status='x')")
+    assert list(_trace_writes(planted)) == [(1, "SourceInvocation.objects.filter(pk=1).update")]
+
+
+def test_the_attempts_recorder_is_the_one_door_to_its_finishing_writes() -> None:
+    """Inside worlds_app, only the attempt's recorder reaches the trace writer and closes the
+    rows an attempt left open: the commit and the failure path talk to it."""
+    graph = _graph()
+    users = sorted(
+        name
+        for name, edges in graph.items()
+        if name.startswith("worlds_app")
+        for target in edges
+        if target in ("cognition_app.recording.write_behind",)
+    )
+    assert users == []
+    texts = {
+        name: path.read_text()
+        for name, path in _modules().items()
+        if name.startswith("worlds_app.services")
+    }
+    holders = sorted(n for n, t in texts.items() if "TraceWriter" in t or "finish_running" in t)
+    assert holders == ["worlds_app.services.attempt_recorder"]

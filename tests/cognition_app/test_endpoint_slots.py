@@ -11,9 +11,9 @@ import pytest
 from django.db import connection
 
 from chukwa_core.ids import bound_concurrency_env_name
+from cognition_app.failures import SourceFailure
 from cognition_app.sources.cancel import CancelScope
 from cognition_app.sources.endpoint_slots import endpoint_limit, endpoint_slot
-from cognition_app.sources.failure import SourceFailure
 
 
 @pytest.mark.parametrize(

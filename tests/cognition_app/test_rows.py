@@ -14,7 +14,7 @@ import pytest
 from django.db import DataError, connection, transaction
 
 from cognition_app.rows import RowTable, insert_rows, insert_statement, update_statement
-from cognition_app.sources.tracing import trace_batch
+from cognition_app.recording import trace_batch
 from worlds_app.models import AttemptEvent, TurnAttempt, World
 from worlds_app.services import turn_attempt_enqueue
 

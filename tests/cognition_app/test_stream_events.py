@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from cognition_app.sources.failure import SourceFailure
+from cognition_app.failures import SourceFailure
 from cognition_app.sources.stream_events import Chunk, chunk_events
 
 SSE = "text/event-stream; charset=utf-8"

@@ -16,14 +16,14 @@ from typing import Any
 
 import httpx
 import pytest
+from cognition_app.sources.context import CallContext
 from django.test import Client
 
 from cognition_app.budgets import prompt_estimate
+from cognition_app.failures import SourceFailure
 from cognition_app.models import LlmCall, SourceInvocation
 from cognition_app.sources.cancel import CancelScope
-from cognition_app.sources.failure import SourceFailure
 from cognition_app.sources.retry import RetryPolicy, is_transient, wait_before, with_retries
-from cognition_app.sources.tracing import CallContext
 from scenarios_app.models import ResponseSource
 from scenarios_app.services import scenario_assemble
 from tests.cognition_app.conftest import create_world, fixture_body, run_turn, workflow_of

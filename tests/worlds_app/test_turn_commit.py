@@ -23,7 +23,7 @@ from worlds_app.models import AttemptEvent, AttemptStatus, PatchTransition, Turn
 from worlds_app.services import turn_attempt_enqueue, world_budget_set, world_create
 from worlds_app.services import turn_commit as commit_module
 from worlds_app.services.claims import Claim, LeaseLost, claim_attempt
-from worlds_app.services.events import EventLog
+from worlds_app.services.attempt_recorder import AttemptRecorder
 from worlds_app.services.execution import StagedTransition, turn_attempt_execute
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -48,14 +48,14 @@ def _claimed(slug: str, count: int = 1) -> tuple[Claim, list[str]]:
     return claim, ids
 
 
-def _executed(claim: Claim) -> tuple[Any, list[StagedTransition], EventLog, float]:
+def _executed(claim: Claim) -> tuple[Any, list[StagedTransition], AttemptRecorder, float]:
     assert claim.previous is not None
     started = time.monotonic()
-    events = EventLog(claim.attempt)
+    recorder = AttemptRecorder(claim.attempt)
     working, staged, _, _ = turn_attempt_execute(
-        attempt=claim.attempt, previous=claim.previous, events=events, limits=claim.limits
+        attempt=claim.attempt, previous=claim.previous, recorder=recorder, limits=claim.limits
     )
-    return working, staged, events, started
+    return working, staged, recorder, started
 
 
 def _kinds(attempt_id: Any) -> list[str]:
@@ -93,10 +93,10 @@ def test_a_claim_is_one_statement_and_brings_the_world_the_budget_and_the_turn(
 def test_a_commit_is_one_round_trip_and_claims_the_next_attempt_in_it(queue: str) -> None:
     _world("one-trip")
     claim, ids = _claimed("one-trip", count=2)
-    working, staged, events, started = _executed(claim)
+    working, staged, recorder, started = _executed(claim)
     with CaptureQueriesContext(connection) as queries:
         turn, follower = commit_module.commit_turn(
-            claim, working, staged, events, started, owner="w1", claim_next=True
+            claim, working, staged, recorder, started, owner="w1", claim_next=True
         )
     assert len(queries.captured_queries) == 1
     assert follower is not None
@@ -117,12 +117,12 @@ def test_a_commit_is_one_round_trip_and_claims_the_next_attempt_in_it(queue: str
 def test_a_commit_whose_lease_was_lost_keeps_nothing(queue: str) -> None:
     _world("lost")
     claim, ids = _claimed("lost", count=2)
-    working, staged, events, started = _executed(claim)
+    working, staged, recorder, started = _executed(claim)
     # the reaper interrupted the attempt meanwhile
     TurnAttempt.objects.filter(pk=ids[0]).update(status=AttemptStatus.INTERRUPTED)
     with pytest.raises(LeaseLost):
         commit_module.commit_turn(
-            claim, working, staged, events, started, owner="w1", claim_next=True
+            claim, working, staged, recorder, started, owner="w1", claim_next=True
         )
     assert World.objects.get(slug="lost").current_turn == 0
     assert not Turn.objects.filter(world__slug="lost", number=1).exists()
@@ -130,16 +130,16 @@ def test_a_commit_whose_lease_was_lost_keeps_nothing(queue: str) -> None:
     assert "turn_committed" not in _kinds(ids[0])
     assert TurnAttempt.objects.get(pk=ids[1]).status == AttemptStatus.QUEUED
     # the events not yet written are still pending (for the failure to write, were it ours)
-    assert events.discard_pending() > 0
+    assert recorder.events.discard_pending() > 0
 
 
 def test_a_commit_after_the_world_moved_fails_the_attempt_and_keeps_nothing(queue: str) -> None:
     _world("moved")
     claim, ids = _claimed("moved")
-    working, staged, events, started = _executed(claim)
+    working, staged, recorder, started = _executed(claim)
     World.objects.filter(slug="moved").update(current_turn=1)
     with pytest.raises(AttemptFailure) as failure:
-        commit_module.commit_turn(claim, working, staged, events, started, owner="w1")
+        commit_module.commit_turn(claim, working, staged, recorder, started, owner="w1")
     assert failure.value.step == "commit"
     assert "moved past turn 0" in failure.value.message
     assert TurnAttempt.objects.get(pk=ids[0]).status == AttemptStatus.RUNNING
@@ -151,11 +151,11 @@ def test_a_lost_lease_is_reported_before_a_moved_world(queue: str) -> None:
     """The reaper interrupted the attempt and the world went on: the outcome is the reaper's."""
     _world("both")
     claim, ids = _claimed("both")
-    working, staged, events, started = _executed(claim)
+    working, staged, recorder, started = _executed(claim)
     TurnAttempt.objects.filter(pk=ids[0]).update(status=AttemptStatus.INTERRUPTED)
     World.objects.filter(slug="both").update(current_turn=1)
     with pytest.raises(LeaseLost):
-        commit_module.commit_turn(claim, working, staged, events, started, owner="w1")
+        commit_module.commit_turn(claim, working, staged, recorder, started, owner="w1")
     assert not Turn.objects.filter(world__slug="both", number=1).exists()
 
 
@@ -165,9 +165,9 @@ def test_a_big_commit_sends_its_rows_by_copy_in_the_same_transaction(
     monkeypatch.setattr(commit_module, "INLINE_PARAMS", 0)
     _world("big")
     claim, ids = _claimed("big", count=2)
-    working, staged, events, started = _executed(claim)
+    working, staged, recorder, started = _executed(claim)
     turn, follower = commit_module.commit_turn(
-        claim, working, staged, events, started, owner="w1", claim_next=True
+        claim, working, staged, recorder, started, owner="w1", claim_next=True
     )
     assert follower is not None and str(follower.attempt.pk) == ids[1]
     assert PatchTransition.objects.filter(attempt_id=ids[0]).count() == len(staged) > 0
@@ -179,11 +179,11 @@ def test_the_next_attempt_reads_the_budget_in_force_when_it_is_claimed(queue: st
     _world("budgeted")
     claim, _ = _claimed("budgeted", count=2)
     assert claim.limits is None
-    working, staged, events, started = _executed(claim)
+    working, staged, recorder, started = _executed(claim)
     # set while the first attempt runs: it applies from the next attempt
     world_budget_set(slug="budgeted", budget={"max_tokens_total": 9000})
     _, follower = commit_module.commit_turn(
-        claim, working, staged, events, started, owner="w1", claim_next=True
+        claim, working, staged, recorder, started, owner="w1", claim_next=True
     )
     assert follower is not None
     assert follower.limits == BudgetLimits(max_tokens_total=9000)

@@ -1,4 +1,4 @@
-"""Finishing a call's rows on the writer thread (cognition_app/sources/write_behind.py): the
+"""Finishing a call's rows on the writer thread (cognition_app/recording/write_behind.py): the
 subject does not wait for the round trip, the commit and the failure do, and a finishing write
 the database refuses fails the attempt with every row it opened finished.
 
@@ -15,7 +15,7 @@ import pytest
 from django.db import DatabaseError
 
 from cognition_app.models import LlmCall, SourceInvocation
-from cognition_app.sources import write_behind
+from cognition_app.recording import write_behind
 from tests.cognition_app.conftest import create_world, run_turn
 from tests.support.scripted_llm import ScriptedLLM
 from worlds_app.models import AttemptStatus, TurnAttempt

@@ -23,17 +23,14 @@ from django.utils import timezone
 from chukwa_core import log_context
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.json_values import storable_text
-from cognition_app.sources import (
-    finish_running,
-    interrupt_running,
-    scrub,
-)
+from cognition_app.recording import interrupt_running
+from cognition_app.sources import scrub
 from cognition_app.subject_run import AttemptFailure, StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt, World
 from worlds_app.selectors import RETRYABLE_STATUSES, require_slug
+from worlds_app.services.attempt_recorder import AttemptRecorder
 from worlds_app.services.claims import Claim, Heartbeat, LeaseLost, claim_attempt
 from worlds_app.services.dispatch import export_on_commit, kick_on_commit
-from worlds_app.services.events import EventLog
 from worlds_app.services.execution import turn_attempt_execute
 from worlds_app.services.turn_commit import commit_turn
 
@@ -192,9 +189,12 @@ def _cancel_rest_of_batch(attempt: TurnAttempt, reason: str) -> int:
     return len(rest)
 
 
-def _fail(attempt: TurnAttempt, failure: AttemptFailure, events: EventLog, started: float) -> None:
+def _fail(
+    attempt: TurnAttempt, failure: AttemptFailure, recorder: AttemptRecorder, started: float
+) -> None:
     # The calls' last finishing rows first: closing what still runs must not overwrite them.
-    events.traces.drain()
+    recorder.ended()
+    events = recorder.events
     with transaction.atomic(durable=True):
         World.objects.select_for_update().filter(pk=attempt.world_id).values_list("pk").get()
         updated = TurnAttempt.objects.filter(
@@ -218,33 +218,33 @@ def _fail(attempt: TurnAttempt, failure: AttemptFailure, events: EventLog, start
                 invocation_id=failure.invocation_id,
             )
         )
-        finish_running(attempt_id=attempt.pk, reason=f"attempt failed: {failure.step}")
+        recorder.close_running(f"attempt failed: {failure.step}")
         _cancel_rest_of_batch(attempt, f"cancelled: attempt {attempt.pk} of this batch failed")
         kick_on_commit(attempt.world_id)
         export_on_commit(attempt.pk)
 
 
 def _fail_safely(
-    attempt: TurnAttempt, failure: AttemptFailure, events: EventLog, started: float
+    attempt: TurnAttempt, failure: AttemptFailure, recorder: AttemptRecorder, started: float
 ) -> None:
     """End the attempt as failed even when its last events cannot be written (they are what
     failed, e.g. a payload the database refuses): then the failure alone is added to the
     events already written."""
     try:
-        _fail(attempt, failure, events, started)
+        _fail(attempt, failure, recorder, started)
     except DatabaseError as exc:
         logger.warning(
             "attempt %s: could not write its events (%s)", attempt.pk, type(exc).__name__
         )
         connection.close_if_unusable_or_obsolete()
-        events.discard_pending()
+        recorder.events.discard_pending()
         reason = storable_text(
             f"{failure.message} (its events could not be stored: {type(exc).__name__})"
         )
         _fail(
             attempt,
             AttemptFailure(failure.step, reason, subject_id=failure.subject_id),
-            events,
+            recorder,
             started,
         )
 
@@ -289,7 +289,8 @@ def _run_claimed(
     commit (before ``claim_next_until``, a monotonic time) claimed it for this caller."""
     attempt = claim.attempt
     started = time.monotonic()
-    events = EventLog(attempt)
+    recorder = AttemptRecorder(attempt)
+    events = recorder.events
     events.append(
         StagedEvent(
             "attempt_started",
@@ -306,7 +307,7 @@ def _run_claimed(
                 world_id=attempt.world_id, number=(attempt.attempted_turn or 1) - 1
             )
         execution = turn_attempt_execute(
-            attempt=attempt, previous=claim.previous, events=events, limits=claim.limits
+            attempt=attempt, previous=claim.previous, recorder=recorder, limits=claim.limits
         )
         if heartbeat.lost or events.lease_lost:
             raise LeaseLost(str(attempt.pk))
@@ -316,18 +317,18 @@ def _run_claimed(
             claim,
             execution.working,
             execution.staged,
-            events,
+            recorder,
             started,
             owner=owner,
             claim_next=time.monotonic() < claim_next_until,
             intervention_id=execution.intervention_id,
         )
     except LeaseLost:
-        events.traces.drain()  # nothing of this attempt is written after it ends here
+        recorder.ended()  # nothing of this attempt is written after it ends here
         logger.warning("attempt %s lost its lease; its outcome is the reaper's", attempt.pk)
         return AttemptStatus.INTERRUPTED, None
     except AttemptFailure as failure:
-        _fail_safely(attempt, failure, events, started)
+        _fail_safely(attempt, failure, recorder, started)
         # The step only: the reason may quote a source's answer; it is kept on the attempt.
         logger.info(
             "attempt failed",
@@ -344,7 +345,7 @@ def _run_claimed(
         _fail_safely(
             attempt,
             AttemptFailure("internal_error", storable_text(scrub(f"{type(exc).__name__}: {exc}"))),
-            events,
+            recorder,
             started,
         )
         logger.exception(

@@ -26,9 +26,7 @@ from uuid import UUID
 
 from django.db import DatabaseError, connection, transaction
 
-from cognition_app.rows import RowTable, Statement, insert_rows, send_combined
-from cognition_app.sources.tracing import BatchResults
-from cognition_app.sources.write_behind import TraceWriter
+from cognition_app.rows import BatchResults, RowTable, Statement, insert_rows, send_combined
 from cognition_app.subject_run import StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
 from worlds_app.services.claims import LeaseLost, refusal_of
@@ -71,7 +69,7 @@ def _opening(
     guard: Statement, events: list[Statement], statements: Sequence[Statement]
 ) -> BatchResults:
     """The guard, the events and a call's rows in one statement (``cognition_app.rows.
-    send_combined``); the results as ``trace_batch`` gives them for ``statements``: None per
+    send_combined``); the results as ``cognition_app.recording.trace_batch`` gives them for ``statements``: None per
     write, and the rows of a last statement that is a SELECT (the price in force).
 
     Committed durably, unlike the other trace writes (``synchronous_commit`` stays on): the
@@ -121,9 +119,6 @@ class EventLog:
         self._pending: list[AttemptEvent] = []
         self._next_seq = 1
         self._last_write = time.monotonic()
-        # Finishes the rows of the attempt's calls while their subjects go on; the commit and
-        # the failure wait for it (``cognition_app.sources.write_behind``).
-        self.traces = TraceWriter()
 
     def append(self, event: StagedEvent, /) -> None:
         with self._lock:

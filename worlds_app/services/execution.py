@@ -39,7 +39,7 @@ from cognition_app.subject_run import (
     failure_step,
 )
 from worlds_app.models import AttemptStatus, Intervention, Turn, TurnAttempt, World
-from worlds_app.services.events import EventLog
+from worlds_app.services.attempt_recorder import AttemptRecorder
 from worlds_app.services.interventions import pending_for
 from worlds_app.services.subject_threads import think_concurrently
 
@@ -123,12 +123,13 @@ class _TurnRun:
         self,
         attempt: TurnAttempt,
         previous: Turn,
-        events: EventLog,
+        recorder: AttemptRecorder,
         limits: BudgetLimits | None,
     ) -> None:
         world = self.world = attempt.world
         self.attempt = attempt
-        self.events = events
+        self.recorder = recorder
+        self.events = recorder.events
         self.working = WorldState.from_snapshot(previous.state)
         try:
             simulation_time = clock.advance(previous.simulation_time, world.chronon_seconds)
@@ -180,8 +181,7 @@ class _TurnRun:
             replay=self.replay,
             budget=self.budget,
             cancel=self.cancel,
-            write_rows=self.events.write_with,
-            write_behind=self.events.traces.submit,
+            recorder=self.recorder,
             **fields,
         )
 
@@ -426,13 +426,17 @@ class _TurnRun:
 
 
 def turn_attempt_execute(
-    *, attempt: TurnAttempt, previous: Turn, events: EventLog, limits: BudgetLimits | None
+    *,
+    attempt: TurnAttempt,
+    previous: Turn,
+    recorder: AttemptRecorder,
+    limits: BudgetLimits | None,
 ) -> Execution:
     """Apply the turn's pending intervention, then run ambient sources and every subject
     against the working copy, under the budget ``limits`` in force (read with the claim).
     Returns the working world, the staged transitions, the patch count and the intervention
     applied. Nothing here writes world state."""
-    turn = _TurnRun(attempt, previous, events, limits)
+    turn = _TurnRun(attempt, previous, recorder, limits)
     # Looked up only when the world has one pending (the count comes with the claim).
     intervention = (
         pending_for(world_id=turn.world.pk, turn=turn.attempted_turn)

@@ -31,6 +31,7 @@ from chukwa_core.world_state import WorldState
 from cognition_app.rows import RowTable, Statement, insert_rows, send_batch
 from cognition_app.subject_run import AttemptFailure, StagedEvent
 from worlds_app.models import Intervention, PatchTransition, Turn, TurnAttempt, World
+from worlds_app.services.attempt_recorder import AttemptRecorder
 from worlds_app.services.claims import (
     Claim,
     LeaseLost,
@@ -106,7 +107,7 @@ def commit_turn(
     claim: Claim,
     working: WorldState,
     staged: list[StagedTransition],
-    events: EventLog,
+    recorder: AttemptRecorder,
     started: float,
     *,
     owner: str,
@@ -122,26 +123,19 @@ def commit_turn(
     # A committed turn's calls are finished rows: the writer thread's last writes are waited
     # for, and what it has not taken yet (usually the last call's: the subject had the thread
     # wait for the interpreter since) goes in the commit's transaction, one round trip less.
-    try:
-        with events.traces.held() as finishing:
-            if finishing.failure:
-                raise AttemptFailure("traces", finishing.failure)
-            return _commit(
-                claim,
-                claim.previous,
-                working,
-                staged,
-                events,
-                started,
-                finishing.statements,
-                owner=owner,
-                claim_next=claim_next,
-                intervention_id=intervention_id,
-            )
-    except DatabaseError as exc:
-        if events.traces.failure:  # what it held could not be written on its own either
-            raise AttemptFailure("traces", events.traces.failure) from exc
-        raise
+    with recorder.before_commit() as finishing:
+        return _commit(
+            claim,
+            claim.previous,
+            working,
+            staged,
+            recorder.events,
+            started,
+            finishing,
+            owner=owner,
+            claim_next=claim_next,
+            intervention_id=intervention_id,
+        )
 
 
 def _commit(

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from django.db import DatabaseError, connection
 
+from cognition_app.recording.port import trace_batch
 from cognition_app.rows import Statement
-from cognition_app.sources.tracing import trace_batch
 
 logger = logging.getLogger(__name__)
 
