@@ -422,7 +422,7 @@ def _part_one(
 
     from cognition_app import runner, sources
     from cognition_app.models import LlmCall
-    from cognition_app.sources import llm as llm_source
+    from cognition_app.recording import generations as llm_source
 
     db_name = settings.DATABASES["default"]["NAME"]
     if db_name != BENCH_DB_NAME:
@@ -605,7 +605,7 @@ def main() -> int:
         "--chunk-batch",
         type=int,
         default=None,
-        help="what-if: override cognition_app.sources.llm.CHUNK_BATCH in this process (default: the code's value)",
+        help="what-if: override cognition_app.recording.generations.CHUNK_BATCH in this process (default: the code's value)",
     )
     parser.add_argument(
         "--async-commit",
