@@ -8,7 +8,7 @@ a regular expression — most of a big commit's time (profiled: 4.65 s of a 6 s 
 agents). :func:`insert_rows` sends many rows with ``COPY`` (formatted in C, JSON dumped once
 per value); :meth:`RowTable.statements` gives one ``INSERT … SELECT … FROM
 jsonb_populate_recordset(…)`` whose rows are a single JSON parameter, to be sent with other
-statements in one round trip (``sources.tracing.trace_batch``). So do :func:`insert_statement`
+statements in one round trip (``cognition_app.recording.trace_batch``). So do :func:`insert_statement`
 and :func:`update_statement`: with Django's client-side binding, psycopg parses a statement of
 more than 50 parameters anew each time and quotes each value in Python (profiled: 1.3 ms of a
 generation's 2.4 ms finishing batch of 235 parameters); one JSON text is dumped in C, quoted

@@ -1,4 +1,6 @@
-"""Shared fixtures. Tests run on the real (embedded) PostgreSQL; never SQLite."""
+"""The one conftest: users and clients, workflows, a Celery worker, the development services
+(toy sources, toy MCP server) and the small worlds. Tests run on the real (embedded)
+PostgreSQL; never SQLite. Helpers to import live in ``tests/support/``."""
 
 from __future__ import annotations
 
@@ -13,6 +15,11 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from chukwa_core.patch_schema import world_patch_schema_hash
+from cognition_app.sources import conformance
+from devservices import toy_mcp
+from devservices.toys import serve, toy_env
+from scenarios_app import services as store_services
+from tests.support.worlds import TOY_MCP_KEY
 
 pytest_plugins = ["tests.support.fixtures"]
 
@@ -188,3 +195,69 @@ def celery_worker(_celery_worker_queue: str) -> Iterator[str]:
 
     with routed_to(_celery_worker_queue):
         yield _celery_worker_queue
+
+
+# --- the development services and the small worlds the tests share -----------------------
+
+
+@pytest.fixture
+def toy_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The toy service on a free port with a private state dir; the six CHUKWA_TOY_*_URL
+    variables point at it. Yields its base URL."""
+    server = serve("127.0.0.1", 0, tmp_path / "toys")
+    base_url = f"http://127.0.0.1:{server.server_address[1]}"
+    for name, value in toy_env(base_url).items():
+        monkeypatch.setenv(name, value)
+    try:
+        yield base_url
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def toy_mcp_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[toy_mcp.RunningMcp]:
+    """The toy MCP server (the lamp) on a free port, requiring :data:`TOY_MCP_KEY`;
+    CHUKWA_MCP_LAMP_URL and CHUKWA_MCP_LAMP_API_KEY point at it."""
+    server = toy_mcp.serve(api_key=TOY_MCP_KEY)
+    monkeypatch.setenv(toy_mcp.LAMP_URL_ENV, server.url)
+    monkeypatch.setenv(toy_mcp.LAMP_KEY_ENV, TOY_MCP_KEY)
+    try:
+        yield server
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_probe_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The conformance-probe cache is process-wide and keyed by base URL; a later test's scripted
+    server may get a port an earlier one had, so every test starts with an empty cache."""
+    monkeypatch.setattr(conformance, "_probe_cache", {})
+
+
+@pytest.fixture
+def base(make_workflow: Any) -> store_services.AssembleResult:
+    """Profile p; environments room (inhabited) and hall (staged); agent ant and prop crumb."""
+    from tests.scenarios_app.store_helpers import inline_body  # it imports this module
+
+    return store_services.scenario_assemble(
+        data=inline_body(
+            make_workflow,
+            environments={
+                "room": {"inline": "A small white plate under a lamp."},
+                "hall": {"inline": "An empty hallway."},
+            },
+            name="base",
+        )
+    )
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """Headless Chromium at 1400 by 1000 pixels (``tests/support/chromium.py``), waiting up to 2 s for an
+    element to appear."""
+    from tests.support.chromium import chromium  # Selenium: loaded by the browser tests only
+
+    with chromium() as driver:
+        driver.implicitly_wait(2)
+        yield driver

@@ -19,7 +19,7 @@ from selenium.webdriver.support.ui import Select
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.models import ScenarioCognitionProfile, WorkflowDerivation
 from scenarios_app.services import scenario_assemble
-from tests.browser.chromium import (
+from tests.support.chromium import (
     ARTIFACTS,
     chromium,
     low_contrast,

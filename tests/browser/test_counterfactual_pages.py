@@ -13,16 +13,15 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from tests.browser.chromium import (
+from tests.support.chromium import (
     full_page_shot,
     low_contrast,
     prefer_colour_scheme,
     sideways_overflow,
     wait_for,
 )
-from tests.browser.test_reviewer_flow import browser as browser
+from tests.surfaces.pages.test_world_pages import run_turn
 from tests.worlds_app.test_counterfactuals import RULE_SCENARIO
-from tests.worlds_app.test_pages import run_turn
 from worlds_app.models import Intervention
 from worlds_app.services import world_create
 from worlds_app.services.interventions import intervention_create

@@ -14,7 +14,7 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 
 from scenarios_app.services import scenario_assemble
-from tests.browser.chromium import (
+from tests.support.chromium import (
     chromium,
     full_page_shot,
     low_contrast,

@@ -29,7 +29,7 @@ from cognition_app.models import LlmCall
 from devservices import toys
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
-from tests.browser.chromium import ARTIFACTS, chromium, sign_in, wait_for
+from tests.support.chromium import ARTIFACTS, chromium, sign_in, wait_for
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worker import routed_to, worker_process
 from worlds_app.models import TurnAttempt

@@ -13,7 +13,9 @@ from django.contrib.auth.models import Group, User
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
-from tests.browser.chromium import (
+from tests.cognition_app.test_llm_retry import ANT_OK
+from tests.cognition_app.test_park import BUY_CANDY, final, remember, set_state
+from tests.support.chromium import (
     chromium,
     full_page_shot,
     low_contrast,
@@ -22,12 +24,10 @@ from tests.browser.chromium import (
     sign_in,
     wait_for,
 )
-from tests.cognition_app.conftest import _fresh_probe_cache, create_world, toy_sources  # noqa: F401
-from tests.cognition_app.test_llm_retry import ANT_OK
-from tests.cognition_app.test_park import BUY_CANDY, final, remember, set_state
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.worlds import create_world
+from tests.surfaces.pages.test_world_pages import run_turn
 from tests.worlds_app.test_counterfactuals import RULE_SCENARIO
-from tests.worlds_app.test_pages import run_turn
 from worlds_app.models import Intervention, TurnAttempt
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_run, world_create
 from worlds_app.services.interventions import intervention_create
@@ -131,7 +131,7 @@ def test_the_turn_page_lists_the_tool_calls(
     live_server: Any,
     browser: webdriver.Chrome,
     scripted_llm: ScriptedLLM,
-    toy_sources: str,  # noqa: F811
+    toy_sources: str,
 ) -> None:
     _operator()
     create_world("park", "candy")

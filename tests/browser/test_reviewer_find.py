@@ -16,16 +16,10 @@ from selenium.webdriver.common.by import By
 
 from cognition_app.models import LlmCall
 from scenarios_app.services import scenario_assemble, scenario_fork
-from tests.browser.chromium import low_contrast, prefer_colour_scheme
 from tests.browser.test_reviewer_flow import ARTIFACTS, _wait
-from tests.browser.test_reviewer_flow import browser as browser
-from tests.cognition_app.conftest import (  # noqa: F401 - fixtures
-    _fresh_probe_cache,
-    entity_of,
-    fixture_body,
-    toy_sources,
-)
-from tests.worlds_app.test_pages import BAD_REPLY, make_world, run_turn
+from tests.support.chromium import low_contrast, prefer_colour_scheme
+from tests.support.worlds import entity_of, fixture_body
+from tests.surfaces.pages.test_world_pages import BAD_REPLY, make_world, run_turn
 from worlds_app.models import Annotation, AttemptStatus
 from worlds_app.services import world_create
 
@@ -53,7 +47,7 @@ def full_height_shot(browser: webdriver.Chrome, name: str, width: int) -> None:
 
 
 @pytest.fixture
-def failed_world(scripted_llm: Any, toy_sources: str) -> Iterator[str]:  # noqa: F811
+def failed_world(scripted_llm: Any, toy_sources: str) -> Iterator[str]:
     """A rule world that runs fine and an LLM world whose model never answers usefully, so its
     attempt fails after every retry was rejected."""
     make_world("ant_on_plate_rules", "calm")

@@ -22,19 +22,12 @@ from selenium.webdriver.common.by import By
 from devservices import toys
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
-from tests.browser.chromium import ARTIFACTS, chromium
+from tests.support.chromium import ARTIFACTS
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worker import routed_to, worker_process
 from worlds_app.services import world_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
-
-
-@pytest.fixture
-def browser() -> Iterator[webdriver.Chrome]:
-    with chromium() as driver:
-        driver.implicitly_wait(2)
-        yield driver
 
 
 @pytest.fixture

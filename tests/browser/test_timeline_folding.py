@@ -18,7 +18,7 @@ from selenium.webdriver.common.keys import Keys
 
 from cognition_app.models import LlmCall
 from surfaces.pages.timeline import FOLD_ABOVE
-from tests.browser.chromium import (
+from tests.support.chromium import (
     ARTIFACTS,
     chromium,
     low_contrast,
@@ -26,9 +26,8 @@ from tests.browser.chromium import (
     sign_in,
     wait_for,
 )
-from tests.cognition_app.conftest import _fresh_probe_cache, toy_sources  # noqa: F401
 from tests.support.crowds import crowded_world
-from tests.worlds_app.test_pages import ANT_OK, BAD_REPLY, run_turn
+from tests.surfaces.pages.test_world_pages import ANT_OK, BAD_REPLY, run_turn
 from worlds_app.models import AttemptStatus
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -77,7 +76,7 @@ def test_a_long_timeline_folds_its_quiet_sections(
     live_server: Any,
     browser: webdriver.Chrome,
     scripted_llm: Any,
-    toy_sources: str,  # noqa: F811
+    toy_sources: str,
 ) -> None:
     _crowded_plate()
     scripted_llm.script(BAD_REPLY, ANT_OK)

@@ -13,9 +13,9 @@ import pytest
 
 from chukwa_core.log_context import LogContextFilter
 from chukwa_site.logs import JsonFormatter
-from tests.cognition_app.conftest import create_world, run_turn
 from tests.cognition_app.test_llm_retry import ANT_OK
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.worlds import create_world, run_turn
 from worlds_app.models import AttemptStatus
 
 CANARY = "sk-canary-logs-5e1d0b7a94c2"

@@ -24,7 +24,7 @@ NO_ROWS = ("SELECT 1 AS one WHERE %s", [False])
 
 @pytest.fixture
 def attempt() -> TurnAttempt:
-    from tests.cognition_app.conftest import create_world
+    from tests.support.worlds import create_world
 
     world: World = create_world("picnic_rules", "combined")
     attempt_id = turn_attempt_enqueue(slug=world.slug)["attempt_ids"][0]

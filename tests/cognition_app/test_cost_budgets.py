@@ -23,8 +23,8 @@ from cognition_app.budgets import prompt_estimate
 from cognition_app.models import LlmCall, ModelPrice, SourceInvocation
 from cognition_app.services import model_price_add
 from scenarios_app.services import scenario_assemble
-from tests.cognition_app.conftest import create_world, fixture_body, run_turn
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.worlds import create_world, fixture_body, run_turn
 from worlds_app.management.commands.run_turns import summarize_turn
 from worlds_app.models import AttemptStatus, TurnAttempt, World, WorldBudget
 from worlds_app.selectors import attempt_get, turn_get, world_get

@@ -17,7 +17,7 @@ from django.db import connection
 from cognition_app.models import SourceInvocation
 from devservices import embedded_llm
 from scenarios_app.services import scenario_assemble
-from tests.cognition_app.conftest import fixture_body, workflow_of
+from tests.support.worlds import fixture_body, workflow_of
 from worlds_app.models import TurnAttempt
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_run, world_create
 

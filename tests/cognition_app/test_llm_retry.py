@@ -21,8 +21,8 @@ from cognition_app.llm_nodes import CORRECTIVE, TEXT_CORRECTIVE
 from cognition_app.models import LlmCall, LlmChunk, SourceInvocation, SourceProbe
 from devservices.toys import NOT_JSON_BODY
 from scenarios_app.models import JsonSchema
-from tests.cognition_app.conftest import create_world, fixture_body, run_turn, workflow_of
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.worlds import create_world, fixture_body, run_turn, workflow_of
 from worlds_app.models import AttemptEvent, AttemptStatus, PatchTransition, Turn, TurnAttempt, World
 from worlds_app.services import attempts, turn_attempt_reap
 

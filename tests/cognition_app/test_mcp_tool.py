@@ -12,13 +12,6 @@ import pytest
 
 from devservices.toy_mcp import BROKEN_SWITCH_MESSAGE, NOT_JSON_TEXT, RunningMcp
 from scenarios_app.services import scenario_assemble
-from tests.cognition_app.conftest import (
-    TOY_MCP_KEY,
-    create_world,
-    fixture_body,
-    run_turn,
-    workflow_of,
-)
 from tests.cognition_app.test_llm_retry import (
     BUY_CANDY,
     assert_world_unchanged,
@@ -28,6 +21,13 @@ from tests.cognition_app.test_llm_retry import (
 )
 from tests.cognition_app.test_park import assert_committed, entity_state, final, remember, set_state
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.worlds import (
+    TOY_MCP_KEY,
+    create_world,
+    fixture_body,
+    run_turn,
+    workflow_of,
+)
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
 from worlds_app.services import world_create
 

@@ -114,8 +114,8 @@ def test_a_price_entered_late_prices_the_calls_made_since_its_valid_from(
 
     from cognition_app.costs import usage_cost
     from cognition_app.models import LlmCall
-    from tests.cognition_app.conftest import create_world, run_turn
     from tests.cognition_app.test_llm_retry import ANT_OK
+    from tests.support.worlds import create_world, run_turn
 
     def client(user: User) -> httpx.Client:
         token = Token.objects.get_or_create(user=user)[0].key

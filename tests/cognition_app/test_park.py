@@ -17,15 +17,15 @@ from django.forms.models import model_to_dict
 
 from cognition_app.models import LlmCall, LlmChunk, SourceInvocation, SourceProbe
 from devservices.toys import PA_ANNOUNCEMENT, PHONE_SPAM_MESSAGE, STOCK_FILE
-from tests.cognition_app.conftest import (
+from tests.support.fixtures import TEST_API_KEY
+from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.worlds import (
     create_world,
     entity_of,
     fixture_body,
     run_turn,
     workflow_of,
 )
-from tests.support.fixtures import TEST_API_KEY
-from tests.support.scripted_llm import Reply, ScriptedLLM
 from worlds_app.models import AttemptEvent, AttemptStatus, PatchTransition, Turn, TurnAttempt
 
 pytestmark = pytest.mark.django_db

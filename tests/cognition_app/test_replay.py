@@ -16,7 +16,6 @@ from rest_framework.test import APIClient
 from cognition_app.models import LlmCall, LlmChunk, SourceInvocation
 from devservices.toys import toy_env
 from scenarios_app.services import scenario_assemble, scenario_fork
-from tests.cognition_app.conftest import fixture_body, run_turn, workflow_of
 from tests.cognition_app.test_park import (
     BUY_CANDY,
     assert_committed,
@@ -27,6 +26,7 @@ from tests.cognition_app.test_park import (
     subject_of,
 )
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.worlds import fixture_body, run_turn, workflow_of
 from worlds_app.models import AttemptStatus, Turn, World
 from worlds_app.services import world_create, world_delete
 

@@ -13,8 +13,8 @@ import orjson
 import pytest
 from django.db import DataError, connection, transaction
 
-from cognition_app.rows import RowTable, insert_rows, insert_statement, update_statement
 from cognition_app.recording import trace_batch
+from cognition_app.rows import RowTable, insert_rows, insert_statement, update_statement
 from worlds_app.models import AttemptEvent, TurnAttempt, World
 from worlds_app.services import turn_attempt_enqueue
 
@@ -40,7 +40,7 @@ HOSTILE = 'quotes " and \\ backslashes, tab\t, newline\n, é, 😀, \\N, %s, {}'
 
 @pytest.fixture
 def attempt(toy_sources: object) -> TurnAttempt:
-    from tests.cognition_app.conftest import create_world
+    from tests.support.worlds import create_world
 
     world: World = create_world("ant_on_plate_rules", "rows")
     attempt_id = turn_attempt_enqueue(slug=world.slug)["attempt_ids"][0]

@@ -26,9 +26,9 @@ from rest_framework.test import APIClient
 
 from cognition_app.models import LlmCall, SourceInvocation
 from devservices import toy_mcp
-from tests.cognition_app.conftest import create_world, fixture_body, run_turn, workflow_of
 from tests.cognition_app.test_llm_retry import ANT_OK, BOB_OK
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.worlds import create_world, fixture_body, run_turn, workflow_of
 from worlds_app.models import AttemptStatus, TurnAttempt
 
 pytestmark = pytest.mark.django_db

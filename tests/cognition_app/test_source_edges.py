@@ -12,11 +12,11 @@ import pytest
 
 from cognition_app.models import InvocationStatus, LlmCall, LlmChunk, SourceInvocation, SourceProbe
 from devservices.toys import TOY_ENV_VARS
-from tests.cognition_app.conftest import create_world, run_turn
 from tests.cognition_app.test_llm_retry import ANT_OK, assert_world_unchanged
 from tests.support.fixtures import TEST_API_KEY
 from tests.support.hostile import hostile_json_server
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.worlds import create_world, run_turn
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
 
 pytestmark = pytest.mark.django_db
@@ -455,7 +455,7 @@ def test_an_argument_schema_with_local_references_keeps_its_meaning_when_embedde
 
 
 def _with_timeout(fixture: str, timeout_ms: int) -> dict[str, Any]:
-    from tests.cognition_app.conftest import fixture_body, workflow_of
+    from tests.support.worlds import fixture_body, workflow_of
 
     body = fixture_body(fixture)
     workflow = workflow_of(body, "ant" if fixture == "ant_on_plate" else "walker")

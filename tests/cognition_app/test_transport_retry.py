@@ -16,19 +16,19 @@ from typing import Any
 
 import httpx
 import pytest
-from cognition_app.sources.context import CallContext
 from django.test import Client
 
 from cognition_app.budgets import prompt_estimate
 from cognition_app.failures import SourceFailure
 from cognition_app.models import LlmCall, SourceInvocation
 from cognition_app.sources.cancel import CancelScope
+from cognition_app.sources.context import CallContext
 from cognition_app.sources.retry import RetryPolicy, is_transient, wait_before, with_retries
 from scenarios_app.models import ResponseSource
 from scenarios_app.services import scenario_assemble
-from tests.cognition_app.conftest import create_world, fixture_body, run_turn, workflow_of
 from tests.cognition_app.test_llm_retry import ANT_OK, BOB_OK, events, invocations
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.worlds import create_world, fixture_body, run_turn, workflow_of
 from worlds_app.models import AttemptStatus
 from worlds_app.services import world_create
 

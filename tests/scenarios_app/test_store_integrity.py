@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from chukwa_core import hashing
 from scenarios_app.integrity import store_verify
 from scenarios_app.models import Entity, JsonSchema, ResponseSource
-from tests.cognition_app.conftest import create_world
+from tests.support.worlds import create_world
 
 pytestmark = pytest.mark.django_db
 

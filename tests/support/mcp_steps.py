@@ -1,5 +1,5 @@
 """An MCP client session authoring, forking and running a scenario, the same over every transport
-(tests/chukwa_site/test_mcp_*.py). Only the SDK's own client is used."""
+(tests/surfaces/mcp/test_mcp_*.py). Only the SDK's own client is used."""
 
 from __future__ import annotations
 

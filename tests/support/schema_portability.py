@@ -12,7 +12,7 @@ A schema is portable when a client that maps tool schemas onto a one-type-per-fi
   (allowed only as the value of ``additionalProperties`` and its kin).
 - ``remote-ref`` (warning): a ``$ref`` outside the document.
 
-``tests/chukwa_site/test_mcp_inspector.py`` runs the Inspector itself on the same tools when
+``tests/surfaces/mcp/test_mcp_inspector.py`` runs the Inspector itself on the same tools when
 it can, so a divergence between these rules and the Inspector's shows up there.
 """
 

@@ -14,7 +14,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from scenarios_app.services import scenario_assemble, scenario_fork
-from tests.cognition_app.conftest import create_world, entity_of, fixture_body, run_turn
+from tests.support.worlds import create_world, entity_of, fixture_body, run_turn
 from worlds_app.comparison import MAX_VALUE_CHARS, _memory, world_compare
 from worlds_app.services import world_create
 

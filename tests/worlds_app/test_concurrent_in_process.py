@@ -15,8 +15,8 @@ from chukwa_core.world_state import WorldState
 from cognition_app.budgets import prompt_estimate
 from cognition_app.models import LlmCall, SourceInvocation
 from scenarios_app.services import scenario_assemble
-from tests.cognition_app.conftest import create_world, fixture_body, run_turn
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.worlds import create_world, fixture_body, run_turn
 from tests.worlds_app.test_concurrent import _final, _set, _world, subject_of
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt, World
 from worlds_app.services import world_budget_set, world_create

@@ -18,9 +18,9 @@ from rest_framework.test import APIClient
 from chukwa_core.seeds import call_seed, generation_number, rule_seed
 from cognition_app.models import LlmCall
 from scenarios_app.services import scenario_assemble
-from tests.cognition_app.conftest import create_world, fixture_body, run_turn, workflow_of
 from tests.cognition_app.test_llm_retry import ANT_OK
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.worlds import create_world, fixture_body, run_turn, workflow_of
 from worlds_app.comparison import world_compare
 from worlds_app.models import (
     AttemptEvent,

@@ -21,8 +21,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from cognition_app.models import LlmCall, SourceInvocation
-from tests.worlds_app.test_pages import ANT_OK, BAD_REPLY, make_world, run_turn
-from tests.worlds_app.test_pages import toy_sources as toy_sources
+from tests.surfaces.pages.test_world_pages import ANT_OK, BAD_REPLY, make_world, run_turn
+from tests.surfaces.pages.test_world_pages import toy_sources as toy_sources
 from worlds_app.models import AttemptStatus, TurnAttempt, World
 
 pytestmark = pytest.mark.django_db

@@ -14,9 +14,9 @@ from django.db import connection
 from django.utils import timezone
 
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
-from tests.cognition_app.conftest import create_world, fixture_body
 from tests.cognition_app.test_park import subject_of
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.worlds import create_world, fixture_body
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_reap, turn_attempt_run
 

@@ -14,9 +14,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from surfaces.pages.attempts import SUBJECTS_PER_PAGE
-from tests.cognition_app.conftest import _fresh_probe_cache, toy_sources  # noqa: F401
 from tests.support.crowds import crowded_world
-from tests.worlds_app.test_pages import ANT_OK, BAD_REPLY, run_turn
+from tests.surfaces.pages.test_world_pages import ANT_OK, BAD_REPLY, run_turn
 from worlds_app.models import AttemptStatus, TurnAttempt
 
 pytestmark = pytest.mark.django_db
@@ -82,7 +81,7 @@ def test_only_the_subjects_with_problems(reader: Client, attempt: TurnAttempt) -
 def test_only_the_subject_whose_reply_was_rejected(
     reader: Client,
     scripted_llm: Any,
-    toy_sources: str,  # noqa: F811
+    toy_sources: str,
 ) -> None:
     scripted_llm.script(BAD_REPLY, ANT_OK)
     attempt = _crowded("ant_on_plate", "llm_mites")
@@ -110,7 +109,7 @@ def test_a_bad_window_is_a_400_naming_the_field(
 
 
 def test_a_small_attempt_is_not_windowed(reader: Client) -> None:
-    from tests.worlds_app.test_pages import make_world
+    from tests.surfaces.pages.test_world_pages import make_world
 
     make_world("ant_on_plate_rules", "small")
     attempt = run_turn("small")

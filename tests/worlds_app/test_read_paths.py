@@ -18,9 +18,9 @@ from rest_framework.test import APIClient
 from cognition_app.models import LlmCall, SourceInvocation
 from surfaces.api import worlds as api
 from surfaces.api.represent import represent
-from tests.cognition_app.conftest import create_world, run_turn
 from tests.cognition_app.test_cost_budgets import add_price, ant_ok, no_usage_stream
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.worlds import create_world, run_turn
 from worlds_app import read_sql, selectors
 from worlds_app.models import (
     ACTIVE_STATUSES,

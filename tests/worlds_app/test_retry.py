@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
+from tests.surfaces.api.test_counterfactuals_http import _client, _wait
 from tests.worlds_app.test_counterfactuals import RULE_SCENARIO
-from tests.worlds_app.test_counterfactuals_http import _client, _wait
 from worlds_app.models import TurnAttempt
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]

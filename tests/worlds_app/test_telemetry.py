@@ -22,11 +22,11 @@ from opentelemetry.trace import StatusCode
 from chukwa_core.errors import ChukwaError
 from cognition_app.models import LlmCall, SourceInvocation
 from scenarios_app.services import scenario_assemble
-from tests.cognition_app.conftest import create_world, fixture_body, run_turn
 from tests.cognition_app.test_llm_retry import ANT_OK
 from tests.cognition_app.test_park import BUY_CANDY, final, set_state
 from tests.support.fixtures import TEST_API_KEY
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.worlds import create_world, fixture_body, run_turn
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
 from worlds_app.services import (
     dispatch,

@@ -22,8 +22,8 @@ from tests.support.worker import unread_queue
 from worlds_app.models import AttemptEvent, AttemptStatus, PatchTransition, Turn, TurnAttempt, World
 from worlds_app.services import turn_attempt_enqueue, world_budget_set, world_create
 from worlds_app.services import turn_commit as commit_module
-from worlds_app.services.claims import Claim, LeaseLost, claim_attempt
 from worlds_app.services.attempt_recorder import AttemptRecorder
+from worlds_app.services.claims import Claim, LeaseLost, claim_attempt
 from worlds_app.services.execution import StagedTransition, turn_attempt_execute
 
 pytestmark = pytest.mark.django_db(transaction=True)

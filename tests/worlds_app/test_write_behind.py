@@ -16,8 +16,8 @@ from django.db import DatabaseError
 
 from cognition_app.models import LlmCall, SourceInvocation
 from cognition_app.recording import write_behind
-from tests.cognition_app.conftest import create_world, run_turn
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.worlds import create_world, run_turn
 from worlds_app.models import AttemptStatus, TurnAttempt
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_run
 from worlds_app.services import turn_commit as commit_module

@@ -38,7 +38,7 @@ from tests.support.worker import unread_queue
 from worlds_app.models import TurnAttempt
 from worlds_app.services import world_create
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 @contextmanager

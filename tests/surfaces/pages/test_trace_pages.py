@@ -23,7 +23,7 @@ from devservices.toys import serve, toy_env
 from surfaces.pages.cognition import SCHEMA_INSTRUCTION, labelled_messages
 from surfaces.pages.live import STOP_POLLING
 from tests.support.scripted_llm import ScriptedLLM
-from tests.worlds_app.test_pages import html, make_world, page_json, run_turn
+from tests.surfaces.pages.test_world_pages import html, make_world, page_json, run_turn
 from worlds_app.models import AttemptStatus, TurnAttempt, World
 
 pytestmark = pytest.mark.django_db

@@ -25,7 +25,7 @@ from tests.support.inspector import Inspector, inspector
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

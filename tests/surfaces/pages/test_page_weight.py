@@ -17,7 +17,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from tests.worlds_app.test_pages import make_world, run_turn
+from tests.surfaces.pages.test_world_pages import make_world, run_turn
 
 pytestmark = pytest.mark.django_db
 

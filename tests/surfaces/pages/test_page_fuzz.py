@@ -15,7 +15,7 @@ from django.urls import URLResolver, get_resolver
 
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
-from tests.chukwa_site.test_api_fuzz import NASTY
+from tests.surfaces.api.test_api_fuzz import NASTY
 from worlds_app.services import world_create
 
 PARAMETER = re.compile(r"<(?:\w+:)?(\w+)>")

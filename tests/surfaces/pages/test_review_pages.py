@@ -16,8 +16,8 @@ from django.test.utils import CaptureQueriesContext
 
 from cognition_app.models import LlmCall
 from scenarios_app.services import scenario_assemble
-from tests.worlds_app.test_indexes_api import failed_attempt
-from tests.worlds_app.test_pages import ANT_OK, BAD_REPLY, _body, make_world, run_turn
+from tests.surfaces.api.test_indexes_api import failed_attempt
+from tests.surfaces.pages.test_world_pages import ANT_OK, BAD_REPLY, _body, make_world, run_turn
 from worlds_app.models import Annotation, AttemptStatus, TurnAttempt, World
 from worlds_app.services import world_create
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from cognition_app.models import LlmCall
-from tests.worlds_app.test_pages import ANT_OK, BAD_REPLY, make_world, run_turn
+from tests.surfaces.pages.test_world_pages import ANT_OK, BAD_REPLY, make_world, run_turn
 from worlds_app.models import AttemptStatus, TurnAttempt, World
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from scenarios_app.services import scenario_assemble
+from tests.surfaces.pages.test_world_pages import run_turn
 from tests.worlds_app.test_counterfactuals import RULE_SCENARIO, _rule_world
-from tests.worlds_app.test_pages import run_turn
 from worlds_app.models import World, WorldBudget
 
 pytestmark = pytest.mark.django_db

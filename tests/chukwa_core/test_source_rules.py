@@ -19,7 +19,7 @@ from chukwa_core.component_validation import (
 )
 from chukwa_core.errors import ChukwaError
 from chukwa_core.ids import bound_key_env_name
-from tests.scenarios_app.test_validation import HTTP_SOURCE, LLM_SOURCE
+from tests.chukwa_core.test_component_validation import HTTP_SOURCE, LLM_SOURCE
 
 LLM = LLM_SOURCE
 HTTP = HTTP_SOURCE

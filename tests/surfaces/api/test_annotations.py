@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from cognition_app.models import LlmCall, SourceInvocation
 from surfaces.permissions import is_operator
-from tests.cognition_app.conftest import create_world, run_turn
+from tests.support.worlds import create_world, run_turn
 from worlds_app.models import Annotation, TurnAttempt
 
 pytestmark = pytest.mark.django_db

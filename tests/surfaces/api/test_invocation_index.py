@@ -15,10 +15,10 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from cognition_app.models import SourceInvocation
-from tests.cognition_app.conftest import create_world, run_turn
 from tests.cognition_app.test_llm_retry import ANT_OK
 from tests.cognition_app.test_park import BUY_CANDY, final, remember, set_state
 from tests.support.scripted_llm import ScriptedLLM
+from tests.support.worlds import create_world, run_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -33,7 +33,7 @@ from worlds_app.models import AttemptStatus, TurnAttempt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[3]
 
 
 def _database_url(name: str) -> str:
