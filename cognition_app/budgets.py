@@ -86,11 +86,12 @@ def completion_cap(params: Mapping[str, Any]) -> int | None:
     return None
 
 
-def spent(*, world_id: int, attempt_id: UUID) -> Spent:
-    """What the world's LLM calls have spent, in all and in this attempt (one query)."""
+def spent(*, world_id: int, attempt_id: UUID | None) -> Spent:
+    """What the world's LLM calls have spent, in all (its judges' too) and in this attempt (one
+    query); a call outside any attempt (``attempt_id`` None) has no turn of its own."""
     tokens = Coalesce(F("prompt_tokens"), 0) + Coalesce(F("completion_tokens"), 0)
     zero = Value(Decimal(0), output_field=DecimalField(max_digits=20, decimal_places=10))
-    this_attempt = Q(invocation__attempt_id=attempt_id)
+    this_attempt = Q(invocation__attempt_id=attempt_id) if attempt_id is not None else Q(pk__in=[])
     row = LlmCall.objects.filter(invocation__world_id=world_id).aggregate(
         total_tokens=Coalesce(Sum(tokens, output_field=IntegerField()), 0),
         total_cost=Coalesce(Sum("cost"), zero),
@@ -124,7 +125,7 @@ class BudgetLedger:
         self,
         *,
         world_id: int,
-        attempt_id: UUID,
+        attempt_id: UUID | None,
         prompt_tokens: int,
         max_completion: int | None,
         price: ModelPrice | None,
@@ -160,7 +161,7 @@ def budget_refusal(
     *,
     limits: BudgetLimits,
     world_id: int,
-    attempt_id: UUID,
+    attempt_id: UUID | None,
     prompt_tokens: int,
     max_completion: int | None,
     price: ModelPrice | None,

@@ -28,6 +28,8 @@ class InvocationKind(models.TextChoices):
     MODEL_ELECTED_TOOL = "model_elected_tool"  # also a rule policy's planned tool call
     # the structured-output check of an LLM backend, traced in the attempt that needed it
     CONFORMANCE_CHECK = "conformance_check"
+    # a metric's LLM judge scoring a committed turn (outside any attempt)
+    JUDGE = "judge"
 
 
 class InvocationStatus(models.TextChoices):
@@ -43,11 +45,15 @@ class SourceInvocation(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     # No index of their own: invocation_attempt_seq_unique and invocation_request_key_idx lead
     # with them (each index more is written by every call's insert and finish).
+    # None for a call made outside any attempt: a metric's judge (kind ``judge``), whose
+    # measurement links to its LLM call
     attempt = models.ForeignKey(
         "worlds_app.TurnAttempt",
         on_delete=models.CASCADE,
         related_name="invocations",
         db_index=False,
+        null=True,
+        blank=True,
     )
     world = models.ForeignKey(
         "worlds_app.World", on_delete=models.CASCADE, related_name="+", db_index=False

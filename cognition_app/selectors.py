@@ -87,7 +87,7 @@ def invocation_summaries(*, attempt_id: UUID) -> list[dict[str, Any]]:
 
 def invocation_get(*, invocation_id: str) -> dict[str, Any]:
     pk = _uuid(invocation_id, "invocation_id")
-    inv = SourceInvocation.objects.select_related("attempt__world").filter(pk=pk).first()
+    inv = SourceInvocation.objects.select_related("world").filter(pk=pk).first()
     if inv is None:
         raise NotFoundError(
             "invocation_not_found",
@@ -98,7 +98,7 @@ def invocation_get(*, invocation_id: str) -> dict[str, Any]:
     return {
         **{f: getattr(inv, f if f != "parent_id" else "parent_id") for f in SUMMARY_FIELDS},
         "attempt_id": inv.attempt_id,
-        "world": inv.attempt.world.slug,
+        "world": inv.world.slug,
         "attempted_turn": inv.attempted_turn,
         "request": inv.request,
         "response_json": inv.response_json,

@@ -28,7 +28,7 @@ class CallOwner(Protocol):
     """Where a call is made: the identity its rows carry and the recorder they are written with
     (``cognition_app.sources.CallContext`` is one)."""
 
-    attempt_id: UUID
+    attempt_id: UUID | None
     world_id: int
     attempted_turn: int
     workflow_hash: str

@@ -71,10 +71,11 @@ class GenerationRecord(CallRecord):
         base_url_env: str = "",
         price: ModelPrice | None = None,
         replayed_from: UUID | None = None,
+        kind: str = InvocationKind.LLM_GENERATION,
     ) -> GenerationRecord:
         base = CallRecord.new(
             owner,
-            kind=InvocationKind.LLM_GENERATION,
+            kind=kind,
             source_hash=source_hash,
             source=source,
             request=request,

@@ -25,7 +25,7 @@ class ReplaySource(Protocol):
 
 @dataclass
 class CallContext:
-    attempt_id: UUID
+    attempt_id: UUID | None  # None outside any attempt (a metric's judge)
     world_id: int
     world_slug: str
     attempted_turn: int
@@ -62,7 +62,7 @@ class CallContext:
     def headers(self, invocation_id: UUID) -> dict[str, str]:
         return {
             "X-Chukwa-World": self.world_slug,
-            "X-Chukwa-Attempt": str(self.attempt_id),
+            "X-Chukwa-Attempt": str(self.attempt_id or ""),
             "X-Chukwa-Turn": str(self.attempted_turn),
             "X-Chukwa-Subject": self.subject_id,
             "X-Chukwa-Invocation": str(invocation_id),

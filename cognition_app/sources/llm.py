@@ -52,8 +52,9 @@ def invoke_llm(
     schema_name: str = "output",
     output_schema_hash: str = "",
     judge: Judge | None = None,
+    kind: str = InvocationKind.LLM_GENERATION,
 ) -> Generation:
-    """One streamed generation. Transport errors and HTTP failures raise SourceFailure (they are
+    """One streamed generation (``kind``: a node's generation, or a metric's ``judge``). Transport errors and HTTP failures raise SourceFailure (they are
     not model-content failures); ``judge`` (pure, no I/O) says what the text is, and its verdict
     is written with the finished rows."""
     source = source_content(source_hash)
@@ -111,12 +112,13 @@ def invoke_llm(
                 params=params,
                 response_format=response_format,
                 replayed_from=record.pk,
+                kind=kind,
             )
             return replayed_generation(rows, record, judge)
         if ctx.replay.strict:
             fail_miss(
                 ctx,
-                kind=InvocationKind.LLM_GENERATION,
+                kind=kind,
                 source_hash=source_hash,
                 source=source,
                 request=request,
@@ -147,6 +149,7 @@ def invoke_llm(
         response_format=response_format,
         output_schema_hash=output_schema_hash,
         judge=judge,
+        kind=kind,
     )
     # Free slots first (the source's max_concurrency, the endpoint's bound over every worker),
     # then each try (a call of its own): a call waiting for a slot reserves and times nothing.
@@ -180,6 +183,7 @@ class _Send:
     response_format: dict[str, Any] | None
     output_schema_hash: str
     judge: Judge | None
+    kind: str
 
     def run(self, config_failure: SourceFailure | None) -> Generation:
         ctx, iface = self.ctx, self.source["interface"]
@@ -239,6 +243,7 @@ class _Send:
             response_format=self.response_format,
             base_url_env=iface["base_url_env"],
             price=price,
+            kind=self.kind,
         )
         if config_failure is not None:
             raise rows.refused(config_failure)
