@@ -32,7 +32,9 @@ ATTEMPTS_PER_WORLD = 100  # 3,000 attempts, 6,000 invocations and LLM calls
 BIG_TABLES = ("worlds_app_turnattempt", "cognition_app_llmcall", "cognition_app_sourceinvocation")
 BY_TIME = "attempt_queued_idx"
 BY_STATUS = "attempt_status_queued_idx"
-RUNNING = "attempt_one_running_per_world"  # the partial unique index: exactly the running ones
+# the running ones: the partial unique index holds exactly those; the status index serves the
+# filter and the order too, and the planner takes either by the sampled statistics
+RUNNING = ("attempt_one_running_per_world", BY_STATUS)
 # one world's rows: through the foreign-key indexes Django made (names end in a hash)
 OF_WORLD = "worlds_app_turnattempt_world_id_"
 CALLS_BY_TIME = "llmcall_started_idx"
@@ -157,11 +159,12 @@ def test_the_index_pages_read_through_indexes(many_rows: None) -> None:
     wrong = []
     for url, expected in URLS.items():
         plans = _plans(client, url)
-        for (table, plan), index in zip(plans, expected, strict=False):
+        for (table, plan), allowed in zip(plans, expected, strict=False):
             print(f"\n--- {url} ({table})\n{plan}")
             scans = re.findall(r"Seq Scan on (\w+)", plan)
-            if f"using {index}" not in plan and f"on {index}" not in plan:
-                wrong.append(f"{url}: {table} not read through {index}")
+            indexes = (allowed,) if isinstance(allowed, str) else allowed
+            if not any(f"using {i}" in plan or f"on {i}" in plan for i in indexes):
+                wrong.append(f"{url}: {table} not read through {' or '.join(indexes)}")
             if any(t in BIG_TABLES for t in scans):
                 wrong.append(f"{url}: a sequential scan of {scans}")
         assert len(plans) == len(expected), (url, [t for t, _ in plans])
