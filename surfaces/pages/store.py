@@ -10,7 +10,7 @@ from django.utils.safestring import mark_safe
 from chukwa_core.errors import NotFoundError
 from chukwa_core.workflow_refs import REF_KINDS
 from scenarios_app import selectors
-from scenarios_app.selectors import COLLECTION_SEGMENTS, ComponentKind
+from scenarios_app.selectors import COLLECTION_SEGMENTS, SCENARIO_KINDS, ComponentKind
 from surfaces.pages.authoring.review import MAX_DIFF_LINES, diff_rows, flatten, parent_content
 from surfaces.pages.layout import query_url
 from surfaces.pages.lineage_svg import lineage_svg
@@ -25,6 +25,7 @@ TITLES: dict[str, str] = {
     "cognition-profiles": "Cognition profiles",
     "environments": "Environments",
     "entities": "Entities",
+    "metrics": "Metrics",
 }
 
 
@@ -238,7 +239,7 @@ def component_uses_page(request: HttpRequest, segment: str, hash: str) -> HttpRe
 FILTER_FIELDS = [
     ("created_after", "Created after", "2026-01-01T00:00:00Z"),
     ("created_before", "Created before", "2026-12-31T00:00:00Z"),
-    *[(f"uses_{k.value}_hash", f"Uses {k.label.lower()}", "sha256") for k in ComponentKind],
+    *[(f"uses_{k.value}_hash", f"Uses {k.label.lower()}", "sha256") for k in SCENARIO_KINDS],
 ]
 
 
