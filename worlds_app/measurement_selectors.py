@@ -122,7 +122,7 @@ def world_metric_series(*, slug: str) -> list[dict[str, Any]]:
                 "aggregate": content["aggregate"],
                 "value": aggregate(content["aggregate"], ran),
                 "turns": len(points),
-                "errors": sum(1 for p in points if p["error"]),
+                "error_turns": sum(1 for p in points if p["error"]),
                 "points": points[-SERIES_POINTS:],
             }
         )

@@ -15,6 +15,7 @@ from surfaces.pages.authoring.review import MAX_DIFF_LINES, diff_rows, flatten, 
 from surfaces.pages.layout import query_url
 from surfaces.pages.lineage_svg import lineage_svg
 from surfaces.pages.rendering import page, respond
+from worlds_app import measurement_selectors
 
 SEGMENTS: dict[str, ComponentKind] = COLLECTION_SEGMENTS
 SEGMENT_BY_KIND: dict[str, str] = {kind.value: segment for segment, kind in SEGMENTS.items()}
@@ -138,6 +139,24 @@ def _touched_rows(touched: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _metric_summary(metric_hash: str, content: dict[str, Any]) -> dict[str, Any]:
+    """A metric's page: the worlds it measured and its agreement with each annotation name
+    reviewers gave numbers or flags to on the turns it measured."""
+    source = content.get("source")
+    return {
+        "source_url": (
+            component_url(ComponentKind.RESPONSE_SOURCE, source["hash"])
+            if isinstance(source, dict)
+            else None
+        ),
+        "worlds": selectors.component_uses(kind=ComponentKind.METRIC, hash=metric_hash)["worlds"],
+        "agreement": [
+            measurement_selectors.metric_agreement(metric_hash=metric_hash, annotation=name)
+            for name in measurement_selectors.agreement_names(metric_hash=metric_hash)
+        ],
+    }
+
+
 # --- store -----------------------------------------------------------------------------------
 
 
@@ -208,6 +227,9 @@ def component_detail_page(request: HttpRequest, segment: str, hash: str) -> Http
         links["workflow"] = component_url(
             ComponentKind.COGNITION_WORKFLOW, component["workflow_hash"]
         )
+    elif kind == ComponentKind.METRIC:
+        component["metric"] = _metric_summary(hash, component["content"])
+        links["scenarios"] = ""  # a metric is bound to no scenario
     data = {**component, "links": links}
     if workflow is not None:
         data["workflow"] = workflow
