@@ -28,6 +28,9 @@ Change a scenario with scenario_fork (only what changes; everything else is reus
 world_create, then turn_enqueue; a worker runs the queued attempts: poll attempt_get until its
 status is committed or failed, then read turn_get, world_diff, source_invocation_get and
 llm_call_get. Writes need an operator's token; readers see the read tools only.
+Measure worlds with metrics (metrics_put: a JMESPath expression over a turn's view, or an LLM
+judge), then measurement_request and measurement_list; metric_agreement compares a metric with
+reviewers' annotations of the same turns.
 """
 
 _PAGING = " Paged: limit (1…200, default 50) and offset; the answer has count, limit, offset."

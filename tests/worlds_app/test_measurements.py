@@ -408,3 +408,13 @@ def test_quadratic_kappa_weighs_by_value_not_by_the_labels_seen() -> None:
     )
     assert agreement([1, 2, 3], [1, 2, 3], integer_scale=(1, 3))["cohen_kappa_quadratic"] == 1
     assert agreement([1, 3], [3, 1], integer_scale=(1, 3))["cohen_kappa_quadratic"] == -1
+
+
+def test_fsck_rehashes_metrics() -> None:
+    from scenarios_app.integrity import store_verify
+
+    made = metric_put(content=expression("bought", DRANK))["hash"]
+    assert [m for kind, m in store_verify() if kind == "metric"] == [None]
+    Metric.objects.filter(pk=made).update(content={**expression("bought", DRANK), "label": "x"})
+    (mismatch,) = [m for k, m in store_verify() if k == "metric"]
+    assert mismatch is not None and mismatch.key == made
