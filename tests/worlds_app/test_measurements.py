@@ -418,3 +418,42 @@ def test_fsck_rehashes_metrics() -> None:
     Metric.objects.filter(pk=made).update(content={**expression("bought", DRANK), "label": "x"})
     (mismatch,) = [m for k, m in store_verify() if k == "metric"]
     assert mismatch is not None and mismatch.key == made
+
+
+def test_measurement_reads_keep_their_query_count_as_turns_grow(
+    reader_client: APIClient,
+    reader_user: User,
+    toy_sources: str,
+    django_assert_num_queries: Any,
+) -> None:
+    from django.test import Client
+
+    world = buyers_world("buyers", 1)
+    metrics = [
+        metric_put(content=expression("bought", DRANK))["hash"],
+        metric_put(content=expression("ann_state", "entities.ann.state"))["hash"],
+    ]
+    world_measure(world_id=world.pk, metric_hashes=metrics)
+    browser = Client()
+    browser.force_login(reader_user)
+    urls = ("/api/worlds/buyers/measurements/", "/api/worlds/buyers/")
+    counts = {}
+    for url in urls:
+        reader_client.get(url)  # the session and prepared statements, warmed
+        with CaptureQueriesContext(connection) as few:
+            assert reader_client.get(url).status_code == 200
+        counts[url] = len(few.captured_queries)
+    browser.get("/worlds/buyers/")
+    with CaptureQueriesContext(connection) as page:
+        assert browser.get("/worlds/buyers/").status_code == 200
+    # read now: captured_queries is a view of the connection's log, which later requests reset
+    page_count = len(page.captured_queries)
+    for attempt_id in turn_attempt_enqueue(slug="buyers", count=5)["attempt_ids"]:
+        turn_attempt_run(attempt_id=attempt_id, owner="test")
+    world_measure(world_id=world.pk, metric_hashes=metrics)
+    for url in urls:
+        with django_assert_num_queries(counts[url]):
+            assert reader_client.get(url).status_code == 200
+    assert len(reader_client.get(urls[0]).json()["results"]) == 14
+    with django_assert_num_queries(page_count):
+        assert b"metric-strip" in browser.get("/worlds/buyers/").content
