@@ -129,3 +129,8 @@ def scenario_hash(
             entities=entities,
         )
     )
+
+
+def metric_hash(content: Mapping[str, Any]) -> str:
+    """The content must already have its source resolved to ``{"hash": …}``."""
+    return json_hash(content)

@@ -205,6 +205,7 @@ SPECTACULAR_SETTINGS = {
         "InvocationKindEnum": "surfaces.api.indexes.INVOCATION_KINDS",
         "InvocationStatusEnum": "surfaces.api.indexes.INVOCATION_STATUSES",
         "InterventionStatusEnum": "surfaces.api.interventions.INTERVENTION_STATUSES",
+        "MetricKindEnum": "chukwa_core.metric_validation.METRIC_KINDS",
     },
 }
 
@@ -257,9 +258,13 @@ CELERY_TASK_DEFAULT_QUEUE = env.str("CHUKWA_CELERY_QUEUE", "chukwa")
 # The periodic reaper/re-drive has a queue of its own, consumed by a worker that runs no turn
 # attempts, so it never waits behind them.
 CHUKWA_CONTROL_QUEUE = env.str("CHUKWA_CELERY_CONTROL_QUEUE", "chukwa-control")
+# Measuring worlds (metrics over committed turns; LLM judges) has a queue of its own too, so it
+# never delays a turn: its workers take no turn attempts.
+CHUKWA_MEASURE_QUEUE = env.str("CHUKWA_CELERY_MEASURE_QUEUE", "chukwa-measure")
 CELERY_TASK_ROUTES = {
     "worlds.reap_expired_attempts": {"queue": CHUKWA_CONTROL_QUEUE},
     "worlds.export_attempt_trace": {"queue": CHUKWA_CONTROL_QUEUE},
+    "worlds.measure_world": {"queue": CHUKWA_MEASURE_QUEUE},
 }
 # How often the reaper/re-drive runs: a lost dispatch delays an attempt by at most this long.
 CHUKWA_REAPER_PERIOD_SECONDS = env.float("CHUKWA_REAPER_PERIOD_SECONDS", 15)

@@ -355,6 +355,28 @@ def _run_children(
         ],
         env,
     )
+    # Measuring (metrics over committed turns, LLM judges) on a worker of its own: a turn never
+    # waits behind a measurement.
+    measure_queue = os.environ.get("CHUKWA_CELERY_MEASURE_QUEUE", "chukwa-measure")
+    _spawn(
+        children,
+        "the measure worker",
+        [
+            os.path.join(bin_dir, "celery"),
+            "-A",
+            "chukwa_site",
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--pool",
+            "solo",
+            "--queues",
+            measure_queue,
+            "--hostname",
+            f"chukwa-measure-{os.getpid()}@%h",
+        ],
+        env,
+    )
     # The periodic reaper/re-drive (interrupts attempts of dead workers, re-sends lost
     # dispatches) runs in a worker of its own, so it never waits behind turn attempts; the
     # beat scheduler that queues it runs in the same process.

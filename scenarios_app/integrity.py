@@ -18,6 +18,7 @@ from scenarios_app.models import (
     Entity,
     Environment,
     JsonSchema,
+    Metric,
     ResponseSource,
     Scenario,
     ScenarioEntity,
@@ -82,6 +83,7 @@ def store_verify() -> Iterator[tuple[str, Mismatch | None]]:
         "environment", Environment.objects.all(), lambda r: hashing.environment_hash(r.content)
     )
     yield from _scan("entity", Entity.objects.all(), lambda r: hashing.entity_hash(r.content))
+    yield from _scan("metric", Metric.objects.all(), lambda r: hashing.metric_hash(r.content))
     yield from _scan(
         "scenario",
         Scenario.objects.prefetch_related(

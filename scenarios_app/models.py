@@ -35,6 +35,7 @@ class ComponentKind(models.TextChoices):
     COGNITION_PROFILE = "cognition_profile", "Cognition profile"
     ENVIRONMENT = "environment", "Environment"
     ENTITY = "entity", "Entity"
+    METRIC = "metric", "Metric"
 
 
 # URL segment of each component kind, shared by the REST API (/api/<segment>/) and the pages
@@ -46,7 +47,10 @@ COLLECTION_SEGMENTS: dict[str, ComponentKind] = {
     "cognition-profiles": ComponentKind.COGNITION_PROFILE,
     "environments": ComponentKind.ENVIRONMENT,
     "entities": ComponentKind.ENTITY,
+    "metrics": ComponentKind.METRIC,
 }
+# The kinds a scenario is made of (a metric measures worlds of any scenario, bound to none).
+SCENARIO_KINDS = tuple(kind for kind in ComponentKind if kind != ComponentKind.METRIC)
 
 
 class JsonSchema(models.Model):
@@ -224,6 +228,47 @@ class Entity(models.Model):
 
     def get_absolute_url(self) -> str:
         return f"/store/entities/{self.pk}/"
+
+
+class MetricKind(models.TextChoices):
+    EXPRESSION = "expression"
+    LLM_JUDGE = "llm_judge"
+
+
+class Metric(models.Model):
+    """A measure of a committed turn (docs/measurement.md): a JMESPath expression or an LLM judge
+    over the turn view, and how a world's per-turn values aggregate."""
+
+    hash = HashField(primary_key=True)
+    # Stored with its source resolved to {"hash": …} and a judge's defaults filled in.
+    content = models.JSONField()
+    # Denormalized from content for listing, filtering by label and "uses".
+    label = models.CharField(max_length=64, db_index=True)
+    kind = models.CharField(max_length=16, choices=MetricKind.choices)
+    # A judge's LLM source (null for an expression): a real edge, so "uses" needs no JSON scan.
+    source = models.ForeignKey(
+        ResponseSource, null=True, blank=True, on_delete=models.PROTECT, related_name="metrics"
+    )
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "hash"]
+        constraints = [
+            _hash_check("hash", "metric_hash_grammar"),
+            _label_check("label", "metric_label_grammar"),
+            # Rule: a judge names its LLM source; an expression calls none.
+            models.CheckConstraint(
+                condition=Q(kind="expression", source__isnull=True)
+                | Q(kind="llm_judge", source__isnull=False),
+                name="metric_source_iff_judge",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.kind}) {self.hash[:12]}"
+
+    def get_absolute_url(self) -> str:
+        return f"/store/metrics/{self.pk}/"
 
 
 class Scenario(models.Model):

@@ -14,12 +14,14 @@ from chukwa_core import clock  # pure calendar helpers (no Django), shared with 
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
 from scenarios_app.models import COLLECTION_SEGMENTS as COLLECTION_SEGMENTS
+from scenarios_app.models import SCENARIO_KINDS as SCENARIO_KINDS
 from scenarios_app.models import (
     CognitionProfile,
     CognitionWorkflow,
     Entity,
     Environment,
     JsonSchema,
+    Metric,
     ResponseSource,
     Scenario,
     ScenarioCognitionProfile,
@@ -41,6 +43,7 @@ MODEL_BY_KIND = {
     ComponentKind.COGNITION_PROFILE: CognitionProfile,
     ComponentKind.ENVIRONMENT: Environment,
     ComponentKind.ENTITY: Entity,
+    ComponentKind.METRIC: Metric,
 }
 MAX_LIMIT = 200
 DEFAULT_LIMIT = 50
@@ -86,6 +89,9 @@ def component_as_dict(kind: str, row: Any) -> dict[str, Any]:
     if kind == ComponentKind.RESPONSE_SOURCE:
         data["label"] = row.label
         data["interface"] = row.interface
+    if kind == ComponentKind.METRIC:
+        data["label"] = row.label
+        data["metric_kind"] = row.kind
     return data
 
 
@@ -121,9 +127,12 @@ def _scenarios_using(bindings: QuerySet[Any]) -> list[dict[str, Any]]:
 
 
 def component_uses(*, kind: str, hash: str) -> dict[str, Any]:
-    """Which workflows, profiles and scenarios reference this component (directly or not)."""
+    """Which workflows, profiles and scenarios reference this component (directly or not); for a
+    response source also the metrics that judge with it, for a metric the worlds it measured."""
     component_get(kind=kind, hash=hash)  # 404 when absent
     kind = ComponentKind(kind)
+    if kind == ComponentKind.METRIC:
+        return _metric_uses(hash)
     workflows: QuerySet[Any] = CognitionWorkflow.objects.none()
     profiles: QuerySet[Any] = CognitionProfile.objects.none()
     bindings: QuerySet[Any]
@@ -146,7 +155,7 @@ def component_uses(*, kind: str, hash: str) -> dict[str, Any]:
             component_hash=hash
         ).values_list("workflow_id", "path"):
             ref_paths[workflow_id].append(path)
-    return {
+    uses: dict[str, Any] = {
         "kind": kind.value,
         "hash": hash,
         "workflows": [
@@ -159,6 +168,68 @@ def component_uses(*, kind: str, hash: str) -> dict[str, Any]:
         ],
         "scenarios": _scenarios_using(bindings),
     }
+    if kind == ComponentKind.RESPONSE_SOURCE:
+        uses["metrics"] = [
+            {"hash": h, "label": label, "created_at": created}
+            for h, label, created in Metric.objects.filter(source_id=hash)
+            .order_by("-created_at", "pk")
+            .values_list("pk", "label", "created_at")[:USES_LIMIT]
+        ]
+    return uses
+
+
+def _metric_uses(hash: str) -> dict[str, Any]:
+    """The worlds a metric measured (with how many turns and errors) and their scenarios.
+    Through the reverse relations the worlds app declares (Measurement.metric, related_name
+    "measurements"; World.scenario, "worlds"): the store counts what it is used by without
+    importing the worlds app, which sits above it."""
+    worlds = list(
+        Metric.objects.filter(pk=hash, measurements__isnull=False)
+        .values("measurements__world__slug", "measurements__world__scenario_id")
+        .annotate(
+            turns=Count("measurements"),
+            error_turns=Count("measurements", filter=~Q(measurements__error_code="")),
+        )
+        .order_by("measurements__world__slug")[:USES_LIMIT]
+    )
+    scenario_hashes = {row["measurements__world__scenario_id"] for row in worlds}
+    return {
+        "kind": ComponentKind.METRIC.value,
+        "hash": hash,
+        "workflows": [],
+        "cognition_profiles": [],
+        "scenarios": scenario_summaries(
+            Scenario.objects.filter(pk__in=scenario_hashes).order_by("-created_at", "pk")
+        ),
+        "worlds": [
+            {
+                "slug": row["measurements__world__slug"],
+                "turns": row["turns"],
+                "error_turns": row["error_turns"],
+            }
+            for row in worlds
+        ],
+    }
+
+
+def metric_content(*, metric_hash: str) -> dict[str, Any] | None:
+    """A stored metric's content, or None."""
+    content = Metric.objects.filter(pk=metric_hash).values_list("content", flat=True).first()
+    return None if content is None else dict(content)
+
+
+def metric_rows(*, hashes: Iterable[str] = (), labels: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The stored metrics of some hashes and labels (every version of a label), newest first."""
+    rows = Metric.objects.filter(Q(pk__in=list(hashes)) | Q(label__in=list(labels)))
+    return [
+        dict(row)
+        for row in rows.order_by("-created_at", "pk").values("hash", "label", "kind", "content")
+    ]
+
+
+def metric_labels() -> list[str]:
+    """Every stored metric's label, once each, in order."""
+    return list(Metric.objects.order_by("label").values_list("label", flat=True).distinct())
 
 
 # --- scenarios -----------------------------------------------------------------------------
@@ -302,7 +373,7 @@ def _parse_time(raw: str, key: str) -> datetime:
         raise invalid("invalid_query", key, str(exc)) from None
 
 
-USES_FILTERS = {f"uses_{kind.value}_hash": kind for kind in ComponentKind}
+USES_FILTERS = {f"uses_{kind.value}_hash": kind for kind in SCENARIO_KINDS}
 LIST_FILTERS = ("created_after", "created_before", "has_name", "has_parents", *USES_FILTERS)
 
 
@@ -482,6 +553,7 @@ def store_counts() -> dict[str, int]:
         "cognition_profiles": CognitionProfile.objects.count(),
         "environments": Environment.objects.count(),
         "entities": Entity.objects.count(),
+        "metrics": Metric.objects.count(),
         "scenarios": Scenario.objects.count(),
         "names": ScenarioName.objects.count(),
     }
@@ -524,3 +596,10 @@ def workflow_content(*, workflow_hash: str, field: str) -> dict[str, Any]:
 def source_labels(*, source_hashes: set[str]) -> dict[str, str]:
     """hash → label of the stored response sources among ``source_hashes``."""
     return dict(ResponseSource.objects.filter(pk__in=source_hashes).values_list("pk", "label"))
+
+
+def source_interfaces(*, source_hashes: set[str]) -> dict[str, str]:
+    """hash → interface name of the stored response sources among ``source_hashes``."""
+    if not source_hashes:
+        return {}
+    return dict(ResponseSource.objects.filter(pk__in=source_hashes).values_list("pk", "interface"))

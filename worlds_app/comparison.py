@@ -15,6 +15,7 @@ from typing import Any, TypedDict
 from chukwa_core.errors import NotFoundError
 from cognition_app.models import InvocationKind, SourceInvocation
 from scenarios_app.selectors import parse_paging
+from worlds_app.history import first_turn, history_owners, owner_of
 from worlds_app.models import AttemptStatus, Turn, World
 from worlds_app.selectors import require_slug
 
@@ -190,35 +191,10 @@ def _world(slug: str, field: str) -> World:
     return world
 
 
-def _owners(world: World) -> list[tuple[int, int]]:
-    """Whose turns a world's history is made of, as (world id, first turn it holds), newest
-    first: the world's own from its first turn, and for a branch its parent's before that (and
-    the parent's parent's, for a branch of a branch). A deleted parent ends the chain: those
-    turns are gone."""
-    owners: list[tuple[int, int]] = []
-    current: World | None = world
-    while current is not None:
-        start = current.branched_from_turn or 0
-        owners.append((current.pk, start))
-        if current.branched_from_turn is None:
-            break
-        current = current.branch_parent
-    return owners
-
-
 def _origin(world: World) -> dict[str, Any] | None:
     if world.branched_from_turn is None:
         return None
     return {"world": world.branched_from_slug, "turn": world.branched_from_turn}
-
-
-def _owner(owners: list[tuple[int, int]], number: int) -> int | None:
-    return next((world_id for world_id, start in owners if number >= start), None)
-
-
-def _first_turn(owners: list[tuple[int, int]]) -> int:
-    """The first turn of a history: the oldest owner's, 0 unless a parent was deleted."""
-    return owners[-1][1]
 
 
 def _tool_calls(pairs: dict[int, tuple[int, int]]) -> dict[tuple[int, int], list[str]]:
@@ -275,8 +251,8 @@ def world_compare(*, slug: str, other: str, params: Mapping[str, Any]) -> WorldC
     limit, offset = parse_paging(params)
     left = _world(slug, "slug")
     right = _world(other, "other")
-    left_owners, right_owners = _owners(left), _owners(right)
-    first_common = max(_first_turn(left_owners), _first_turn(right_owners))
+    left_owners, right_owners = history_owners(left), history_owners(right)
+    first_common = max(first_turn(left_owners), first_turn(right_owners))
     last_common = min(left.current_turn, right.current_turn)
     owner_ids = {world_id for world_id, _ in left_owners + right_owners}
     by_world: dict[tuple[int, int], str] = {
@@ -288,7 +264,7 @@ def world_compare(*, slug: str, other: str, params: Mapping[str, Any]) -> WorldC
     hashes: dict[int, tuple[str, str]] = {}
     pairs: dict[int, tuple[int, int]] = {}
     for number in range(first_common, last_common + 1):
-        a, b = _owner(left_owners, number), _owner(right_owners, number)
+        a, b = owner_of(left_owners, number), owner_of(right_owners, number)
         if a is None or b is None or (number, a) not in by_world or (number, b) not in by_world:
             continue
         pairs[number] = (a, b)

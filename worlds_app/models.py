@@ -504,3 +504,53 @@ class Annotation(models.Model):
         if self.value_kind == AnnotationValueKind.LABEL:
             return self.value_label
         return self.value_boolean
+
+
+class Measurement(models.Model):
+    """One metric's result on one committed turn of a world (docs/measurement.md): a value or an
+    error (code and message), never both. A branch's turns before its branch point are measured
+    as its own rows too (their views are its parent's), so a world's series is whole. Written
+    once: measuring again finds the row and writes nothing."""
+
+    world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="measurements")
+    turn_number = models.IntegerField()
+    # PROTECT: a metric is content (never deleted) and its measurements cite it.
+    metric = models.ForeignKey(
+        "scenarios_app.Metric", on_delete=models.PROTECT, related_name="measurements"
+    )
+    value = models.FloatField(null=True, blank=True)
+    error_code = models.CharField(max_length=40, blank=True)
+    error_message = models.TextField(blank=True)
+    # The judge's LLM call (an llm_judge metric); null for an expression.
+    llm_call = models.ForeignKey(
+        "cognition_app.LlmCall",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="measurements",
+    )
+    measured_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["world", "metric", "turn_number"]
+        constraints = [
+            # Rule: one row per (world, turn, metric): measuring again reuses it.
+            models.UniqueConstraint(
+                fields=["world", "turn_number", "metric"], name="measurement_unique"
+            ),
+            models.CheckConstraint(condition=Q(turn_number__gte=0), name="measurement_turn_gte_0"),
+            # Rule: a value or an error, exactly one.
+            models.CheckConstraint(
+                condition=Q(value__isnull=False, error_code="")
+                | Q(value__isnull=True) & ~Q(error_code=""),
+                name="measurement_value_or_error",
+            ),
+        ]
+        indexes = [
+            # a metric's measurements over every world (agreement, the metric page)
+            models.Index(fields=["metric", "world", "turn_number"], name="measurement_metric_idx"),
+        ]
+
+    def __str__(self) -> str:
+        shown = self.value if self.error_code == "" else self.error_code
+        return f"{self.metric_id[:12]} of {self.world_id}#{self.turn_number}: {shown}"

@@ -71,7 +71,14 @@ _BUDGET_LIMITS = ("max_tokens_per_turn", "max_cost_per_turn", "max_tokens_total"
 _WORLD_DETAIL = (
     f"SELECT {_SUMMARY_SELECT}, w.scenario_snapshot, "
     "t.id AS turn_id, t.simulation_time, t.state, t.state_hash, b.id AS budget_id, "
-    f"{', '.join(f'b.{name}' for name in _BUDGET_LIMITS)}, {_cost_columns('cost')} "
+    f"{', '.join(f'b.{name}' for name in _BUDGET_LIMITS)}, {_cost_columns('cost')}, "
+    # the metrics it was measured with (``json``: psycopg decodes it), by label
+    "(SELECT coalesce(json_agg(json_build_object('hash', m.metric_id, 'label', m.label, "
+    "'kind', m.kind, 'turns', m.turns, 'error_turns', m.error_turns) ORDER BY m.label, m.metric_id), "
+    "'[]') FROM (SELECT x.metric_id, mt.label, mt.kind, count(*) AS turns, "
+    "count(*) FILTER (WHERE x.error_code <> '') AS error_turns FROM worlds_app_measurement x "
+    "JOIN scenarios_app_metric mt ON mt.hash = x.metric_id WHERE x.world_id = w.id "
+    "GROUP BY x.metric_id, mt.label, mt.kind) m) AS measured_metrics "
     f"FROM worlds_app_world w {_SUMMARY_JOINS} "
     "LEFT JOIN worlds_app_turn t ON t.world_id = w.id AND t.number = w.current_turn "
     # the budget in force is the newest setting (world_budget_history's first row)
@@ -84,7 +91,8 @@ _WORLD_DETAIL = (
 
 def world_detail(*, slug: str) -> dict[str, Any] | None:
     """A world's summary, snapshot, current turn (``turn_id`` null if it is missing), budget
-    in force (``budget_id`` null if none) and ``cost_*`` totals; None if no such world."""
+    in force (``budget_id`` null if none), ``cost_*`` totals and the metrics it was measured
+    with; None if no such world."""
     return fetch_dict(
         _WORLD_DETAIL,
         [slug],

@@ -183,6 +183,7 @@ def world_get(*, slug: str) -> dict[str, Any]:
         ),
         "cost": cost_totals_from_row(row, "cost_"),
         "warnings": seed_warnings(row["scenario_snapshot"]) if row["seed"] is not None else [],
+        "measured_metrics": row["measured_metrics"],
     }
 
 

@@ -78,3 +78,25 @@ def export_attempt_trace(attempt_id: str) -> dict[str, Any]:
     from worlds_app.telemetry import attempt_trace_export
 
     return attempt_trace_export(attempt_id=attempt_id)
+
+
+# Routed to the measure queue (settings.CELERY_TASK_ROUTES): measuring never takes a turn worker.
+# Idempotent: each (world, turn, metric) is written once (its unique constraint), so a
+# redelivery or a second request measures only what is still missing.
+@shared_task(
+    name="worlds.measure_world",  # = services.measurements.MEASURE_WORLD_TASK
+    acks_late=True,
+    reject_on_worker_lost=True,
+    # The database was unreachable: measure again shortly (nothing half-written: the rows of one
+    # run are inserted in one transaction).
+    autoretry_for=(OperationalError, InterfaceError),
+    max_retries=5,
+    retry_backoff=2,
+    retry_backoff_max=30,
+    soft_time_limit=settings.CHUKWA_ATTEMPT_SOFT_TIME_LIMIT,
+    time_limit=settings.CHUKWA_ATTEMPT_TIME_LIMIT,
+)
+def measure_world(world_id: int, metric_hashes: list[str]) -> dict[str, Any]:
+    from worlds_app.services.measurements import world_measure
+
+    return dict(world_measure(world_id=world_id, metric_hashes=metric_hashes))

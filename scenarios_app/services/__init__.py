@@ -10,6 +10,7 @@ from scenarios_app.services.components import (
     entity_put,
     environment_put,
     json_schema_put,
+    metric_put,
     response_source_put,
 )
 from scenarios_app.services.drafts import nothing_stored, workflow_draft
@@ -38,6 +39,7 @@ __all__ = [
     "entity_put",
     "environment_put",
     "json_schema_put",
+    "metric_put",
     "nothing_stored",
     "response_source_put",
     "scenario_assemble",

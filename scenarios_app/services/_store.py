@@ -22,6 +22,7 @@ from chukwa_core.component_validation import (
 )
 from chukwa_core.errors import ChukwaError, invalid
 from chukwa_core.ids import is_hash
+from chukwa_core.metric_validation import validate_metric_content
 from chukwa_core.patch_schema import world_patch_schema_hash
 from chukwa_core.workflow_refs import (
     JSON_SCHEMA,
@@ -39,6 +40,7 @@ from scenarios_app.models import (
     Entity,
     Environment,
     JsonSchema,
+    Metric,
     ResponseSource,
     WorkflowComponentRef,
 )
@@ -60,6 +62,7 @@ _MODEL_BY_KIND: dict[str, type[models.Model]] = {
     ComponentKind.COGNITION_PROFILE: CognitionProfile,
     ComponentKind.ENVIRONMENT: Environment,
     ComponentKind.ENTITY: Entity,
+    ComponentKind.METRIC: Metric,
 }
 _COUNTER_KEY: dict[str, str] = {
     ComponentKind.JSON_SCHEMA: "json_schemas",
@@ -68,6 +71,7 @@ _COUNTER_KEY: dict[str, str] = {
     ComponentKind.COGNITION_PROFILE: "cognition_profiles",
     ComponentKind.ENVIRONMENT: "environments",
     ComponentKind.ENTITY: "entities",
+    ComponentKind.METRIC: "metrics",
 }
 # PostgreSQL takes at most 65,535 bind parameters per statement.
 _MAX_PARAMS = 60_000
@@ -376,6 +380,51 @@ class Resolver:
         )
         self._record(ComponentKind.COGNITION_PROFILE, inserted)
         return profile_hash, bool(inserted), workflow_hash
+
+    # --- metrics ----------------------------------------------------------------------------
+
+    def put_metric(self, content: Any, fieldname: str = "content") -> tuple[str, bool]:
+        """A judge's ``source`` may be inline (stored first, like a workflow's references)."""
+        reject_nul(content, fieldname)
+        if not isinstance(content, dict):
+            raise invalid(
+                "invalid_metric", fieldname, f"must be an object, got {type_name(content)}"
+            )
+        metric = copy.deepcopy(content)
+        lookup: dict[str, StoredRef] = {}
+        source = metric.get("source")
+        if (
+            metric.get("kind") == "llm_judge"
+            and isinstance(source, dict)
+            and set(source) == {"inline"}
+        ):
+            source_hash, _ = self.put_response_source(
+                source["inline"], f"{fieldname}.source.inline"
+            )
+            metric["source"] = {"hash": source_hash}
+        source = metric.get("source")
+        if isinstance(source, dict) and is_hash(source.get("hash")):
+            for h, iface in ResponseSource.objects.filter(pk=source["hash"]).values_list(
+                "pk", "interface"
+            ):
+                lookup[h] = StoredRef(RESPONSE_SOURCE, iface)
+        metric = validate_metric_content(metric, lookup, fieldname)
+        metric_hash = hashing.metric_hash(metric)
+        judge_source = metric["source"]["hash"] if metric["kind"] == "llm_judge" else None
+        inserted = insert_missing(
+            Metric,
+            [
+                {
+                    "hash": metric_hash,
+                    "content": metric,
+                    "label": metric["label"],
+                    "kind": metric["kind"],
+                    "source": judge_source,
+                }
+            ],
+        )
+        self._record(ComponentKind.METRIC, inserted)
+        return metric_hash, bool(inserted)
 
     def resolve_profile_ref(self, value: Any, fieldname: str) -> str:
         mode, payload = parse_ref(value, fieldname)

@@ -66,6 +66,13 @@ def entity_put(*, content: Any) -> PutResult:
     return {"hash": h, "was_new": h in inserted}
 
 
+def metric_put(*, content: Any) -> PutResult:
+    """A judge's inline source is stored first."""
+    with transaction.atomic(durable=True):
+        h, new = Resolver().put_metric(content)
+    return {"hash": h, "was_new": new}
+
+
 PUT_BY_KIND = {
     ComponentKind.JSON_SCHEMA: json_schema_put,
     ComponentKind.RESPONSE_SOURCE: response_source_put,
@@ -73,6 +80,7 @@ PUT_BY_KIND = {
     ComponentKind.COGNITION_PROFILE: cognition_profile_put,
     ComponentKind.ENVIRONMENT: environment_put,
     ComponentKind.ENTITY: entity_put,
+    ComponentKind.METRIC: metric_put,
 }
 
 

@@ -1,4 +1,4 @@
-"""The admin of the six component kinds, each stored through ``services.component_put``."""
+"""The admin of the seven component kinds, each stored through ``services.component_put``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from scenarios_app.models import (
     Entity,
     Environment,
     JsonSchema,
+    Metric,
     ResponseSource,
     Scenario,
 )
@@ -141,6 +142,10 @@ class ComponentAdmin(StoreAdmin):
             format_html("scenario {} {}", s["scenario_slug"], hash_link(Scenario, s["hash"]))
             for s in found["scenarios"]
         ]
+        items += [
+            format_html("judge metric {} {}", m["label"], hash_link(Metric, m["hash"]))
+            for m in found.get("metrics", [])
+        ]
         return links_list(items)
 
 
@@ -257,3 +262,39 @@ class EntityAdmin(ComponentAdmin):
     search_fields = ("^hash", "entity_id")
     fields = ("hash", "entity_id", "is_agent", "created_at", "pretty_content", "uses")
     readonly_fields = fields
+
+
+@admin.register(Metric)
+class MetricAdmin(ComponentAdmin):
+    kind = ComponentKind.METRIC
+    content_help = (
+        'A metric: {"version": 1, "label", "kind": "expression" | "llm_judge", "aggregate": '
+        '"any" | "all" | "sum" | "mean" | "min" | "max" | "last"} with "expression" (JMESPath '
+        'over the turn view) or "source", "system", "user_template", "scale" {"min", "max"}, '
+        '"subject"?, "max_generation_attempts"? (1…5). See docs/measurement.md.'
+    )
+    list_display = ("short_hash", "label", "kind", "created_at")
+    list_filter = ("kind",)
+    search_fields = ("^hash", "label")
+    fields = ("hash", "label", "kind", "source_link", "created_at", "pretty_content", "measured")
+    readonly_fields = fields
+
+    @admin.display(description="judge source")
+    def source_link(self, obj: Metric) -> SafeString | str:
+        return hash_link(ResponseSource, obj.source_id) if obj.source_id else "—"
+
+    @admin.display(description="measured")
+    def measured(self, obj: Metric) -> SafeString:
+        found = selectors.component_uses(kind=self.kind, hash=obj.pk)
+        return links_list(
+            [
+                format_html(
+                    '<a href="/worlds/{}/">{}</a> ({} turns, {} errors)',
+                    w["slug"],
+                    w["slug"],
+                    w["turns"],
+                    w["error_turns"],
+                )
+                for w in found["worlds"]
+            ]
+        )

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chukwa_core.component_validation import CHRONON_MAX_SECONDS
+from chukwa_core.metric_validation import METRIC_KINDS
 from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA, world_patch_schema_hash
 from scenarios_app import selectors, services
 from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind
@@ -78,6 +79,13 @@ CONTENT_SCHEMAS: dict[ComponentKind, dict[str, Any]] = {
         **OBJECT_SCHEMA,
         "description": "an entity: id, kind, and its kind's fields",
     },
+    ComponentKind.METRIC: {
+        **OBJECT_SCHEMA,
+        "description": 'a metric: {version: 1, label, kind: "expression" | "llm_judge", '
+        "aggregate: any|all|sum|mean|min|max|last, and expression (JMESPath over the turn view) "
+        "or source, system, user_template, scale {min, max}, subject?, "
+        "max_generation_attempts? (1…5)}",
+    },
 }
 # What a read returns as each kind's content: profiles are stored with the workflow's hash.
 STORED_CONTENT_SCHEMAS: dict[ComponentKind, dict[str, Any]] = {
@@ -115,6 +123,24 @@ class WorkflowUseSerializer(serializers.Serializer):
 
     class Meta:
         ref_name = "WorkflowUse"
+
+
+class MetricUseSerializer(serializers.Serializer):
+    hash = HashOutField()
+    label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
+    created_at = InstantField()
+
+    class Meta:
+        ref_name = "MetricUse"
+
+
+class MeasuredWorldSerializer(serializers.Serializer):
+    slug = LabelOutField()
+    turns = serializers.IntegerField(help_text="turns measured (values and errors)")
+    error_turns = serializers.IntegerField(help_text="of them, turns whose measurement is an error")
+
+    class Meta:
+        ref_name = "MeasuredWorld"
 
 
 class ProfileUseSerializer(serializers.Serializer):
@@ -158,6 +184,9 @@ def _component_output(kind: ComponentKind, name: str) -> type[serializers.Serial
     if kind == ComponentKind.RESPONSE_SOURCE:
         fields["label"] = LabelOutField()
         fields["interface"] = JSONObjectField()
+    if kind == ComponentKind.METRIC:
+        fields["label"] = LabelOutField()
+        fields["metric_kind"] = serializers.ChoiceField(choices=list(METRIC_KINDS))
     fields["Meta"] = type("Meta", (), {"ref_name": name})
     return type(f"{name}Serializer", (serializers.Serializer,), fields)
 
@@ -186,18 +215,23 @@ def component_views(segment: str, kind: ComponentKind) -> dict[str, type[APIView
     put_output = type(f"{title}PutOutputSerializer", (serializers.Serializer,), put_fields)
     get_output = _component_output(kind, f"{title}GetOutput")
     list_output = _paged(f"{title}ListOutput", _component_output(kind, f"{title}Row")(many=True))
-    uses_output = type(
-        f"{title}UsesOutputSerializer",
-        (serializers.Serializer,),
-        {
-            "kind": described({"type": "string", "pattern": f"^{kind.value}$"}),
-            "hash": HashOutField(),
-            "workflows": WorkflowUseSerializer(many=True),
-            "cognition_profiles": ProfileUseSerializer(many=True),
-            "scenarios": ScenarioSummarySerializer(many=True),
-            "Meta": type("Meta", (), {"ref_name": f"{title}UsesOutput"}),
-        },
-    )
+    uses_fields: dict[str, Any] = {
+        "kind": described({"type": "string", "pattern": f"^{kind.value}$"}),
+        "hash": HashOutField(),
+        "workflows": WorkflowUseSerializer(many=True),
+        "cognition_profiles": ProfileUseSerializer(many=True),
+        "scenarios": ScenarioSummarySerializer(many=True),
+        "Meta": type("Meta", (), {"ref_name": f"{title}UsesOutput"}),
+    }
+    if kind == ComponentKind.RESPONSE_SOURCE:
+        uses_fields["metrics"] = MetricUseSerializer(
+            many=True, help_text="the llm_judge metrics that judge with this source"
+        )
+    if kind == ComponentKind.METRIC:
+        uses_fields["worlds"] = MeasuredWorldSerializer(
+            many=True, help_text="the worlds it measured (scenarios: theirs)"
+        )
+    uses_output = type(f"{title}UsesOutputSerializer", (serializers.Serializer,), uses_fields)
 
     class CollectionApi(APIView):
         InputSerializer = put_input

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chukwa_core.errors import invalid
+from chukwa_core.metric_validation import METRIC_KINDS
 from cognition_app.sources import REPLAY_MODES
 from surfaces.api.branches import (
     BranchFromInputSerializer,
@@ -136,6 +137,17 @@ class RecentAttemptSerializer(serializers.Serializer):
         ref_name = "RecentAttempt"
 
 
+class MeasuredMetricSerializer(serializers.Serializer):
+    hash = HashOutField()
+    label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
+    kind = serializers.ChoiceField(choices=list(METRIC_KINDS))
+    turns = serializers.IntegerField(help_text="turns measured (values and errors)")
+    error_turns = serializers.IntegerField(help_text="of them, turns whose measurement is an error")
+
+    class Meta:
+        ref_name = "MeasuredMetric"
+
+
 class WorldDetailSerializer(WorldSummarySerializer):
     simulation_time = InstantField()
     state = JSONObjectField()
@@ -148,6 +160,11 @@ class WorldDetailSerializer(WorldSummarySerializer):
         many=True,
         help_text="what undoes the world's seed: an LLM source whose params fix a seed sends "
         "that seed, not the world's",
+    )
+    measured_metrics = MeasuredMetricSerializer(
+        many=True,
+        help_text="the metrics it was measured with, by label "
+        "(GET /api/worlds/<slug>/measurements/ lists the values)",
     )
 
     class Meta:

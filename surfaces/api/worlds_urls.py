@@ -1,6 +1,6 @@
 from django.urls import path
 
-from surfaces.api import annotations, compare, indexes, interventions, retries
+from surfaces.api import annotations, compare, indexes, interventions, measurements, retries
 from surfaces.api import worlds as api
 
 urlpatterns = [
@@ -21,6 +21,16 @@ urlpatterns = [
         "worlds/<str:slug>/interventions/<int:intervention_id>/",
         interventions.InterventionDetailApi.as_view(),
         name="api-intervention-detail",
+    ),
+    path(
+        "worlds/<str:slug>/measurements/",
+        measurements.MeasurementCollectionApi.as_view(),
+        name="api-measurement-list",
+    ),
+    path(
+        "metrics/<str:hash>/agreement/",
+        measurements.MetricAgreementApi.as_view(),
+        name="api-metric-agreement",
     ),
     path(
         "worlds/<str:slug>/compare/<str:other>/",

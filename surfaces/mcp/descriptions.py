@@ -28,6 +28,9 @@ Change a scenario with scenario_fork (only what changes; everything else is reus
 world_create, then turn_enqueue; a worker runs the queued attempts: poll attempt_get until its
 status is committed or failed, then read turn_get, world_diff, source_invocation_get and
 llm_call_get. Writes need an operator's token; readers see the read tools only.
+Measure worlds with metrics (metrics_put: a JMESPath expression over a turn's view, or an LLM
+judge), then measurement_request and measurement_list; metric_agreement compares a metric with
+reviewers' annotations of the same turns.
 """
 
 _PAGING = " Paged: limit (1…200, default 50) and offset; the answer has count, limit, offset."
@@ -82,6 +85,21 @@ _KIND_CONTENT = {
         '{"goal", "memory", "cognition_profile": <label>}}}. The id is normalized (trimmed, '
         "lowercased, spaces to _) before hashing; labels are resolved by the scenario.",
     ),
+    "metrics": (
+        ("a metric", "metrics"),
+        'content is {"version": 1, "label": L, "kind": "expression" | "llm_judge", "aggregate": '
+        '"any" | "all" | "sum" | "mean" | "min" | "max" | "last", …}. An expression has '
+        '"expression": a JMESPath expression over the turn view (world, turn, simulation_time, '
+        "entities {id: {kind, environment, state, memory}}, environments {label: {content}}, "
+        "patches [{subject, narration, effects}], calls [{subject, source, kind, status}], "
+        "tokens, cost) whose result is a number or a boolean, e.g. "
+        "\"length(calls[?source=='use_drinking_fountain' && status=='succeeded']) > `0`\". An "
+        'llm_judge has source ({"hash": H} of an llm_chat_completions source, or inline), '
+        "system, user_template (placeholders {{turn}} and {{turn.<key>}}; with subject, "
+        "{{subject.id}}, {{subject.rendered}}, {{subject.memory}}, {{environment.rendered}}), "
+        "scale {min, max} with min < max, optional subject (an agent id) and "
+        "max_generation_attempts (1…5, default 1). Measure worlds with measurement_request.",
+    ),
 }
 
 
@@ -100,6 +118,11 @@ def _component_descriptions() -> dict[str, str]:
             f"What uses {what} (by hash): the workflows, cognition profiles and scenarios that "
             "reference it (to see what a change to it would touch)."
         )
+    texts["response_sources_uses"] += " For an LLM source, also the judge metrics using it."
+    texts["metrics_uses"] = (
+        "What a metric (by hash) measured: the worlds with how many turns and errors, and "
+        "their scenarios."
+    )
     return texts
 
 
@@ -194,7 +217,8 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
     "world_list": f"List worlds, newest first; optional scenario (hash) filter.{_PAGING}",
     "world_get": (
         "Read a world by slug: current turn, simulation time, state, scenario snapshot, "
-        "queued/running attempt counts, recent attempts, budget and cost."
+        "queued/running attempt counts, recent attempts, budget, cost and the metrics it was "
+        "measured with."
     ),
     "world_delete": (
         "Delete a world and its turns (a deleted-world record is kept; scenarios are untouched)."
@@ -222,6 +246,23 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
     "world_budget_put": (
         "Replace a world's budget: max_tokens_per_turn, max_cost_per_turn, max_tokens_total, "
         "max_cost_total (limits left out are lifted). Applies from the next attempt."
+    ),
+    # --- measurements ---
+    "measurement_request": (
+        'Measure a world (slug) with metrics: metrics [{"hash": H} | {"label": L}] (a '
+        "label names its newest version). Answers 202 at once; a worker then writes one "
+        "measurement per committed turn (turn 0 included) and metric that has none yet, so "
+        "asking again writes nothing new. Read them with measurement_list."
+    ),
+    "measurement_list": (
+        "A world's measurements: per metric and turn, a value or an error (code: metric_null, "
+        "metric_type, metric_error, subject_not_agent) and when it was measured; optional "
+        "metric (a hash, or a label for all its versions)."
+    ),
+    "metric_agreement": (
+        "How a metric (hash) agrees with reviewers' annotations named annotation on the same "
+        "turns: n pairs, Spearman's rho with its p-value, and quadratic-weighted Cohen's "
+        "kappa when both sides are whole numbers."
     ),
     # --- attempts and traces ---
     "attempt_get": (

@@ -18,6 +18,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from chukwa_core.errors import ChukwaError
+from scenarios_app.selectors import metric_labels
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
 from worlds_app import selectors
@@ -80,6 +81,7 @@ def _panel(
     url: str,
     key: str,
     error: ChukwaError | None = None,
+    names: list[str] | None = None,
 ) -> HttpResponse:
     listing = selectors.annotation_list(params={**filters, "limit": str(PANEL_LIMIT)})
     form = {k: request.POST.get(k, "") for k in ("name", "value", "comment")} if error else {}
@@ -93,6 +95,9 @@ def _panel(
             "error": error,
             "form": form,
             "next": _next_url(request, request.get_full_path()),
+            # names offered as the reviewer types (a turn: the metrics' labels, so people
+            # label what the metrics measure and their agreement can be read)
+            "names": names or [],
         }
     }
     data = {"target": target, **listing}
@@ -109,10 +114,15 @@ def _panel(
 
 
 def _on(
-    request: HttpRequest, target: dict[str, Any], filters: dict[str, str], url: str, key: str
+    request: HttpRequest,
+    target: dict[str, Any],
+    filters: dict[str, str],
+    url: str,
+    key: str,
+    names: list[str] | None = None,
 ) -> HttpResponse:
     if request.method != "POST":
-        return _panel(request, target=target, filters=filters, url=url, key=key)
+        return _panel(request, target=target, filters=filters, url=url, key=key, names=names)
     body = {
         "target": target,
         "name": request.POST.get("name", "").strip(),
@@ -127,10 +137,12 @@ def _on(
     except ChukwaError as exc:
         if wants_json(request) or exc.status_code != 400:
             raise
-        return _panel(request, target=target, filters=filters, url=url, key=key, error=exc)
+        return _panel(
+            request, target=target, filters=filters, url=url, key=key, error=exc, names=names
+        )
     if not getattr(request, "htmx", False) and not wants_json(request):
         return redirect(_next_url(request, url))
-    return _panel(request, target=target, filters=filters, url=url, key=key)
+    return _panel(request, target=target, filters=filters, url=url, key=key, names=names)
 
 
 @page
@@ -160,7 +172,7 @@ def annotations_on_turn(request: HttpRequest, slug: str, number: int) -> HttpRes
     url = reverse("page-annotations-on-turn", args=[slug, number])
     filters = {"target_kind": "turn", "world": slug, "turn": str(number)}
     target = {"turn": {"world": slug, "number": number}}
-    return _on(request, target, filters, url, f"turn-{slug}-{number}")
+    return _on(request, target, filters, url, f"turn-{slug}-{number}", names=metric_labels())
 
 
 def _editable(request: HttpRequest, annotation_id: str) -> dict[str, Any]:

@@ -187,4 +187,5 @@ STORE_LINKS = (
     ("cognition_profiles", "Cognition profiles", "/store/cognition-profiles/"),
     ("environments", "Environments", "/store/environments/"),
     ("entities", "Entities", "/store/entities/"),
+    ("metrics", "Metrics", "/store/metrics/"),
 )

@@ -10,11 +10,12 @@ from django.utils.safestring import mark_safe
 from chukwa_core.errors import NotFoundError
 from chukwa_core.workflow_refs import REF_KINDS
 from scenarios_app import selectors
-from scenarios_app.selectors import COLLECTION_SEGMENTS, ComponentKind
+from scenarios_app.selectors import COLLECTION_SEGMENTS, SCENARIO_KINDS, ComponentKind
 from surfaces.pages.authoring.review import MAX_DIFF_LINES, diff_rows, flatten, parent_content
 from surfaces.pages.layout import query_url
 from surfaces.pages.lineage_svg import lineage_svg
 from surfaces.pages.rendering import page, respond
+from worlds_app import measurement_selectors
 
 SEGMENTS: dict[str, ComponentKind] = COLLECTION_SEGMENTS
 SEGMENT_BY_KIND: dict[str, str] = {kind.value: segment for segment, kind in SEGMENTS.items()}
@@ -25,6 +26,7 @@ TITLES: dict[str, str] = {
     "cognition-profiles": "Cognition profiles",
     "environments": "Environments",
     "entities": "Entities",
+    "metrics": "Metrics",
 }
 
 
@@ -137,6 +139,24 @@ def _touched_rows(touched: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _metric_summary(metric_hash: str, content: dict[str, Any]) -> dict[str, Any]:
+    """A metric's page: the worlds it measured and its agreement with each annotation name
+    reviewers gave numbers or flags to on the turns it measured."""
+    source = content.get("source")
+    return {
+        "source_url": (
+            component_url(ComponentKind.RESPONSE_SOURCE, source["hash"])
+            if isinstance(source, dict)
+            else None
+        ),
+        "worlds": selectors.component_uses(kind=ComponentKind.METRIC, hash=metric_hash)["worlds"],
+        "agreement": [
+            measurement_selectors.metric_agreement(metric_hash=metric_hash, annotation=name)
+            for name in measurement_selectors.agreement_names(metric_hash=metric_hash)
+        ],
+    }
+
+
 # --- store -----------------------------------------------------------------------------------
 
 
@@ -207,6 +227,9 @@ def component_detail_page(request: HttpRequest, segment: str, hash: str) -> Http
         links["workflow"] = component_url(
             ComponentKind.COGNITION_WORKFLOW, component["workflow_hash"]
         )
+    elif kind == ComponentKind.METRIC:
+        component["metric"] = _metric_summary(hash, component["content"])
+        links["scenarios"] = ""  # a metric is bound to no scenario
     data = {**component, "links": links}
     if workflow is not None:
         data["workflow"] = workflow
@@ -238,7 +261,7 @@ def component_uses_page(request: HttpRequest, segment: str, hash: str) -> HttpRe
 FILTER_FIELDS = [
     ("created_after", "Created after", "2026-01-01T00:00:00Z"),
     ("created_before", "Created before", "2026-12-31T00:00:00Z"),
-    *[(f"uses_{k.value}_hash", f"Uses {k.label.lower()}", "sha256") for k in ComponentKind],
+    *[(f"uses_{k.value}_hash", f"Uses {k.label.lower()}", "sha256") for k in SCENARIO_KINDS],
 ]
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
 
@@ -21,9 +22,10 @@ from surfaces.pages.layout import (
     page_links,
     page_offset,
 )
+from surfaces.pages.metric_strip import metric_strip_svg, value_text
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
-from worlds_app import indexes, selectors
+from worlds_app import indexes, measurement_selectors, selectors
 from worlds_app.comparison import world_compare
 from worlds_app.services import turn_attempt_enqueue
 from worlds_app.services.attempts import turn_attempt_retryable
@@ -68,6 +70,7 @@ def _world_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], dic
     )
     data["turns"] = turns["results"]
     data["attempts"] = {k: v for k, v in attempts.items()}
+    data["metrics"] = measurement_selectors.world_metric_series(slug=slug)
     active = bool(data["attempts_queued"] or data["attempts_running"])
     queue_url = request.path
     if attempt_offset:
@@ -90,12 +93,36 @@ def _world_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], dic
         "queue_url": queue_url,
         "queue_active": active,
         "compare_with": indexes.world_neighbours(slug=slug, limit=COMPARE_CHOICES),
+        "metrics": _metric_rows(data),
         "is_operator": is_operator(request.user),
         "retry_attempt": _retry_attempt(request, data),
         **intervention_context(request, slug),
     }
     data["interventions"] = context["interventions"]
     return context, data
+
+
+def _metric_rows(world: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each measured metric with its strip; a branch's turns before its branch point link to its
+    parent's turns (it has none of its own there)."""
+    origin = world["branched_from"]
+
+    def href(number: int) -> str:
+        if origin is not None and number < origin["turn"]:
+            return reverse("page-turn-detail", args=[origin["world"], number])
+        return reverse("page-turn-detail", args=[world["slug"], number])
+
+    return [
+        {
+            **series,
+            "url": f"/store/metrics/{series['hash']}/",
+            "value_text": value_text(series["value"]),
+            "points": [{**p, "value_text": value_text(p["value"])} for p in series["points"]],
+            # metric_strip_svg escapes every text and attribute it writes.
+            "svg": mark_safe(metric_strip_svg(series["points"], href=href)),  # noqa: S308
+        }
+        for series in world["metrics"]
+    ]
 
 
 def _retry_attempt(request: HttpRequest, world: dict[str, Any]) -> dict[str, Any] | None:
@@ -165,6 +192,7 @@ def world_run_turns(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @page
 def turn_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     data = selectors.turn_get(slug=slug, number=number)
+    data["measurements"] = measurement_selectors.turn_measurements(slug=slug, number=number)
     data["tool_calls"] = (
         tool_calls_of_attempt(attempt_id=data["attempt_id"]) if data["attempt_id"] else []
     )
@@ -200,6 +228,7 @@ def turn_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         "prev": number - 1 if data["attempt_id"] is not None else None,
         "next": number + 1 if number < selectors.world_current_turn(slug=slug) else None,
         "annotations_url": reverse("page-annotations-on-turn", args=[slug, number]),
+        "measurements": [{**m, "value_text": value_text(m["value"])} for m in data["measurements"]],
     }
     return respond(request, "worlds_app/turn_detail.html", context, data)
 

@@ -52,7 +52,7 @@ def _run(client: APIClient, name: str) -> int:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("name", ["scenarios.md", "workflows.md"])
+@pytest.mark.parametrize("name", ["scenarios.md", "workflows.md", "measurement.md"])
 def test_every_example_runs(name: str, operator_client: APIClient) -> None:
     assert _run(operator_client, name) >= 5
 

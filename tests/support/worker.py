@@ -26,7 +26,9 @@ def worker_process(
     """Start ``celery worker`` (hostname ``<name>@host``), wait until it answers a ping, and
     stop it afterwards. ``queue`` is also exported as CHUKWA_CELERY_QUEUE to the worker, and the
     worker consumes ``control_queue(queue)`` too (exported as CHUKWA_CELERY_CONTROL_QUEUE), so a
-    test can drive the periodic reaper/re-drive on it. Its log is var/<name>.log."""
+    test can drive the periodic reaper/re-drive on it, and ``measure_queue(queue)`` (exported as
+    CHUKWA_CELERY_MEASURE_QUEUE), so measurements a test asks for run on it. Its log is
+    var/<name>.log."""
     from chukwa_site.celery import app
 
     # The worker logs at CHUKWA_LOG_LEVEL (Celery's --loglevel is not used: chukwa_site.celery).
@@ -42,7 +44,8 @@ def worker_process(
     if queue is not None:
         full_env["CHUKWA_CELERY_QUEUE"] = queue
         full_env["CHUKWA_CELERY_CONTROL_QUEUE"] = control_queue(queue)
-        command += ["-Q", f"{queue},{control_queue(queue)}"]
+        full_env["CHUKWA_CELERY_MEASURE_QUEUE"] = measure_queue(queue)
+        command += ["-Q", f"{queue},{control_queue(queue)},{measure_queue(queue)}"]
     command += ["--hostname", f"{name}@%h"]
     log_path = PROJECT / "var" / f"{name}.log"
     log_path.parent.mkdir(exist_ok=True)
@@ -73,17 +76,24 @@ def control_queue(queue: str) -> str:
     return f"{queue}-control"
 
 
+def measure_queue(queue: str) -> str:
+    """The measure queue that goes with a test worker's attempt queue."""
+    return f"{queue}-measure"
+
+
 @contextmanager
 def routed_to(queue: str) -> Iterator[None]:
-    """Attempt tasks queued meanwhile go to ``queue`` (read at send time)."""
+    """Attempt tasks queued meanwhile go to ``queue``, measurements to its measure queue (both
+    read at send time)."""
     from django.conf import settings
 
-    previous = settings.CELERY_TASK_DEFAULT_QUEUE
+    previous = settings.CELERY_TASK_DEFAULT_QUEUE, settings.CHUKWA_MEASURE_QUEUE
     settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    settings.CHUKWA_MEASURE_QUEUE = measure_queue(queue)
     try:
         yield
     finally:
-        settings.CELERY_TASK_DEFAULT_QUEUE = previous
+        settings.CELERY_TASK_DEFAULT_QUEUE, settings.CHUKWA_MEASURE_QUEUE = previous
 
 
 @contextmanager

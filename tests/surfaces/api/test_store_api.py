@@ -193,7 +193,19 @@ COLLECTIONS: dict[str, tuple[str, Callable[[WorkflowFactory], Any]]] = {
     "cognition-profiles": ("cognition_profile", lambda wf: {"workflow": {"inline": wf()}}),
     "environments": ("environment", lambda wf: "A windowless room."),
     "entities": ("entity", lambda wf: agent("The Ant")),
+    "metrics": (
+        "metric",
+        lambda wf: {
+            "version": 1,
+            "label": "drank",
+            "kind": "expression",
+            "aggregate": "any",
+            "expression": "length(calls[?source=='use_drinking_fountain']) > `0`",
+        },
+    ),
 }
+# What "uses" adds for some kinds: a source's judge metrics, a metric's measured worlds.
+USES_EXTRA = {"response_source": {"metrics"}, "metric": {"worlds"}}
 
 
 @pytest.mark.parametrize("collection", list(COLLECTIONS))
@@ -235,7 +247,14 @@ def test_component_collection_round_trip(
 
     uses = operator_client.get(f"{url}{component}/uses/")
     assert uses.status_code == 200
-    assert set(uses.json()) == {"kind", "hash", "workflows", "cognition_profiles", "scenarios"}
+    assert set(uses.json()) == {
+        "kind",
+        "hash",
+        "workflows",
+        "cognition_profiles",
+        "scenarios",
+        *USES_EXTRA.get(kind, ()),
+    }
     assert uses.json()["scenarios"] == []
 
 

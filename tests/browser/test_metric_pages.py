@@ -1,0 +1,106 @@
+"""A reviewer in headless Chromium reads measured metrics: the world page's per-turn strips
+(values, errors, the baseline), a turn's measurements, the metric page with its agreement with
+reviewers, and the turn's annotation form offering the metric labels as names. At 1400 and 390 px,
+light and dark. Screenshots land in test-artifacts/ (metrics-*.png)."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+
+from scenarios_app.services import metric_put
+from tests.support.chromium import (
+    full_page_shot,
+    low_contrast,
+    prefer_colour_scheme,
+    sideways_overflow,
+    sign_in,
+    wait_for,
+)
+from tests.worlds_app.test_measurements import DRANK, TOOL_CALLS, buyers_world, expression
+from worlds_app.models import Annotation, Turn
+from worlds_app.services.measurements import world_measure
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+PASSWORD = "a-long-password-1"
+
+
+def test_measured_metrics_on_the_world_turn_and_metric_pages(
+    live_server: object, browser: webdriver.Chrome, toy_sources: str
+) -> None:
+    base = live_server.url  # type: ignore[attr-defined]
+    reviewer = User.objects.create_user("rita", password=PASSWORD)
+    world = buyers_world("buyers", 6)
+    bought = metric_put(content=expression("bought", DRANK))["hash"]
+    calls = metric_put(content=expression("tool_calls", TOOL_CALLS, "sum"))["hash"]
+    state = metric_put(content=expression("ann_state", "entities.ann.state", "last"))["hash"]
+    world_measure(world_id=world.pk, metric_hashes=[bought, calls, state])
+    for number, label in ((1, 1), (2, 0), (3, 0), (4, 0)):
+        Annotation.objects.create(
+            target_kind="turn",
+            turn=Turn.objects.get(world=world, number=number),
+            name="bought",
+            value_kind="number",
+            value_number=label,
+            author=reviewer,
+        )
+
+    sign_in(browser, base, "rita", PASSWORD)
+    browser.get(f"{base}/worlds/buyers/")
+    card = browser.find_element(By.ID, "metrics")
+    text = card.text
+    assert "bought" in text and "tool_calls" in text and "ann_state" in text
+    rows = card.find_elements(By.CSS_SELECTOR, "table.metrics > tbody > tr")
+    assert [r.find_element(By.TAG_NAME, "code").text for r in rows] == [
+        "ann_state",
+        "bought",
+        "tool_calls",
+    ]
+    # one cell per turn (0…6), each linking to its turn
+    cells = rows[2].find_elements(By.CSS_SELECTOR, "svg.metric-strip a")
+    assert len(cells) == 7
+    assert cells[1].get_dom_attribute("href") == "/worlds/buyers/turns/1/"
+    assert "7 turns, 7 errors" in rows[0].text  # ann_state is text: metric_type on every turn
+    assert rows[2].find_elements(By.TAG_NAME, "strong")[-1].text == "2"  # the sum, turns 1…6
+    rows[2].find_element(By.CSS_SELECTOR, "details summary").click()
+    assert "0: 0 · 1: 2 · 2: 0" in rows[2].find_element(By.CSS_SELECTOR, ".strip-values").text
+    assert low_contrast(browser) == []
+    assert sideways_overflow(browser) <= 0
+    full_page_shot(browser, "metrics-1-world-1400", 1400)
+    prefer_colour_scheme(browser, "dark")
+    assert low_contrast(browser) == []
+    full_page_shot(browser, "metrics-2-world-1400-dark", 1400)
+    prefer_colour_scheme(browser, "light")
+    browser.set_window_size(390, 900)
+    browser.get(f"{base}/worlds/buyers/")
+    assert sideways_overflow(browser) <= 0
+    full_page_shot(browser, "metrics-3-world-390", 390)
+
+    browser.set_window_size(1400, 1000)
+    browser.get(f"{base}/worlds/buyers/turns/1/")
+    measured = browser.find_element(By.ID, "measurements").text
+    assert "bought" in measured and "METRIC_TYPE" in measured.upper()
+    form_name = wait_for(
+        lambda: browser.find_elements(By.CSS_SELECTOR, ".note-form input[name=name]"),
+        10,
+        "the annotation form",
+    )[0]
+    offered = browser.find_elements(
+        By.CSS_SELECTOR, f"datalist#{form_name.get_attribute('list')} option"
+    )
+    assert {o.get_attribute("value") for o in offered} == {"ann_state", "bought", "tool_calls"}
+    full_page_shot(browser, "metrics-4-turn-1400", 1400)
+
+    browser.get(f"{base}/store/metrics/{bought}/")
+    page = browser.find_element(By.TAG_NAME, "main").text
+    assert "Worlds measured" in page and "buyers" in page
+    agreement = browser.find_element(By.ID, "agreement").text
+    assert "bought" in agreement and "1.000" in agreement  # the reviewer agrees on every turn
+    assert low_contrast(browser) == []
+    full_page_shot(browser, "metrics-5-metric-1400", 1400)
+    browser.set_window_size(390, 900)
+    browser.get(f"{base}/store/metrics/{bought}/")
+    assert sideways_overflow(browser) <= 0
+    full_page_shot(browser, "metrics-6-metric-390", 390)

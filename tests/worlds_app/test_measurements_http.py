@@ -1,0 +1,104 @@
+"""Measuring as a client does: metrics put and measurements asked for over real HTTP against the
+live server, measured by a real Celery worker on the measure queue."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from django.contrib.auth.models import User
+from rest_framework.authtoken.models import Token
+
+from tests.support.worker import unread_queue
+from tests.worlds_app.test_measurements import DRANK, TOOL_CALLS, buyers_world, expression
+from worlds_app.models import Measurement
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+
+
+def _client(live_server: Any, user: User) -> httpx.Client:
+    token = Token.objects.get_or_create(user=user)[0].key
+    return httpx.Client(
+        base_url=live_server.url, headers={"Authorization": f"Token {token}"}, timeout=30
+    )
+
+
+def _measured(http: httpx.Client, slug: str, label: str, count: int) -> list[dict[str, Any]]:
+    """The world's measurements of a metric once there are ``count`` (60 s at the most)."""
+    deadline = time.monotonic() + 60
+    rows: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        rows = http.get(f"/api/worlds/{slug}/measurements/?metric={label}").json()["results"]
+        if len(rows) >= count:
+            return rows
+        time.sleep(0.2)
+    raise AssertionError(f"{label}: {len(rows)} of {count} measurements after 60 s")
+
+
+def test_a_worker_measures_every_turn_and_measuring_again_writes_nothing(
+    live_server: Any, operator_user: User, celery_worker: str, toy_sources: str
+) -> None:
+    # The turns run in this process (the toy vending machine is this process's); their kicks go
+    # to a queue no worker reads.
+    with unread_queue(f"unread-{uuid.uuid4().hex}"):
+        buyers_world("buyers", 3)
+    with _client(live_server, operator_user) as http:
+        puts = {
+            label: http.post("/api/metrics/", json={"content": expression(label, text, agg)})
+            for label, text, agg in (
+                ("bought", DRANK, "any"),
+                ("tool_calls", TOOL_CALLS, "sum"),
+                ("ann_state", "entities.ann.state", "last"),
+                ("nobody", "entities.nobody.state", "last"),
+            )
+        }
+        assert {p.status_code for p in puts.values()} == {201}
+        hashes = {label: answer.json()["hash"] for label, answer in puts.items()}
+        refs = [
+            {"hash": hashes["bought"]},
+            {"label": "tool_calls"},
+            {"label": "ann_state"},
+            {"label": "nobody"},
+        ]
+        asked = http.post("/api/worlds/buyers/measurements/", json={"metrics": refs})
+        assert asked.status_code == 202, asked.text
+        body = asked.json()
+        assert (body["first_turn"], body["current_turn"]) == (0, 3)
+        assert [m["label"] for m in body["metrics"]] == [
+            "bought",
+            "tool_calls",
+            "ann_state",
+            "nobody",
+        ]
+
+        bought = _measured(http, "buyers", "bought", 4)
+        assert [(m["turn"], m["value"]) for m in bought] == [(0, 0.0), (1, 1.0), (2, 0.0), (3, 0.0)]
+        calls = _measured(http, "buyers", "tool_calls", 4)
+        assert [m["value"] for m in calls] == [0.0, 2.0, 0.0, 0.0]
+        state = _measured(http, "buyers", "ann_state", 4)
+        assert {m["error"]["code"] for m in state} == {"metric_type"}
+        assert {m["value"] for m in state} == {None}
+        nobody = _measured(http, "buyers", "nobody", 4)
+        assert {m["error"]["code"] for m in nobody} == {"metric_null"}
+        world = http.get("/api/worlds/buyers/").json()
+        assert [m["label"] for m in world["measured_metrics"]] == [
+            "ann_state",
+            "bought",
+            "nobody",
+            "tool_calls",
+        ]
+
+        rows = list(Measurement.objects.order_by("pk").values_list("pk", "measured_at", "value"))
+        again = http.post("/api/worlds/buyers/measurements/", json={"metrics": refs})
+        assert again.status_code == 202
+        # A later request's rows appearing means the worker has taken the requests before it.
+        later = http.post("/api/metrics/", json={"content": expression("hungry", "tokens")})
+        http.post(
+            "/api/worlds/buyers/measurements/", json={"metrics": [{"hash": later.json()["hash"]}]}
+        )
+        assert len(_measured(http, "buyers", "hungry", 4)) == 4
+        after = list(Measurement.objects.order_by("pk").values_list("pk", "measured_at", "value"))
+        assert after[: len(rows)] == rows and len(after) == len(rows) + 4

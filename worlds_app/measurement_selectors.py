@@ -1,0 +1,222 @@
+"""Reads of measurements (docs/measurement.md): a world's list and per-metric series, one turn's,
+and a metric's agreement with reviewers' annotations of the same turns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q, Subquery
+
+from chukwa_core.agreement import Agreement, agreement
+from chukwa_core.errors import NotFoundError, invalid
+from chukwa_core.ids import is_hash, label_problem
+from chukwa_core.metric_validation import integer_scale
+from chukwa_core.metric_values import aggregate
+from scenarios_app.selectors import metric_content, metric_rows
+from worlds_app.models import Annotation, AnnotationTarget, AnnotationValueKind, Measurement
+from worlds_app.selectors import require_slug, require_turn_number, world_row
+
+# The most turns a world page draws per metric (the newest); the API lists them all.
+SERIES_POINTS = 400
+_ROW_FIELDS = (
+    "turn_number",
+    "metric_id",
+    "metric__label",
+    "metric__kind",
+    "value",
+    "error_code",
+    "error_message",
+    "llm_call_id",
+    "measured_at",
+)
+
+
+def _row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "turn": row["turn_number"],
+        "metric": {
+            "hash": row["metric_id"],
+            "label": row["metric__label"],
+            "kind": row["metric__kind"],
+        },
+        "value": row["value"],
+        "error": (
+            {"code": row["error_code"], "message": row["error_message"]}
+            if row["error_code"]
+            else None
+        ),
+        "llm_call_id": row["llm_call_id"],
+        "measured_at": row["measured_at"],
+    }
+
+
+def _metric_filter(metric: str | None) -> Q:
+    if not metric:
+        return Q()
+    if is_hash(metric):
+        return Q(metric_id=metric)
+    if label_problem(metric) is None:
+        return Q(metric__label=metric)
+    raise invalid("invalid_query", "metric", f"{metric!r} is neither a hash nor a metric label")
+
+
+def measurement_list(*, slug: str, metric: str | None) -> dict[str, Any]:
+    """A world's measurements (of one metric: a hash, or a label for all its versions), by
+    metric and turn. One query after the world's."""
+    world = world_row(slug)
+    rows = (
+        Measurement.objects.filter(_metric_filter(metric), world=world)
+        .order_by("metric__label", "metric_id", "turn_number")
+        .values(*_ROW_FIELDS)
+    )
+    results = [_row(row) for row in rows]
+    return {"world": world.slug, "count": len(results), "results": results}
+
+
+def turn_measurements(*, slug: str, number: int) -> list[dict[str, Any]]:
+    """One turn's measurements, by metric label."""
+    require_slug(slug)
+    require_turn_number(number)
+    rows = (
+        Measurement.objects.filter(world__slug=slug, turn_number=number)
+        .order_by("metric__label", "metric_id")
+        .values(*_ROW_FIELDS)
+    )
+    return [_row(row) for row in rows]
+
+
+def world_metric_series(*, slug: str) -> list[dict[str, Any]]:
+    """Per metric the world was measured with: its points in turn order (the newest
+    SERIES_POINTS), each a value or an error, turn 0 and a branch's turns before its branch
+    point marked ``baseline``; and the world's value, the metric's aggregate over the turns the
+    world ran (errors and the baseline left out). Two queries after the world's."""
+    world = world_row(slug)
+    start = world.branched_from_turn or 0
+    rows = (
+        Measurement.objects.filter(world=world)
+        .order_by("metric__label", "metric_id", "turn_number")
+        .values("metric_id", "turn_number", "value", "error_code", "error_message")
+    )
+    by_metric: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_metric.setdefault(row["metric_id"], []).append(
+            {
+                "turn": row["turn_number"],
+                "value": row["value"],
+                "error": row["error_code"] or None,
+                "message": row["error_message"],
+                "baseline": row["turn_number"] <= start,
+            }
+        )
+    contents = _metric_contents(set(by_metric))
+    series: list[dict[str, Any]] = []
+    for metric_hash, points in by_metric.items():
+        content = contents[metric_hash]
+        ran = [p["value"] for p in points if not p["baseline"] and p["value"] is not None]
+        series.append(
+            {
+                "hash": metric_hash,
+                "label": content["label"],
+                "kind": content["kind"],
+                "aggregate": content["aggregate"],
+                "value": aggregate(content["aggregate"], ran),
+                "turns": len(points),
+                "error_turns": sum(1 for p in points if p["error"]),
+                "points": points[-SERIES_POINTS:],
+            }
+        )
+    series.sort(key=lambda s: (s["label"], s["hash"]))
+    return series
+
+
+def _metric_contents(hashes: set[str]) -> dict[str, dict[str, Any]]:
+    return {row["hash"]: row["content"] for row in metric_rows(hashes=hashes)}
+
+
+def _require_metric(metric_hash: str) -> dict[str, Any]:
+    if not is_hash(metric_hash):
+        raise invalid("invalid_hash", "hash", f"{metric_hash!r} is not a lowercase sha256 hex")
+    content = metric_content(metric_hash=metric_hash)
+    if content is None:
+        raise NotFoundError(
+            "component_not_found",
+            f"hash: no stored metric has hash {metric_hash}",
+            {"field": "hash", "hash": metric_hash},
+        )
+    return content
+
+
+def _paired_annotations(metric_hash: str) -> Any:
+    """Reviewers' numeric or boolean annotations of turns, each with the metric's value on the
+    same (world, turn) when it has one (errors have none)."""
+    value = Measurement.objects.filter(
+        metric_id=metric_hash,
+        world_id=OuterRef("turn__world_id"),
+        turn_number=OuterRef("turn__number"),
+        value__isnull=False,
+    ).values("value")[:1]
+    return (
+        Annotation.objects.filter(
+            target_kind=AnnotationTarget.TURN,
+            value_kind__in=[AnnotationValueKind.NUMBER, AnnotationValueKind.BOOLEAN],
+        )
+        .annotate(metric_value=Subquery(value))
+        .filter(metric_value__isnull=False)
+    )
+
+
+class AgreementResult(Agreement):
+    metric: dict[str, Any]
+    annotation: str
+    integer_scale: list[int] | None
+
+
+def metric_agreement(*, metric_hash: str, annotation: str) -> AgreementResult:
+    """The metric's values against reviewers' annotations named ``annotation`` on the same
+    turns: one pair per annotation (two reviewers of one turn are two pairs), a boolean label
+    read as 1 or 0. Spearman's rho, and quadratic-weighted Cohen's kappa when both sides are whole
+    numbers (a judge on an integer scale; an expression's 0/1). One query after the metric's."""
+    content = _require_metric(metric_hash)
+    problem = label_problem(annotation)
+    if problem is not None:
+        raise invalid("invalid_query", "annotation", f"{annotation!r} {problem}")
+    rows = _paired_annotations(metric_hash).filter(name=annotation)
+    metric_values: list[float] = []
+    labels: list[float] = []
+    for metric_value, kind, number, boolean in rows.values_list(
+        "metric_value", "value_kind", "value_number", "value_boolean"
+    ).order_by("created_at", "id"):
+        metric_values.append(metric_value)
+        labels.append(number if kind == AnnotationValueKind.NUMBER else float(bool(boolean)))
+    scale: tuple[int, int] | None = None
+    if integer_scale(content):
+        scale = (content["scale"]["min"], content["scale"]["max"])
+    found = agreement(metric_values, labels, integer_scale=scale)
+    return {
+        "metric": {"hash": metric_hash, "label": content["label"], "kind": content["kind"]},
+        "annotation": annotation,
+        "integer_scale": list(scale) if scale else None,
+        **found,
+    }
+
+
+def agreement_names(*, metric_hash: str) -> list[str]:
+    """The annotation names (numbers or booleans, on turns) that can be compared with the
+    metric: those on a turn it measured with a value. One query."""
+    measured = Measurement.objects.filter(
+        metric_id=metric_hash,
+        world_id=OuterRef("turn__world_id"),
+        turn_number=OuterRef("turn__number"),
+        value__isnull=False,
+    )
+    return list(
+        Annotation.objects.filter(
+            Exists(measured),
+            target_kind=AnnotationTarget.TURN,
+            value_kind__in=[AnnotationValueKind.NUMBER, AnnotationValueKind.BOOLEAN],
+        )
+        .order_by("name")
+        .values_list("name", flat=True)
+        .distinct()
+    )

@@ -1,0 +1,200 @@
+"""Measuring a world (docs/measurement.md, "Measuring"): a request names metrics and is handed to
+a worker on the measure queue; the worker writes one row per (world, turn, metric) that has none,
+for every committed turn of the world's history (turn 0 included). Measuring never runs inside a
+turn: it reads committed turns only, on workers of its own queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from django.conf import settings
+from django.db import transaction
+
+from chukwa_core.errors import invalid
+from chukwa_core.ids import is_hash, label_problem
+from chukwa_core.metric_validation import EXPRESSION, LLM_JUDGE, compile_expression
+from chukwa_core.metric_values import SUBJECT_NOT_AGENT, Outcome, evaluate
+from scenarios_app.selectors import metric_rows
+from worlds_app.history import first_turn, history_owners
+from worlds_app.models import Measurement, World
+from worlds_app.selectors import world_row
+from worlds_app.turn_view import TurnView, turn_views
+
+logger = logging.getLogger(__name__)
+
+MEASURE_WORLD_TASK = "worlds.measure_world"
+MAX_METRICS_PER_REQUEST = 50
+
+
+class MetricSummary(TypedDict):
+    hash: str
+    label: str
+    kind: str
+
+
+class MeasureRequestResult(TypedDict):
+    world: str
+    metrics: list[MetricSummary]
+    first_turn: int
+    current_turn: int
+
+
+def resolve_metric_refs(refs: Any, field: str = "metrics") -> list[MetricSummary]:
+    """``[{"hash": H} | {"label": L}, …]`` → the stored metrics, in order (a label names its
+    newest version); 400 naming the first ref that names none."""
+    if not isinstance(refs, list) or not refs:
+        raise invalid("invalid_metrics", field, "must be a non-empty array of metric refs")
+    if len(refs) > MAX_METRICS_PER_REQUEST:
+        raise invalid("invalid_metrics", field, f"at most {MAX_METRICS_PER_REQUEST} metrics")
+    hashes: list[str] = []
+    labels: list[str] = []
+    for index, ref in enumerate(refs):
+        where = f"{field}[{index}]"
+        if isinstance(ref, dict) and set(ref) == {"hash"} and is_hash(ref["hash"]):
+            hashes.append(ref["hash"])
+        elif (
+            isinstance(ref, dict) and set(ref) == {"label"} and label_problem(ref["label"]) is None
+        ):
+            labels.append(ref["label"])
+        else:
+            raise invalid(
+                "invalid_metric_ref",
+                where,
+                f'must be {{"hash": "<sha256>"}} or {{"label": "<label>"}}, got {ref!r}',
+            )
+    by_hash: dict[str, MetricSummary] = {}
+    by_label: dict[str, MetricSummary] = {}
+    for row in metric_rows(hashes=hashes, labels=labels):  # newest first
+        summary: MetricSummary = {"hash": row["hash"], "label": row["label"], "kind": row["kind"]}
+        by_hash[row["hash"]] = summary
+        by_label.setdefault(row["label"], summary)
+    found: list[MetricSummary] = []
+    for index, ref in enumerate(refs):
+        summary_or_none = by_hash.get(ref["hash"]) if "hash" in ref else by_label.get(ref["label"])
+        if summary_or_none is None:
+            what = f"hash {ref['hash']}" if "hash" in ref else f"label {ref['label']!r}"
+            raise invalid(
+                "unresolved_reference", f"{field}[{index}]", f"no stored metric has {what}"
+            )
+        if summary_or_none not in found:
+            found.append(summary_or_none)
+    return found
+
+
+def measurement_request(*, slug: str, metrics: Any) -> MeasureRequestResult:
+    """Check the world and the metrics, then hand the measuring to a worker (the measure queue).
+    Nothing is written here; a broker that cannot take the message answers 503."""
+    world = world_row(slug)
+    found = resolve_metric_refs(metrics)
+    _dispatch(world_id=world.pk, metric_hashes=[m["hash"] for m in found])
+    return {
+        "world": world.slug,
+        "metrics": found,
+        "first_turn": first_turn(history_owners(world)),
+        "current_turn": world.current_turn,
+    }
+
+
+def _dispatch(*, world_id: int, metric_hashes: list[str]) -> None:
+    # By name: the tasks module (an entry point above the services) is not imported here.
+    from celery import current_app
+
+    # The queue is read at send time so tests can route to their own worker.
+    current_app.send_task(
+        MEASURE_WORLD_TASK, args=[world_id, metric_hashes], queue=settings.CHUKWA_MEASURE_QUEUE
+    )
+
+
+class MeasureResult(TypedDict):
+    world: str | None
+    turns: int
+    written: int
+    skipped_judges: list[str]
+
+
+def _subject_problem(metric: Mapping[str, Any], views: Mapping[int, TurnView]) -> Outcome | None:
+    """A judge's ``subject`` must be an agent of the world (which no turn changes)."""
+    subject = metric.get("subject")
+    if subject is None or not views:
+        return None
+    entity = next(iter(views.values()))["entities"].get(subject)
+    if entity is not None and entity["kind"] == "agent":
+        return None
+    what = "no entity" if entity is None else f"a {entity['kind']}, not an agent"
+    return Outcome(
+        error_code=SUBJECT_NOT_AGENT,
+        error_message=f"subject: {subject!r} is {what} of this world",
+    )
+
+
+def measure_with_judge(
+    *, metric: Mapping[str, Any], view: TurnView, subject: str | None
+) -> Outcome:
+    """The seam for ``llm_judge`` metrics: one LLM call through the metric's source, the turn
+    view rendered into its prompts, the reply constrained to ``{"score", "rationale"}`` and
+    validated (the corrective retry of an LLM node), recorded as a traced, priced ``judge``
+    call linked to its measurement. It is built on the recording package that an attempt and a
+    judge each implement, which is being built; until then no judge is asked and no judge
+    measurement is written."""
+    raise NotImplementedError("llm_judge metrics are being built (docs/measurement.md)")
+
+
+def world_measure(*, world_id: int, metric_hashes: list[str]) -> MeasureResult:
+    """Write the missing measurements of every committed turn of a world for some metrics.
+    Idempotent: a (world, turn, metric) that has its row is not measured again, and a redelivered
+    task writes nothing twice (the unique constraint; conflicts are ignored)."""
+    world = World.objects.select_related("branch_parent").filter(pk=world_id).first()
+    if world is None:  # deleted since the request
+        return {"world": None, "turns": 0, "written": 0, "skipped_judges": []}
+    numbers = range(first_turn(history_owners(world)), world.current_turn + 1)
+    metrics = metric_rows(hashes=metric_hashes)
+    done = set(
+        Measurement.objects.filter(
+            world=world, metric_id__in=[m["hash"] for m in metrics]
+        ).values_list("metric_id", "turn_number")
+    )
+    missing = {m["hash"]: [n for n in numbers if (m["hash"], n) not in done] for m in metrics}
+    wanted = {n for turns in missing.values() for n in turns}
+    result: MeasureResult = {
+        "world": world.slug,
+        "turns": len(numbers),
+        "written": 0,
+        "skipped_judges": [],
+    }
+    if not wanted:
+        return result
+    views = turn_views(world=world, numbers=wanted)
+    rows: list[Measurement] = []
+    for metric in metrics:
+        turns = [n for n in missing[metric["hash"]] if n in views]
+        content = metric["content"]
+        if metric["kind"] == EXPRESSION:
+            compiled = compile_expression(content["expression"], "expression")
+            outcomes = {n: evaluate(compiled, views[n]) for n in turns}
+        elif metric["kind"] == LLM_JUDGE:
+            problem = _subject_problem(content, views)
+            if problem is None:
+                # TODO(judge): call measure_with_judge (this module) per turn once judge calls
+                # are recorded through the recording package; judges are skipped until then.
+                result["skipped_judges"].append(metric["hash"])
+                continue
+            outcomes = {n: problem for n in turns}
+        rows += [
+            Measurement(
+                world=world,
+                turn_number=n,
+                metric_id=metric["hash"],
+                value=outcome.value,
+                error_code=outcome.error_code,
+                error_message=outcome.error_message,
+            )
+            for n, outcome in outcomes.items()
+        ]
+    if rows:
+        with transaction.atomic(durable=True):
+            Measurement.objects.bulk_create(rows, ignore_conflicts=True)
+    result["written"] = len(rows)
+    return result
