@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 import jmespath
 from jmespath.exceptions import JMESPathError
@@ -30,6 +31,7 @@ class Outcome:
     value: float | None = None
     error_code: str = ""
     error_message: str = ""
+    llm_call_id: UUID | None = None  # a judge's (accepted, or last) generation
 
 
 def typed_result(result: Any) -> Outcome:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
 from chukwa_core.agreement import Agreement, agreement
 from chukwa_core.errors import NotFoundError, invalid
@@ -75,15 +76,20 @@ def measurement_list(*, slug: str, metric: str | None) -> dict[str, Any]:
 
 
 def turn_measurements(*, slug: str, number: int) -> list[dict[str, Any]]:
-    """One turn's measurements, by metric label."""
+    """One turn's measurements, by metric label; a judge's with the rationale of its score."""
     require_slug(slug)
     require_turn_number(number)
     rows = (
         Measurement.objects.filter(world__slug=slug, turn_number=number)
         .order_by("metric__label", "metric_id")
-        .values(*_ROW_FIELDS)
+        .values(
+            *_ROW_FIELDS,
+            rationale=KeyTextTransform(
+                "rationale", KeyTransform("judge_score", "llm_call__artifacts")
+            ),
+        )
     )
-    return [_row(row) for row in rows]
+    return [{**_row(row), "rationale": row["rationale"] or ""} for row in rows]
 
 
 def world_metric_series(*, slug: str) -> list[dict[str, Any]]:

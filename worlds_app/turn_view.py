@@ -154,9 +154,9 @@ def _calls(attempt_ids: set[Any]) -> dict[Any, _Calls]:
     return found
 
 
-def turn_views(*, world: World, numbers: Iterable[int]) -> dict[int, TurnView]:
-    """The views of a world's committed turns among ``numbers`` (those it has none of are left
-    out), read with five queries whatever their count (and one more per branch parent)."""
+def _picked(world: World, numbers: Iterable[int]) -> dict[int, tuple[dict[str, Any], Any]]:
+    """Per committed turn among ``numbers``: its turn row (state, time) and the attempt whose
+    patches and calls it shows."""
     owners: Owners = history_owners(world)
     wanted = sorted({n for n in numbers if first_turn(owners) <= n <= world.current_turn})
     if not wanted:
@@ -178,6 +178,21 @@ def turn_views(*, world: World, numbers: Iterable[int]) -> dict[int, TurnView]:
             continue
         attempt = next((row["attempt_id"] for row in held if row["attempt_id"]), None)
         picked[number] = (held[0], attempt)
+    return picked
+
+
+def turn_states(*, world: World, numbers: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """The world state snapshots of a world's committed turns among ``numbers`` (an
+    interviewed subject's own view is rendered from them)."""
+    return {number: row["state"] for number, (row, _) in _picked(world, numbers).items()}
+
+
+def turn_views(*, world: World, numbers: Iterable[int]) -> dict[int, TurnView]:
+    """The views of a world's committed turns among ``numbers`` (those it has none of are left
+    out), read with five queries whatever their count (and one more per branch parent)."""
+    picked = _picked(world, numbers)
+    if not picked:
+        return {}
     attempt_ids = {attempt for _, attempt in picked.values() if attempt is not None}
     patches = _patches(attempt_ids) if attempt_ids else {}
     calls = _calls(attempt_ids) if attempt_ids else {}

@@ -9,7 +9,11 @@ and that builds every statement. How the statements reach the database is the
 """
 
 from cognition_app.recording.calls import CallOwner, CallRecord, log_finished
-from cognition_app.recording.closing import finish_running, interrupt_running
+from cognition_app.recording.closing import (
+    finish_running,
+    interrupt_running,
+    interrupt_stale_judges,
+)
 from cognition_app.recording.generations import GenerationRecord, Verdict
 from cognition_app.recording.port import DIRECT, DirectRecorder, Recorder, trace_batch
 from cognition_app.recording.write_behind import Held, TraceWriter
@@ -26,6 +30,7 @@ __all__ = [
     "Verdict",
     "finish_running",
     "interrupt_running",
+    "interrupt_stale_judges",
     "log_finished",
     "trace_batch",
 ]

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from uuid import UUID
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
+from cognition_app.models import InvocationKind, InvocationStatus, LlmCall, SourceInvocation
 
 
 def _close_running(attempt_id: UUID, status: str, failure_class: str, reason: str) -> int:
-    now = timezone.now()
-    ids = list(
-        SourceInvocation.objects.filter(
-            attempt_id=attempt_id, status=InvocationStatus.RUNNING
-        ).values_list("pk", flat=True)
+    return _close(
+        SourceInvocation.objects.filter(attempt_id=attempt_id, status=InvocationStatus.RUNNING),
+        status,
+        failure_class,
+        reason,
     )
+
+
+def _close(
+    running: QuerySet[SourceInvocation], status: str, failure_class: str, reason: str
+) -> int:
+    now = timezone.now()
+    ids = list(running.values_list("pk", flat=True))
     if not ids:
         return 0
     SourceInvocation.objects.filter(pk__in=ids).update(
@@ -36,3 +45,20 @@ def finish_running(*, attempt_id: UUID, reason: str) -> int:
     """When an attempt fails, rows it left open become ``failed`` (every row opened is
     finished); normally there are none, since each call finishes its own rows."""
     return _close_running(attempt_id, InvocationStatus.FAILED, "attempt_ended", reason)
+
+
+def interrupt_stale_judges(*, started_before: datetime) -> int:
+    """The reaper's part for calls outside any attempt: a judge's rows still ``running`` though
+    started before ``started_before`` (longer ago than its task may run: its worker died)
+    become ``interrupted``."""
+    return _close(
+        SourceInvocation.objects.filter(
+            attempt__isnull=True,
+            kind=InvocationKind.JUDGE,
+            status=InvocationStatus.RUNNING,
+            started_at__lt=started_before,
+        ),
+        InvocationStatus.INTERRUPTED,
+        "interrupted",
+        "the judge's worker stopped before the call ended",
+    )

@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 from scipy.stats import spearmanr
 from sklearn.metrics import cohen_kappa_score
 
+from cognition_app.models import SourceInvocation
 from scenarios_app.models import Metric
 from scenarios_app.services import metric_put, response_source_put, scenario_assemble
 from tests.cognition_app.test_rule_tools import _scenario as rule_tool_scenario
@@ -23,7 +24,7 @@ from tests.conftest import HTTP_SOURCE, LLM_SOURCE
 from worlds_app import measurement_selectors
 from worlds_app.models import Annotation, Measurement, Turn, World
 from worlds_app.services import turn_attempt_enqueue, turn_attempt_run, world_create
-from worlds_app.services.measurements import measure_with_judge, world_measure
+from worlds_app.services.measurements import world_measure
 from worlds_app.turn_view import turn_view, turn_views
 
 pytestmark = pytest.mark.django_db
@@ -185,22 +186,13 @@ def test_measuring_again_writes_nothing_new(toy_sources: str) -> None:
     assert world_measure(world_id=world.pk, metric_hashes=[drank])["written"] == 1
 
 
-def test_a_judge_is_not_asked_yet_but_a_subject_that_is_no_agent_is_recorded(
-    toy_sources: str,
-) -> None:
+def test_a_judge_whose_subject_is_no_agent_records_it_without_asking(toy_sources: str) -> None:
     world = buyers_world("buyers", 1)
     source = {"hash": response_source_put(content=LLM_SOURCE)["hash"]}
-    interview = metric_put(content=judge(source, subject="ann"))["hash"]
     nobody = metric_put(content=judge(source, subject="carol", label="carol_view"))["hash"]
-    done = world_measure(world_id=world.pk, metric_hashes=[interview, nobody])
-    # no judge score is made up: the judge seam is not built yet, so nothing is written for it
-    assert done["skipped_judges"] == [interview]
-    assert values("buyers", interview) == {}
+    assert world_measure(world_id=world.pk, metric_hashes=[nobody])["written"] == 2
     assert values("buyers", nobody) == {0: "subject_not_agent", 1: "subject_not_agent"}
-    with pytest.raises(NotImplementedError):
-        measure_with_judge(
-            metric=judge(source), view=turn_view(slug="buyers", number=1), subject=None
-        )
+    assert not SourceInvocation.objects.filter(kind="judge").exists()  # no judge was asked
 
 
 # --- bad metrics: 400 naming the field, nothing written ----------------------------------------

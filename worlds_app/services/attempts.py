@@ -14,16 +14,17 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TypedDict
 
+from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from chukwa_core import log_context
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.json_values import storable_text
-from cognition_app.recording import interrupt_running
+from cognition_app.recording import interrupt_running, interrupt_stale_judges
 from cognition_app.sources import scrub
 from cognition_app.subject_run import AttemptFailure, StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt, World
@@ -366,8 +367,12 @@ def _ms_since(started: float) -> int:
 
 def turn_attempt_reap(*, now: datetime | None = None) -> list[str]:
     """Mark running attempts whose lease expired as interrupted (the worker died); the world
-    stays at its last committed turn and the rest of the batch is cancelled."""
+    stays at its last committed turn and the rest of the batch is cancelled. A judge's call
+    left running longer than its task may run is interrupted too."""
     now = now or _now()
+    interrupt_stale_judges(
+        started_before=now - timedelta(seconds=settings.CHUKWA_ATTEMPT_TIME_LIMIT)
+    )
     expired = list(
         TurnAttempt.objects.filter(
             status=AttemptStatus.RUNNING, lease_expires_at__lt=now

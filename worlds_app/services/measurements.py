@@ -21,6 +21,7 @@ from scenarios_app.selectors import metric_rows
 from worlds_app.history import first_turn, history_owners
 from worlds_app.models import Measurement, World
 from worlds_app.selectors import world_row
+from worlds_app.services.judging import judged
 from worlds_app.turn_view import TurnView, turn_views
 
 logger = logging.getLogger(__name__)
@@ -112,7 +113,6 @@ class MeasureResult(TypedDict):
     world: str | None
     turns: int
     written: int
-    skipped_judges: list[str]
 
 
 def _subject_problem(metric: Mapping[str, Any], views: Mapping[int, TurnView]) -> Outcome | None:
@@ -130,25 +130,13 @@ def _subject_problem(metric: Mapping[str, Any], views: Mapping[int, TurnView]) -
     )
 
 
-def measure_with_judge(
-    *, metric: Mapping[str, Any], view: TurnView, subject: str | None
-) -> Outcome:
-    """The seam for ``llm_judge`` metrics: one LLM call through the metric's source, the turn
-    view rendered into its prompts, the reply constrained to ``{"score", "rationale"}`` and
-    validated (the corrective retry of an LLM node), recorded as a traced, priced ``judge``
-    call linked to its measurement. It is built on the recording package that an attempt and a
-    judge each implement, which is being built; until then no judge is asked and no judge
-    measurement is written."""
-    raise NotImplementedError("llm_judge metrics are being built (docs/measurement.md)")
-
-
 def world_measure(*, world_id: int, metric_hashes: list[str]) -> MeasureResult:
     """Write the missing measurements of every committed turn of a world for some metrics.
     Idempotent: a (world, turn, metric) that has its row is not measured again, and a redelivered
     task writes nothing twice (the unique constraint; conflicts are ignored)."""
     world = World.objects.select_related("branch_parent").filter(pk=world_id).first()
     if world is None:  # deleted since the request
-        return {"world": None, "turns": 0, "written": 0, "skipped_judges": []}
+        return {"world": None, "turns": 0, "written": 0}
     numbers = range(first_turn(history_owners(world)), world.current_turn + 1)
     metrics = metric_rows(hashes=metric_hashes)
     done = set(
@@ -162,12 +150,11 @@ def world_measure(*, world_id: int, metric_hashes: list[str]) -> MeasureResult:
         "world": world.slug,
         "turns": len(numbers),
         "written": 0,
-        "skipped_judges": [],
     }
     if not wanted:
         return result
     views = turn_views(world=world, numbers=wanted)
-    rows: list[Measurement] = []
+    outcomes: dict[int, Outcome]
     for metric in metrics:
         turns = [n for n in missing[metric["hash"]] if n in views]
         content = metric["content"]
@@ -177,24 +164,35 @@ def world_measure(*, world_id: int, metric_hashes: list[str]) -> MeasureResult:
         elif metric["kind"] == LLM_JUDGE:
             problem = _subject_problem(content, views)
             if problem is None:
-                # TODO(judge): call measure_with_judge (this module) per turn once judge calls
-                # are recorded through the recording package; judges are skipped until then.
-                result["skipped_judges"].append(metric["hash"])
+                # one turn at a time, each row written as soon as its turn is judged: a judging
+                # cut short (a worker killed) keeps what it measured and asks again only the rest
+                for number, outcome in judged(world=world, metric=metric, views=views, turns=turns):
+                    _write(world, metric, {number: outcome})
+                    result["written"] += 1
                 continue
             outcomes = {n: problem for n in turns}
-        rows += [
-            Measurement(
-                world=world,
-                turn_number=n,
-                metric_id=metric["hash"],
-                value=outcome.value,
-                error_code=outcome.error_code,
-                error_message=outcome.error_message,
-            )
-            for n, outcome in outcomes.items()
-        ]
-    if rows:
-        with transaction.atomic(durable=True):
-            Measurement.objects.bulk_create(rows, ignore_conflicts=True)
-    result["written"] = len(rows)
+        _write(world, metric, outcomes)
+        result["written"] += len(outcomes)
     return result
+
+
+def _write(world: World, metric: Mapping[str, Any], outcomes: Mapping[int, Outcome]) -> None:
+    """The rows of ``outcomes``; one that exists already (a redelivered task) is left as it is."""
+    if not outcomes:
+        return
+    with transaction.atomic(durable=True):
+        Measurement.objects.bulk_create(
+            [
+                Measurement(
+                    world=world,
+                    turn_number=n,
+                    metric_id=metric["hash"],
+                    value=outcome.value,
+                    error_code=outcome.error_code,
+                    error_message=outcome.error_message,
+                    llm_call_id=outcome.llm_call_id,
+                )
+                for n, outcome in outcomes.items()
+            ],
+            ignore_conflicts=True,
+        )

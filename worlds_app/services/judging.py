@@ -1,0 +1,125 @@
+"""Measuring turns with a metric's LLM judge (docs/measurement.md, "LLM judges").
+
+Each turn is one judging (``cognition_app.judges``): the turn view rendered into the metric's
+prompts — and, with ``subject``, that agent's own view of the turn (an interview in its
+context) — a score on the metric's scale with its rationale, and the corrective retry of an LLM
+node. The judge's generations are source invocations of kind ``judge`` outside any attempt,
+recorded at once through the direct recorder (``cognition_app.recording.DIRECT``); they carry the
+world and the turn, count against the world's budget, and a world that replays another is
+measured from the other world's judge calls (strictly: without a network call).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from chukwa_core.metric_values import Outcome
+from chukwa_core.prompt_templates import PLACEHOLDER_RE
+from chukwa_core.rendering import environment_rendered, subject_rendered
+from chukwa_core.world_state import WorldState, memory_of
+from cognition_app.budgets import BudgetLedger
+from cognition_app.judges import JudgeFailed, judge_turn
+from cognition_app.models import InvocationKind, InvocationStatus, SourceInvocation
+from cognition_app.sources import REPLAY_STRICT, CallContext, Replay
+from worlds_app.models import World
+from worlds_app.selectors import world_budget_limits
+from worlds_app.turn_view import TurnView, turn_states
+
+# A judge's stored error message is cut to this (a source failure may quote a long body).
+MAX_ERROR_MESSAGE = 2000
+
+
+def _rendered(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def prompt_values(
+    view: TurnView, state: Mapping[str, Any] | None, subject: str | None
+) -> dict[str, str]:
+    """What a judge's placeholders stand for: the turn view, each of its keys, and with a
+    subject, that agent's own view as an LLM node's prompt would show it."""
+    values = {"turn": _rendered(view), **{f"turn.{k}": _rendered(v) for k, v in view.items()}}
+    if subject is not None and state is not None:
+        world = WorldState.from_snapshot(dict(state))
+        values.update(
+            {
+                "subject.id": subject,
+                "subject.rendered": subject_rendered(world, subject),
+                "subject.memory": memory_of(world.entities[subject]) or "(nothing yet)",
+                "environment.rendered": environment_rendered(world, subject),
+            }
+        )
+    return values
+
+
+def _render(template: str, values: Mapping[str, str]) -> str:
+    # validated at put: every placeholder is one of the values'
+    return PLACEHOLDER_RE.sub(lambda match: values[match.group(1)], template)
+
+
+def _judge_replay(world: World) -> Replay | None:
+    """A world that replays another is measured from that world's judge calls (their request
+    keys: the same prompts about the same turns are asked again)."""
+    if world.replay_from is None or world.replay_source_id is None:
+        return None
+    judges = SourceInvocation.objects.filter(
+        kind=InvocationKind.JUDGE, status=InvocationStatus.SUCCEEDED
+    )
+    return Replay(
+        source_world_slug=world.replay_from["world"],
+        strict=world.replay_from["mode"] == REPLAY_STRICT,
+        recorded=judges.filter(world_id=world.replay_source_id),
+        used=judges.filter(world_id=world.pk),
+    )
+
+
+def judged(
+    *, world: World, metric: Mapping[str, Any], views: Mapping[int, TurnView], turns: list[int]
+) -> Iterator[tuple[int, Outcome]]:
+    """Score each of ``turns`` with the metric's judge, yielding each turn's outcome as soon as
+    it is judged; a turn the judge could not score has its error (``judge_output``, or the
+    source's failure class) and the last generation."""
+    content = metric["content"]
+    subject = content.get("subject")
+    states = turn_states(world=world, numbers=turns) if subject is not None else {}
+    limits = world_budget_limits(world_id=world.pk)
+    replay = _judge_replay(world)
+    counter = itertools.count(1)
+    for number in turns:
+        values = prompt_values(views[number], states.get(number), subject)
+        ctx = CallContext(
+            attempt_id=None,
+            world_id=world.pk,
+            world_slug=world.slug,
+            attempted_turn=number,
+            next_seq=lambda: next(counter),
+            node_id=f"metric:{metric['label']}",
+            subject_id=subject or "",
+            world_seed=world.seed,
+            replay=replay,
+            budget=BudgetLedger(limits) if limits is not None else None,
+        )
+        try:
+            score = judge_turn(
+                ctx=ctx,
+                source_hash=content["source"]["hash"],
+                system=_render(content["system"], values),
+                user=_render(content["user_template"], values),
+                low=float(content["scale"]["min"]),
+                high=float(content["scale"]["max"]),
+                max_generation_attempts=content["max_generation_attempts"],
+            )
+        except JudgeFailed as exc:
+            yield (
+                number,
+                Outcome(
+                    error_code=exc.code,
+                    error_message=exc.message[:MAX_ERROR_MESSAGE],
+                    llm_call_id=exc.llm_call_id,
+                ),
+            )
+        else:
+            yield number, Outcome(value=score.score, llm_call_id=score.llm_call_id)
