@@ -10,6 +10,15 @@ copies of the metrics. Printed: the turn views' read per turn, the expressions' 
 metric-turn, the whole measuring (views, evaluation, the rows' insert) per metric-turn, and
 measuring again (nothing missing, nothing written). The exit status is 1 if the whole measuring
 costs more than the target per metric-turn.
+
+Then (skipped with ``--skip-judge``) the judge's overhead beside an LLM turn's, in the same run,
+against the scripted zero-latency model in a child process (``llm_overhead_scripted.py``): a
+one-agent LLM world (``llm_overhead_world.py``) runs J turns (``--judge-turns``, after 3 of
+warm-up), each timed whole in-process (one generation of a 400-character patch, the turn's rows,
+its commit); then a judge metric on the same source measures each of its turns (one judge call
+of a 60-character score per turn: the prompts from the turn view, the traced generation, the
+check, the measurement row). Printed: ms per LLM turn and ms per judge call (medians over the
+calls' own invocation rows and the whole measuring divided by the calls).
 """
 
 from __future__ import annotations
@@ -61,10 +70,85 @@ def _metrics(round_: int) -> list[str]:
     ]
 
 
+def _judge_part(turns: int) -> None:
+    """The judge's overhead per call beside an LLM turn's (see the module's docstring)."""
+    from llm_overhead_scripted import ChildProcessServer
+    from llm_overhead_world import WORLD_SLUG, make_world, patch_reply
+
+    from cognition_app.models import InvocationKind, SourceInvocation
+    from scenarios_app.services import metric_put
+    from worlds_app.models import World
+    from worlds_app.services import turn_attempt_enqueue, turn_attempt_run
+    from worlds_app.services.measurements import world_measure
+
+    server = ChildProcessServer()
+    os.environ["CHUKWA_LLM_BASE_URL"] = server.base_url
+    os.environ["CHUKWA_LLM_API_KEY"] = "bench-judge-key"
+    try:
+        make_world()
+        warm_up = 3
+        turn_ms: list[float] = []
+        for index in range(warm_up + turns):
+            server.script(patch_reply(400))
+            (attempt_id,) = turn_attempt_enqueue(slug=WORLD_SLUG)["attempt_ids"]
+            started = time.perf_counter()
+            assert turn_attempt_run(attempt_id=attempt_id, owner="bench") == "committed"
+            if index >= warm_up:
+                turn_ms.append((time.perf_counter() - started) * 1000)
+        world = World.objects.get(slug=WORLD_SLUG)
+        source_hash = (
+            SourceInvocation.objects.filter(world=world, kind=InvocationKind.LLM_GENERATION)
+            .values_list("source_hash", flat=True)
+            .first()
+        )
+        judge = metric_put(
+            content={
+                "version": 1,
+                "label": "bench_judge",
+                "kind": "llm_judge",
+                "aggregate": "mean",
+                "source": {"hash": source_hash},
+                "system": "You rate how plausible one turn of a simulation is.",
+                "user_template": "The turn:\n{{turn.patches}}\nRate it from 1 to 5.",
+                "scale": {"min": 1, "max": 5},
+            }
+        )["hash"]
+        calls = world.current_turn + 1
+        for _ in range(calls):
+            server.script('{"score": 4, "rationale": "it follows from the turn before"}')
+        started = time.perf_counter()
+        done = world_measure(world_id=world.pk, metric_hashes=[judge])
+        whole_ms = (time.perf_counter() - started) * 1000
+        assert done["written"] == calls, done
+        own = list(
+            SourceInvocation.objects.filter(world=world, kind=InvocationKind.JUDGE).values_list(
+                "duration_ms", flat=True
+            )
+        )
+        status = server.status()
+        assert len(own) == calls and not status["failures"], (len(own), calls, status)
+        print(
+            f"\njudge overhead beside an LLM turn (scripted model at 0 ms, one agent, "
+            f"{turns} timed turns, {calls} judge calls):"
+        )
+        print(
+            f"  LLM turn, whole in-process (one generation): median "
+            f"{statistics.median(turn_ms):.2f} ms"
+        )
+        print(
+            f"  judge call, its invocation row: median {statistics.median(own):.1f} ms; "
+            f"the whole measuring per call {whole_ms / calls:.2f} ms"
+        )
+    finally:
+        server.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", type=int, default=10)
     parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument("--judge-turns", type=int, default=30)
+    parser.add_argument("--skip-judge", action="store_true")
     args = parser.parse_args()
     if os.environ.get("DATABASE_URL"):
         print("refusing: DATABASE_URL is set (the bench makes its own database)")
@@ -134,6 +218,8 @@ def main() -> int:
         median = statistics.median(whole)
         verdict = "met" if median <= TARGET_MS else "NOT met"
         print(f"target ≤ {TARGET_MS} ms per metric-turn: {verdict} ({median:.3f} ms)")
+        if not args.skip_judge:
+            _judge_part(args.judge_turns)
         return 0 if median <= TARGET_MS else 1
     finally:
         from django.db import connections
