@@ -3,17 +3,26 @@ live server, measured by a real Celery worker on the measure queue."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import httpx
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from tests.support.worker import unread_queue
-from tests.worlds_app.test_measurements import DRANK, TOOL_CALLS, buyers_world, expression
+from cognition_app.models import ModelPrice
+from tests.conftest import LLM_SOURCE
+from tests.support.fixtures import TEST_API_KEY
+from tests.support.scripted_llm import ScriptedLLM
+from tests.support.worker import routed_to, unread_queue, worker_process
+from tests.worlds_app.test_measurements import DRANK, TOOL_CALLS, buyers_world, expression, judge
 from worlds_app.models import Measurement
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -102,3 +111,56 @@ def test_a_worker_measures_every_turn_and_measuring_again_writes_nothing(
         assert len(_measured(http, "buyers", "hungry", 4)) == 4
         after = list(Measurement.objects.order_by("pk").values_list("pk", "measured_at", "value"))
         assert after[: len(rows)] == rows and len(after) == len(rows) + 4
+
+
+def test_a_worker_asks_the_judge_for_every_turn_traced_and_priced(
+    live_server: Any, operator_user: User, toy_sources: str, scripted_llm: ScriptedLLM
+) -> None:
+    """A judge metric put and measured over real HTTP; a worker of its own (which sees the
+    scripted model) asks the judge once per turn; the scores link to priced judge calls."""
+    with unread_queue(f"unread-{uuid.uuid4().hex}"):
+        buyers_world("judged", 2)
+    ModelPrice.objects.create(
+        url_env="CHUKWA_LLM_BASE_URL",
+        model="gpt-4o-mini",
+        input_per_million=Decimal("0.15"),
+        output_per_million=Decimal("0.60"),
+        cached_input_per_million=Decimal("0.075"),
+        valid_from=timezone.now() - timedelta(days=1),
+    )
+    scripted_llm.script(
+        *(json.dumps({"score": score, "rationale": f"turn scored {score}"}) for score in (5, 3, 1))
+    )
+    queue = f"judge-{uuid.uuid4().hex[:8]}"
+    env = {
+        "CHUKWA_DB_NAME": connection.settings_dict["NAME"],
+        "CHUKWA_LLM_BASE_URL": scripted_llm.base_url,
+        "CHUKWA_LLM_API_KEY": TEST_API_KEY,
+    }
+    with (
+        worker_process(queue, env=env, queue=queue),
+        routed_to(queue),
+        _client(live_server, operator_user) as http,
+    ):
+        source = http.post("/api/response-sources/", json={"content": LLM_SOURCE})
+        assert source.status_code in (200, 201), source.text
+        metric = http.post(
+            "/api/metrics/", json={"content": judge({"hash": source.json()["hash"]})}
+        )
+        assert metric.status_code == 201, metric.text
+        asked = http.post(
+            "/api/worlds/judged/measurements/", json={"metrics": [{"label": "plausible"}]}
+        )
+        assert asked.status_code == 202, asked.text
+        rows = _measured(http, "judged", "plausible", 3)
+        assert [(m["turn"], m["value"], m["error"]) for m in rows] == [
+            (0, 5.0, None),
+            (1, 3.0, None),
+            (2, 1.0, None),
+        ]
+        for row in rows:
+            call = http.get(f"/api/llm-calls/{row['llm_call_id']}/").json()
+            assert call["status"] == "succeeded" and float(call["cost"]) > 0, call
+        judged = http.get("/api/source-invocations/?kind=judge").json()["results"]
+        assert sorted(r["attempted_turn"] for r in judged) == [0, 1, 2]
+    assert len(scripted_llm.requests) == 3
