@@ -5,12 +5,15 @@ light and dark. Screenshots land in test-artifacts/ (metrics-*.png)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.auth.models import User
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
-from scenarios_app.services import metric_put
+from scenarios_app.services import metric_put, response_source_put
+from tests.conftest import LLM_SOURCE
 from tests.support.chromium import (
     full_page_shot,
     low_contrast,
@@ -19,7 +22,8 @@ from tests.support.chromium import (
     sign_in,
     wait_for,
 )
-from tests.worlds_app.test_measurements import DRANK, TOOL_CALLS, buyers_world, expression
+from tests.support.scripted_llm import ScriptedLLM
+from tests.worlds_app.test_measurements import DRANK, TOOL_CALLS, buyers_world, expression, judge
 from worlds_app.models import Annotation, Turn
 from worlds_app.services.measurements import world_measure
 
@@ -28,7 +32,7 @@ PASSWORD = "a-long-password-1"
 
 
 def test_measured_metrics_on_the_world_turn_and_metric_pages(
-    live_server: object, browser: webdriver.Chrome, toy_sources: str
+    live_server: object, browser: webdriver.Chrome, toy_sources: str, scripted_llm: ScriptedLLM
 ) -> None:
     base = live_server.url  # type: ignore[attr-defined]
     reviewer = User.objects.create_user("rita", password=PASSWORD)
@@ -36,7 +40,15 @@ def test_measured_metrics_on_the_world_turn_and_metric_pages(
     bought = metric_put(content=expression("bought", DRANK))["hash"]
     calls = metric_put(content=expression("tool_calls", TOOL_CALLS, "sum"))["hash"]
     state = metric_put(content=expression("ann_state", "entities.ann.state", "last"))["hash"]
-    world_measure(world_id=world.pk, metric_hashes=[bought, calls, state])
+    source = {"hash": response_source_put(content=LLM_SOURCE)["hash"]}
+    plausible = metric_put(content=judge(source))["hash"]
+    scripted_llm.script(
+        *(
+            json.dumps({"score": 5 - n % 3, "rationale": f"Turn {n}: nothing strains belief."})
+            for n in range(7)
+        )
+    )
+    world_measure(world_id=world.pk, metric_hashes=[bought, calls, state, plausible])
     for number, label in ((1, 1), (2, 0), (3, 0), (4, 0)):
         Annotation.objects.create(
             target_kind="turn",
@@ -56,8 +68,15 @@ def test_measured_metrics_on_the_world_turn_and_metric_pages(
     assert [r.find_element(By.TAG_NAME, "code").text for r in rows] == [
         "ann_state",
         "bought",
+        "plausible",
         "tool_calls",
     ]
+    rows = [
+        rows[0],
+        rows[1],
+        rows[3],
+        rows[2],
+    ]  # as before the judge: ann_state, bought, tool_calls; then plausible
     # one cell per turn (0…6), each linking to its turn
     cells = rows[2].find_elements(By.CSS_SELECTOR, "svg.metric-strip a")
     assert len(cells) == 7
@@ -82,6 +101,8 @@ def test_measured_metrics_on_the_world_turn_and_metric_pages(
     browser.get(f"{base}/worlds/buyers/turns/1/")
     measured = browser.find_element(By.ID, "measurements").text
     assert "bought" in measured and "METRIC_TYPE" in measured.upper()
+    # the judge's score with its rationale and its call
+    assert "Turn 1: nothing strains belief." in measured and "judge call" in measured
     form_name = wait_for(
         lambda: browser.find_elements(By.CSS_SELECTOR, ".note-form input[name=name]"),
         10,
@@ -90,7 +111,12 @@ def test_measured_metrics_on_the_world_turn_and_metric_pages(
     offered = browser.find_elements(
         By.CSS_SELECTOR, f"datalist#{form_name.get_attribute('list')} option"
     )
-    assert {o.get_attribute("value") for o in offered} == {"ann_state", "bought", "tool_calls"}
+    assert {o.get_attribute("value") for o in offered} == {
+        "ann_state",
+        "bought",
+        "plausible",
+        "tool_calls",
+    }
     full_page_shot(browser, "metrics-4-turn-1400", 1400)
 
     browser.get(f"{base}/store/metrics/{bought}/")
@@ -104,3 +130,18 @@ def test_measured_metrics_on_the_world_turn_and_metric_pages(
     browser.get(f"{base}/store/metrics/{bought}/")
     assert sideways_overflow(browser) <= 0
     full_page_shot(browser, "metrics-6-metric-390", 390)
+    browser.set_window_size(390, 900)
+    browser.get(f"{base}/worlds/buyers/turns/1/")
+    assert sideways_overflow(browser) <= 0
+    full_page_shot(browser, "metrics-7-turn-390", 390)
+    browser.set_window_size(1400, 1000)
+    browser.get(f"{base}/store/metrics/{plausible}/")
+    assert "buyers" in browser.find_element(By.TAG_NAME, "main").text
+    assert low_contrast(browser) == []
+    full_page_shot(browser, "metrics-8-judge-1400", 1400)
+    browser.get(f"{base}/worlds/buyers/turns/1/")
+    browser.find_element(By.LINK_TEXT, "judge call").click()
+    call_page = browser.find_element(By.TAG_NAME, "main").text
+    assert "judge" in call_page and "Turn 1: nothing strains belief." in call_page
+    assert low_contrast(browser) == []
+    full_page_shot(browser, "metrics-9-judge-call-1400", 1400)

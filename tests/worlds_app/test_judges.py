@@ -219,6 +219,7 @@ def test_a_judges_call_reads_everywhere_a_call_is_shown(
     ):
         page = browser.get(url)
         assert page.status_code == 200, (url, page.content[:300])
+        assert b"/attempts/None" not in page.content, url  # a judge has no attempt to link
     turn = browser.get("/worlds/buyers/turns/0/").content.decode()
     assert "Ann bought the bar" in turn and f"/llm-calls/{call.pk}/" in turn
     for url in (
