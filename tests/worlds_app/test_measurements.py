@@ -23,7 +23,7 @@ from tests.cognition_app.test_rule_tools import _scenario as rule_tool_scenario
 from tests.conftest import HTTP_SOURCE, LLM_SOURCE
 from worlds_app import measurement_selectors
 from worlds_app.models import Annotation, Measurement, Turn, World
-from worlds_app.services import turn_attempt_enqueue, turn_attempt_run, world_create
+from worlds_app.services import measurements, turn_attempt_enqueue, turn_attempt_run, world_create
 from worlds_app.services.measurements import world_measure
 from worlds_app.turn_view import turn_view, turn_views
 
@@ -294,7 +294,10 @@ def test_a_judge_metric_is_stored_with_its_defaults_and_its_source_uses_it(
 
 
 def test_measurement_requests_are_checked_before_anything_is_queued(
-    operator_client: APIClient, reader_client: APIClient, toy_sources: str
+    operator_client: APIClient,
+    reader_client: APIClient,
+    toy_sources: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     buyers_world("buyers", 1)
     post = "/api/worlds/buyers/measurements/"
@@ -310,6 +313,23 @@ def test_measurement_requests_are_checked_before_anything_is_queued(
     assert nowhere.status_code == 404
     bad_filter = reader_client.get(f"{post}?metric=Not%20a%20label")
     assert bad_filter.status_code == 400
+    # a judge interviewing someone who is not an agent of this world: 400 naming the metric,
+    # nothing handed to a worker (a dispatch would fail this test: it is replaced by a trap)
+    source = {"hash": response_source_put(content=LLM_SOURCE)["hash"]}
+    drank = metric_put(content=expression("bought", DRANK))["hash"]
+    carol = metric_put(content=judge(source, subject="carol", label="carol_view"))["hash"]
+    ann = metric_put(content=judge(source, subject="ann", label="ann_view"))["hash"]
+    sent: list[Any] = []
+    monkeypatch.setattr(measurements, "_dispatch", lambda **kwargs: sent.append(kwargs))
+    refs = [{"hash": drank}, {"hash": ann}, {"hash": carol}]
+    refused = operator_client.post(post, {"metrics": refs}, format="json")
+    assert refused.status_code == 400, refused.json()
+    error = refused.json()["error"]
+    assert (error["code"], error["details"]["field"]) == ("subject_not_agent", "metrics[2]")
+    assert "'carol', which is no entity of world 'buyers'" in error["message"]
+    assert sent == []
+    accepted = operator_client.post(post, {"metrics": refs[:2]}, format="json")
+    assert accepted.status_code == 202 and len(sent) == 1
     assert not Measurement.objects.exists()
 
 

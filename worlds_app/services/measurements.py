@@ -85,11 +85,39 @@ def resolve_metric_refs(refs: Any, field: str = "metrics") -> list[MetricSummary
     return found
 
 
+def _check_subjects(world: World, found: list[MetricSummary], refs: list[Any]) -> None:
+    """A judge that interviews a ``subject`` asks about an agent of this world (its entities are
+    the same on every turn): 400 naming the metric otherwise."""
+    subjects = {
+        row["hash"]: row["content"]["subject"]
+        for row in metric_rows(hashes=[m["hash"] for m in found if m["kind"] == LLM_JUDGE])
+        if "subject" in row["content"]
+    }
+    if not subjects:
+        return
+    entities = turn_views(world=world, numbers=[world.current_turn])[world.current_turn]["entities"]
+    for index, metric in enumerate(found):
+        subject = subjects.get(metric["hash"])
+        if subject is None:
+            continue
+        entity = entities.get(subject)
+        kind = entity["kind"] if entity is not None else None
+        if kind != "agent":
+            what = "no entity" if kind is None else f"a {kind}, not an agent"
+            raise invalid(
+                SUBJECT_NOT_AGENT,
+                f"metrics[{index}]",
+                f"metric {metric['label']!r} interviews {subject!r}, which is {what} of world "
+                f"{world.slug!r}",
+            )
+
+
 def measurement_request(*, slug: str, metrics: Any) -> MeasureRequestResult:
     """Check the world and the metrics, then hand the measuring to a worker (the measure queue).
     Nothing is written here; a broker that cannot take the message answers 503."""
     world = world_row(slug)
     found = resolve_metric_refs(metrics)
+    _check_subjects(world, found, metrics)
     _dispatch(world_id=world.pk, metric_hashes=[m["hash"] for m in found])
     return {
         "world": world.slug,
