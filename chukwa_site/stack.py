@@ -336,71 +336,29 @@ def _run_children(
     )
     queue = os.environ.get("CHUKWA_CELERY_QUEUE", "chukwa")
     control_queue = os.environ.get("CHUKWA_CELERY_CONTROL_QUEUE", "chukwa-control")
-    _spawn(
-        children,
-        "the Celery worker",
-        [
-            os.path.join(bin_dir, "celery"),
-            "-A",
-            "chukwa_site",
-            "worker",
-            "--loglevel",
-            "INFO",
-            "--concurrency",
-            str(concurrency),
-            "--queues",
-            queue,
-            "--hostname",
-            f"chukwa-worker-{os.getpid()}@%h",
-        ],
-        env,
-    )
+    measure_queue = os.environ.get("CHUKWA_CELERY_MEASURE_QUEUE", "chukwa-measure")
+    celery = [os.path.join(bin_dir, "celery"), "-A", "chukwa_site", "worker", "--loglevel", "INFO"]
+
+    def worker(what: str, name: str, queue: str, *options: str) -> None:
+        command = [*celery, *options, "--queues", queue, "--hostname", f"{name}-{os.getpid()}@%h"]
+        _spawn(children, what, command, env)
+
+    worker("the Celery worker", "chukwa-worker", queue, "--concurrency", str(concurrency))
     # Measuring (metrics over committed turns, LLM judges) on a worker of its own: a turn never
     # waits behind a measurement.
-    measure_queue = os.environ.get("CHUKWA_CELERY_MEASURE_QUEUE", "chukwa-measure")
-    _spawn(
-        children,
-        "the measure worker",
-        [
-            os.path.join(bin_dir, "celery"),
-            "-A",
-            "chukwa_site",
-            "worker",
-            "--loglevel",
-            "INFO",
-            "--pool",
-            "solo",
-            "--queues",
-            measure_queue,
-            "--hostname",
-            f"chukwa-measure-{os.getpid()}@%h",
-        ],
-        env,
-    )
+    worker("the measure worker", "chukwa-measure", measure_queue, "--pool", "solo")
     # The periodic reaper/re-drive (interrupts attempts of dead workers, re-sends lost
     # dispatches) runs in a worker of its own, so it never waits behind turn attempts; the
     # beat scheduler that queues it runs in the same process.
-    _spawn(
-        children,
+    worker(
         "the control worker (reaper and beat)",
-        [
-            os.path.join(bin_dir, "celery"),
-            "-A",
-            "chukwa_site",
-            "worker",
-            "--loglevel",
-            "INFO",
-            "--pool",
-            "solo",
-            "--queues",
-            control_queue,
-            "--hostname",
-            f"chukwa-control-{os.getpid()}@%h",
-            "--beat",
-            "--schedule",
-            str(embedded.data_dir() / "celerybeat-schedule"),
-        ],
-        env,
+        "chukwa-control",
+        control_queue,
+        "--pool",
+        "solo",
+        "--beat",
+        "--schedule",
+        str(embedded.data_dir() / "celerybeat-schedule"),
     )
     base = f"http://{host}:{port}"
     _wait_ready(web, f"{base}/healthz", 60)
