@@ -48,6 +48,20 @@ def rule_seed(world_seed: int, attempted_turn: int, subject_id: str, node_id: st
     return int.from_bytes(digest[:8], "big")
 
 
+def experiment_seed(slug: str) -> int:
+    """An experiment's seed when its design names none: derived from its slug."""
+    return int.from_bytes(_digest("experiment", slug)[:8], "big") % SEED_LIMIT
+
+
+def replicate_seed(experiment_seed: int, replicate: int) -> int:
+    """The seed of replicate ``replicate`` (1…R) of an experiment, the same in every arm: arms
+    are paired, so what differs between two worlds of one replicate is the treatment, not the
+    dice."""
+    return int.from_bytes(_digest("replicate", str(experiment_seed), str(replicate))[:8], "big") % (
+        SEED_LIMIT
+    )
+
+
 def seed_problem(value: object) -> str | None:
     """Why ``value`` is not a world seed, or None when it is one."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -206,6 +206,7 @@ SPECTACULAR_SETTINGS = {
         "InvocationStatusEnum": "surfaces.api.indexes.INVOCATION_STATUSES",
         "InterventionStatusEnum": "surfaces.api.interventions.INTERVENTION_STATUSES",
         "MetricKindEnum": "chukwa_core.metric_validation.METRIC_KINDS",
+        "ExperimentStatusEnum": "surfaces.api.experiments.STATUSES",
     },
 }
 

@@ -21,6 +21,28 @@ from chukwa_core.ids import HASH_PATTERN, LABEL_PATTERN
 from scenarios_app.models import Scenario
 
 
+class Experiment(models.Model):
+    """Paired worlds answering one question (docs/experiments.md): arms by replicates ordinary
+    worlds ``<slug>--<arm>--<i>``, replicate i seeded alike in every arm, measured every turn.
+    ``design`` is the validated request with every reference resolved to a hash. Its status is
+    read from its worlds' attempts (a cancelled experiment records when)."""
+
+    slug = models.CharField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    design = models.JSONField()
+    seed = models.BigIntegerField()
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"experiment {self.slug}"
+
+
 class World(models.Model):
     slug = models.CharField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
@@ -56,6 +78,12 @@ class World(models.Model):
     # How many of its interventions are pending: read with the claim (the world's row), so a
     # turn looks its intervention up only when there may be one (a query per turn cost ~4 ms).
     pending_interventions = models.IntegerField(default=0)
+    # a world of an experiment: its arm and replicate (1…R)
+    experiment = models.ForeignKey(
+        Experiment, null=True, blank=True, on_delete=models.CASCADE, related_name="worlds"
+    )
+    arm = models.CharField(max_length=64, blank=True)
+    replicate = models.IntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

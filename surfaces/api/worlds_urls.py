@@ -1,9 +1,43 @@
 from django.urls import path
 
-from surfaces.api import annotations, compare, indexes, interventions, measurements, retries
+from surfaces.api import (
+    annotations,
+    compare,
+    experiments,
+    indexes,
+    interventions,
+    measurements,
+    retries,
+)
 from surfaces.api import worlds as api
 
 urlpatterns = [
+    path("experiments/", experiments.ExperimentCollectionApi.as_view(), name="api-experiment-list"),
+    path(
+        "experiments/<str:slug>/",
+        experiments.ExperimentDetailApi.as_view(),
+        name="api-experiment-detail",
+    ),
+    path(
+        "experiments/<str:slug>/cancel/",
+        experiments.ExperimentCancelApi.as_view(),
+        name="api-experiment-cancel",
+    ),
+    path(
+        "experiments/<str:slug>/results/",
+        experiments.ExperimentResultsApi.as_view(),
+        name="api-experiment-results",
+    ),
+    path(
+        "experiments/<str:slug>/measurements.csv",
+        experiments.ExperimentExportApi.as_view(),
+        name="api-experiment-export-csv",
+    ),
+    path(
+        "experiments/<str:slug>/measurements.jsonl",
+        experiments.ExperimentExportJsonlApi.as_view(),
+        name="api-experiment-export-jsonl",
+    ),
     path("worlds/", api.WorldCollectionApi.as_view(), name="api-world-list"),
     path("worlds/<str:slug>/", api.WorldDetailApi.as_view(), name="api-world-detail"),
     path("worlds/<str:slug>/turns/", api.TurnCollectionApi.as_view(), name="api-turn-enqueue"),

@@ -247,6 +247,31 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         "Replace a world's budget: max_tokens_per_turn, max_cost_per_turn, max_tokens_total, "
         "max_cost_total (limits left out are lifted). Applies from the next attempt."
     ),
+    # --- experiments ---
+    "experiment_create": (
+        "Run an experiment: slug, arms [{label, scenario_ref {name|hash}, interventions? "
+        "[{turn, patch, note?}]}], replicates, turns (1…100), metrics [metric refs], control? "
+        "(default the first arm), seed?, start_time?. Creates arms × replicates worlds "
+        "<slug>--<arm>--<i>, replicate i seeded alike in every arm (paired), queues the turns "
+        "and measures every world at turn 0 and as each turn commits. Everything is checked "
+        "first: a bad design writes nothing. Follow it with experiment_get and "
+        "experiment_results."
+    ),
+    "experiment_list": "Every experiment, newest first: status, arms, replicates, turns.",
+    "experiment_get": (
+        "An experiment (slug): its design, status (running, completed, failed: some world "
+        "stopped short, cancelled), progress (worlds, turns and measurements done of planned), "
+        "tokens, cost and failed worlds."
+    ),
+    "experiment_results": (
+        "An experiment's results (slug): per metric and arm n, n_missing, mean, sd and a 95% "
+        "CI (and per turn); per treatment arm the paired difference from control with a "
+        "bootstrap CI and a sign-flip permutation p-value, each method named."
+    ),
+    "experiment_cancel": (
+        "Cancel an experiment (slug): its queued turns are cancelled; what runs ends as it "
+        "would have."
+    ),
     # --- measurements ---
     "measurement_request": (
         'Measure a world (slug) with metrics: metrics [{"hash": H} | {"label": L}] (a '

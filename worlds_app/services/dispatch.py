@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 RUN_TURN_ATTEMPT_TASK = "worlds.run_turn_attempt"
 EXPORT_ATTEMPT_TRACE_TASK = "worlds.export_attempt_trace"
+MEASURE_WORLD_TASK = "worlds.measure_world"  # = services.measurements.MEASURE_WORLD_TASK
 
 
 def kick_on_commit(world_id: int) -> None:
@@ -113,6 +114,39 @@ def export_on_commit(attempt_id: UUID) -> None:
             logger.warning(
                 "attempt %s: trace not exported, broker unavailable (%s: %s)",
                 attempt_id,
+                type(exc).__name__,
+                exc,
+            )
+
+    transaction.on_commit(send)
+
+
+def measure_on_commit(world_id: int, experiment_id: int) -> None:
+    """After commit, have the measure queue measure an experiment's world with its metrics (what
+    is missing: the turn just committed, or turn 0 of a new world). A message the broker cannot
+    take is logged; the experiment's progress shows the measurements still missing, and
+    ``POST /api/experiments/<slug>/metrics/`` or a measurement request measures them."""
+
+    def send() -> None:
+        from celery import current_app
+
+        from worlds_app.models import Experiment
+
+        metrics = (
+            Experiment.objects.filter(pk=experiment_id).values_list("design", flat=True).first()
+        )
+        if not metrics or not metrics.get("metrics"):
+            return
+        try:
+            current_app.send_task(
+                MEASURE_WORLD_TASK,
+                args=[world_id, list(metrics["metrics"])],
+                queue=settings.CHUKWA_MEASURE_QUEUE,
+            )
+        except BROKER_ERRORS as exc:
+            logger.warning(
+                "world %s: not measured now, broker unavailable (%s: %s)",
+                world_id,
                 type(exc).__name__,
                 exc,
             )

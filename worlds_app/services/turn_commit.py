@@ -39,7 +39,7 @@ from worlds_app.services.claims import (
     follower_statement,
     refusal_of,
 )
-from worlds_app.services.dispatch import export_on_commit, kick_on_commit
+from worlds_app.services.dispatch import export_on_commit, kick_on_commit, measure_on_commit
 from worlds_app.services.events import EVENT_ROWS, EventLog
 from worlds_app.services.execution import StagedTransition
 
@@ -230,6 +230,8 @@ def _commit(
     if follower is None:
         kick_on_commit(world.pk)
     export_on_commit(attempt.pk)
+    if world.experiment_id is not None:  # an experiment's worlds are measured as turns commit
+        measure_on_commit(world.pk, world.experiment_id)
     return turn, follower
 
 

@@ -34,7 +34,7 @@ CREATE_OPTIONAL = (
 )
 
 
-def _scenario_hash_from_ref(ref: Any) -> tuple[str, dict[str, Any]]:
+def scenario_hash_from_ref(ref: Any) -> tuple[str, dict[str, Any]]:
     """{"name"} | {"hash"} | {"data"} → (scenario hash, the ref as recorded on the world)."""
     if (
         not isinstance(ref, dict)
@@ -164,10 +164,11 @@ def _seed(value: Any) -> int:
     return value
 
 
-def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
+def world_create(*, data: WorldCreateInput, created_by: str = "", durable: bool = True) -> World:
     """Create a world and its first turn from ``{"slug", "scenario_ref"?, "name"?,
     "start_time"?, "replay_from"?, "budget"?, "seed"?, "branch_from"?}``: turn 0 from the
-    scenario, or, for a branch, the parent's turn n copied as this world's turn n."""
+    scenario, or, for a branch, the parent's turn n copied as this world's turn n. ``durable``
+    False: inside the caller's transaction (an experiment creates its worlds in one)."""
     body = require_object(data, "body", "invalid_input")
     check_keys(body, "", required=CREATE_FIELDS, optional=CREATE_OPTIONAL, code="invalid_input")
     slug = body["slug"]
@@ -194,7 +195,7 @@ def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
     start = _parse_start_time(body.get("start_time"))
     seed = _seed(body["seed"]) if body.get("seed") is not None else None
     budget = parse_budget(body["budget"]) if body.get("budget") is not None else None
-    with transaction.atomic(durable=True):
+    with transaction.atomic(durable=durable):
         if World.objects.filter(slug=slug).exists():
             raise ConflictError(
                 "world_exists", f"slug: a world {slug!r} already exists", {"field": "slug"}
@@ -206,7 +207,7 @@ def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
             seed = replay_source.seed  # a replay draws what the replayed world drew
         point = branch_point(body["branch_from"]) if "branch_from" in body else None
         if "scenario_ref" in body:
-            scenario_hash, recorded_ref = _scenario_hash_from_ref(body["scenario_ref"])
+            scenario_hash, recorded_ref = scenario_hash_from_ref(body["scenario_ref"])
         else:
             assert point is not None
             scenario_hash = point.parent.scenario_id

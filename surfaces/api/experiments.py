@@ -1,0 +1,282 @@
+"""Experiments (docs/experiments.md): operators create and cancel them; everyone signed in reads
+their status, results and the tidy export of their measurements."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+from django.http import StreamingHttpResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from surfaces.api.contract import (
+    LABEL_SCHEMA,
+    READ_ERRORS,
+    WRITE_ERRORS,
+    InstantField,
+    JSONObjectField,
+    LabelOutField,
+    StrictCharField,
+    StrictInputSerializer,
+    StrictIntegerField,
+    StrictListField,
+    described,
+    path_parameter,
+    validate_body,
+)
+from surfaces.api.measurements import METRIC_REF_SCHEMA
+from worlds_app import experiment_selectors as selectors
+from worlds_app.services import experiments as services
+
+EXPERIMENT_PATH = path_parameter("slug", LABEL_SCHEMA, "experiment slug")
+ARM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "label": LABEL_SCHEMA,
+        "scenario_ref": {
+            "type": "object",
+            "description": '{"name": N} or {"hash": H} of a stored scenario',
+        },
+        "interventions": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "turn": {"type": "integer", "minimum": 1},
+                    "patch": {"type": "object"},
+                    "note": {"type": "string"},
+                },
+                "required": ["turn", "patch"],
+            },
+        },
+    },
+    "required": ["label", "scenario_ref"],
+    "additionalProperties": False,
+}
+STATUSES = ["running", "completed", "failed", "cancelled"]
+
+
+class ExperimentInputSerializer(StrictInputSerializer):
+    field_codes = {
+        "slug": "invalid_slug",
+        "arms": "invalid_arms",
+        "replicates": "invalid_replicates",
+        "turns": "invalid_turns",
+        "metrics": "invalid_metrics",
+        "seed": "invalid_seed",
+    }
+    slug = StrictCharField(help_text="the experiment; its worlds are <slug>--<arm>--<i>")
+    name = StrictCharField(required=False, allow_blank=True)
+    description = StrictCharField(required=False, allow_blank=True)
+    arms = StrictListField(child=described(ARM_SCHEMA), min_length=1)
+    control = StrictCharField(required=False, help_text="an arm's label (default: the first)")
+    replicates = StrictIntegerField(min_value=1, help_text="worlds per arm, paired by seed")
+    turns = StrictIntegerField(min_value=1, help_text="turns each world runs")
+    metrics = StrictListField(child=described(METRIC_REF_SCHEMA), min_length=1)
+    seed = StrictIntegerField(required=False, min_value=0, help_text="default: from the slug")
+    start_time = StrictCharField(required=False, help_text="every world's simulation start")
+
+    class Meta:
+        ref_name = "ExperimentInput"
+
+
+class ProgressSerializer(serializers.Serializer):
+    worlds = serializers.IntegerField()
+    turns_committed = serializers.IntegerField()
+    turns_planned = serializers.IntegerField()
+    measurements_done = serializers.IntegerField()
+    measurements_planned = serializers.IntegerField()
+
+    class Meta:
+        ref_name = "ExperimentProgress"
+
+
+class ExperimentWorldSerializer(serializers.Serializer):
+    slug = LabelOutField()
+    arm = LabelOutField()
+    replicate = serializers.IntegerField()
+    current_turn = serializers.IntegerField()
+
+    class Meta:
+        ref_name = "ExperimentWorld"
+
+
+class FailedWorldSerializer(serializers.Serializer):
+    slug = LabelOutField()
+    arm = LabelOutField()
+    replicate = serializers.IntegerField()
+    turn = serializers.IntegerField(help_text="the last turn it committed")
+
+    class Meta:
+        ref_name = "ExperimentFailedWorld"
+
+
+class ExperimentSerializer(serializers.Serializer):
+    slug = LabelOutField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    design = JSONObjectField(help_text="the design as validated, every reference a hash")
+    status = serializers.ChoiceField(choices=STATUSES)
+    progress = ProgressSerializer()
+    tokens = serializers.IntegerField()
+    cost = serializers.DecimalField(
+        max_digits=20, decimal_places=10, allow_null=True, help_text="null when a call has no price"
+    )
+    failed_worlds = FailedWorldSerializer(many=True)
+    worlds = ExperimentWorldSerializer(many=True)
+    created_by = serializers.CharField()
+    started_at = InstantField()
+    finished_at = InstantField(allow_null=True)
+
+    class Meta:
+        ref_name = "Experiment"
+
+
+class ExperimentSummarySerializer(serializers.Serializer):
+    slug = LabelOutField()
+    name = serializers.CharField()
+    status = serializers.ChoiceField(choices=STATUSES)
+    worlds = serializers.IntegerField()
+    arms = serializers.ListField(child=serializers.CharField())
+    replicates = serializers.IntegerField()
+    turns = serializers.IntegerField()
+    started_at = InstantField()
+
+    class Meta:
+        ref_name = "ExperimentSummary"
+
+
+class ExperimentCollectionApi(APIView):
+    """GET lists experiments; POST creates one: its worlds, their turns and measurements."""
+
+    class ListOutputSerializer(serializers.Serializer):
+        results = ExperimentSummarySerializer(many=True)
+
+        class Meta:
+            ref_name = "ExperimentListOutput"
+
+    @extend_schema(operation_id="experiment_list", responses={200: ListOutputSerializer})
+    def get(self, request: Request) -> Response:
+        return Response(self.ListOutputSerializer({"results": selectors.experiment_list()}).data)
+
+    @extend_schema(
+        operation_id="experiment_create",
+        request=ExperimentInputSerializer,
+        responses={201: ExperimentSerializer, **WRITE_ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        body = validate_body(ExperimentInputSerializer, request)
+        made = services.experiment_create(data=body, created_by=request.user.get_username())
+        found = selectors.experiment_get(slug=made.slug)
+        return Response(ExperimentSerializer(found).data, status=status.HTTP_201_CREATED)
+
+
+class ExperimentDetailApi(APIView):
+    """GET an experiment: design, status, progress, tokens, cost, failed worlds."""
+
+    @extend_schema(
+        operation_id="experiment_get",
+        parameters=[EXPERIMENT_PATH],
+        responses={200: ExperimentSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        return Response(ExperimentSerializer(selectors.experiment_get(slug=slug)).data)
+
+
+class ExperimentCancelApi(APIView):
+    """POST cancels what has not started (queued turns); what runs ends as it would have."""
+
+    @extend_schema(
+        operation_id="experiment_cancel",
+        parameters=[EXPERIMENT_PATH],
+        request=None,
+        responses={200: ExperimentSerializer, **WRITE_ERRORS},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        services.experiment_cancel(slug=slug)
+        return Response(ExperimentSerializer(selectors.experiment_get(slug=slug)).data)
+
+
+RESULTS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "description": (
+        "per metric: its arms (n, n_missing, mean, sd, ci_low, ci_high, per_turn) and the "
+        "effects of each treatment arm against control (difference, ci_low, ci_high, p_value, "
+        "methods named)"
+    ),
+    "items": {"type": "object"},
+}
+
+
+class ExperimentResultsApi(APIView):
+    """GET the results: per metric and arm with 95% CIs; paired effects against control."""
+
+    class OutputSerializer(serializers.Serializer):
+        experiment = LabelOutField()
+        control = LabelOutField()
+        results = described(RESULTS_SCHEMA)
+
+        class Meta:
+            ref_name = "ExperimentResults"
+
+    @extend_schema(
+        operation_id="experiment_results",
+        parameters=[EXPERIMENT_PATH],
+        responses={200: OutputSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        return Response(self.OutputSerializer(selectors.experiment_results(slug=slug)).data)
+
+
+def _csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=selectors.EXPORT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+        if buffer.tell() > 64_000:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()
+
+
+def _jsonl_lines(rows: Iterator[dict[str, Any]]) -> Iterator[bytes]:
+    for row in rows:
+        yield orjson.dumps(row) + b"\n"
+
+
+class ExperimentExportApi(APIView):
+    """GET every measurement of the experiment as tidy rows, streamed: CSV or JSON lines."""
+
+    format_name = "csv"
+
+    @extend_schema(
+        operation_id="experiment_export",
+        parameters=[EXPERIMENT_PATH],
+        responses={200: OpenApiResponse(description="the rows, streamed"), **READ_ERRORS},
+        exclude=True,
+    )
+    def get(self, request: Request, slug: str) -> StreamingHttpResponse:
+        experiment, rows = selectors.export_rows(slug=slug)
+        if self.format_name == "csv":
+            response = StreamingHttpResponse(_csv_lines(rows), content_type="text/csv")
+        else:
+            response = StreamingHttpResponse(
+                _jsonl_lines(rows), content_type="application/x-ndjson"
+            )
+        response["Content-Disposition"] = (
+            f'attachment; filename="{experiment.slug}-measurements.{self.format_name}"'
+        )
+        return response
+
+
+class ExperimentExportJsonlApi(ExperimentExportApi):
+    format_name = "jsonl"
