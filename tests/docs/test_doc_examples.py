@@ -64,6 +64,13 @@ def test_every_world_example_runs_on_the_demo_fixtures(operator_client: APIClien
     assert _run(operator_client, "worlds.md") >= 10
 
 
+@pytest.mark.django_db
+def test_every_experiment_example_runs_on_the_demo_fixtures(operator_client: APIClient) -> None:
+    """docs/experiments.md runs against the scenarios ``./bin/demo`` stores."""
+    call_command("load_demo_scenarios", "ant_on_plate_rules", stdout=StringIO())
+    assert _run(operator_client, "experiments.md") >= 5
+
+
 def test_the_example_reader_refuses_what_it_cannot_read() -> None:
     assert _HEAD.match("POST /api/environments/ -> $PLATE")
     assert _HEAD.match("PUT /api/x/ -> !409 cas_failed")
