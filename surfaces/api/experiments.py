@@ -204,6 +204,53 @@ class ExperimentCancelApi(APIView):
         return Response(ExperimentSerializer(selectors.experiment_get(slug=slug)).data)
 
 
+class ExperimentReplicatesApi(APIView):
+    """POST adds replicates to every arm (their seeds continue the experiment's)."""
+
+    class InputSerializer(StrictInputSerializer):
+        field_codes = {"count": "invalid_count"}
+        count = StrictIntegerField(min_value=1, help_text="replicates to add to every arm")
+
+        class Meta:
+            ref_name = "ExperimentReplicatesInput"
+
+    @extend_schema(
+        operation_id="experiment_add_replicates",
+        parameters=[EXPERIMENT_PATH],
+        request=InputSerializer,
+        responses={200: ExperimentSerializer, **WRITE_ERRORS},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        body = validate_body(self.InputSerializer, request)
+        services.experiment_add_replicates(
+            slug=slug, count=body["count"], created_by=request.user.get_username()
+        )
+        return Response(ExperimentSerializer(selectors.experiment_get(slug=slug)).data)
+
+
+class ExperimentMetricsApi(APIView):
+    """POST adds metrics and measures every committed turn of the experiment's worlds (202)."""
+
+    class InputSerializer(StrictInputSerializer):
+        field_codes = {"metrics": "invalid_metrics"}
+        metrics = StrictListField(child=described(METRIC_REF_SCHEMA), min_length=1)
+
+        class Meta:
+            ref_name = "ExperimentMetricsInput"
+
+    @extend_schema(
+        operation_id="experiment_add_metrics",
+        parameters=[EXPERIMENT_PATH],
+        request=InputSerializer,
+        responses={202: ExperimentSerializer, **WRITE_ERRORS},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        body = validate_body(self.InputSerializer, request)
+        services.experiment_add_metrics(slug=slug, metrics=body["metrics"])
+        found = selectors.experiment_get(slug=slug)
+        return Response(ExperimentSerializer(found).data, status=status.HTTP_202_ACCEPTED)
+
+
 RESULTS_SCHEMA: dict[str, Any] = {
     "type": "array",
     "description": (

@@ -24,6 +24,16 @@ urlpatterns = [
         name="api-experiment-cancel",
     ),
     path(
+        "experiments/<str:slug>/replicates/",
+        experiments.ExperimentReplicatesApi.as_view(),
+        name="api-experiment-replicates",
+    ),
+    path(
+        "experiments/<str:slug>/metrics/",
+        experiments.ExperimentMetricsApi.as_view(),
+        name="api-experiment-metrics",
+    ),
+    path(
         "experiments/<str:slug>/results/",
         experiments.ExperimentResultsApi.as_view(),
         name="api-experiment-results",

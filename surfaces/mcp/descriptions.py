@@ -268,6 +268,15 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         "CI (and per turn); per treatment arm the paired difference from control with a "
         "bootstrap CI and a sign-flip permutation p-value, each method named."
     ),
+    "experiment_add_replicates": (
+        "Add replicates to every arm of an experiment (slug): count. Their seeds continue the "
+        "experiment's (replicate R+1…), their turns are queued and they are measured like the "
+        "first; at most 1,000 worlds in all."
+    ),
+    "experiment_add_metrics": (
+        "Add metrics to an experiment (slug): metrics [metric refs]. Every turn its worlds "
+        "committed is measured with them (202), and every turn they commit from now on."
+    ),
     "experiment_cancel": (
         "Cancel an experiment (slug): its queued turns are cancelled; what runs ends as it "
         "would have."

@@ -1,5 +1,5 @@
 """Experiments over real HTTP with a real worker (docs/experiments.md): a design is validated
-before anything is written; arms × replicates worlds with paired seeds run their turns on the
+before anything is written; arms by replicates worlds with paired seeds run their turns on the
 worker and are measured as turns commit; the results on constructed data (control always 0,
 treatment always 1, 3 pairs) are scipy's own answer (difference 1, CI [1, 1], exact p 0.25);
 the export's rows are every measurement; cancelling stops what has not started."""
@@ -223,6 +223,49 @@ def test_an_experiment_runs_paired_worlds_and_answers_with_its_uncertainty(
         assert {(r["arm"], r["value"]) for r in rows} == {("control", "0.0"), ("treated", "1.0")}
         lines = http.get("/api/experiments/trial/measurements.jsonl").text.splitlines()
         assert len(lines) == 18 and json.loads(lines[0])["metric_label"] == "treated"
+
+        # a measure thought of after the run: every committed turn is measured with it
+        acted = metric_put(
+            content={
+                "version": 1,
+                "label": "acted",
+                "kind": "expression",
+                "aggregate": "mean",
+                "expression": "length(patches) > `0`",
+            }
+        )["hash"]
+        later = http.post("/api/experiments/trial/metrics/", json={"metrics": [{"hash": acted}]})
+        assert later.status_code == 202, later.text
+        assert later.json()["progress"]["measurements_planned"] == 36
+        deadline = time.monotonic() + 60
+        while http.get("/api/experiments/trial/").json()["progress"]["measurements_done"] < 36:
+            assert time.monotonic() < deadline, "the added metric was not measured in 60 s"
+            time.sleep(0.3)
+        labels = [
+            r["metric"]["label"]
+            for r in http.get("/api/experiments/trial/results/").json()["results"]
+        ]
+        assert labels == ["treated", "acted"]
+
+        # one more replicate in every arm, seeded as replicate 4; measured like the others
+        more = http.post("/api/experiments/trial/replicates/", json={"count": 1})
+        assert more.status_code == 200, more.text
+        assert more.json()["design"]["replicates"] == 4 and more.json()["status"] == "running"
+        fourth = World.objects.get(slug="trial--treated--4")
+        assert fourth.seed == replicate_seed(body["design"]["seed"], 4)
+        assert World.objects.get(slug="trial--control--4").seed == fourth.seed
+        deadline = time.monotonic() + 90
+        while True:
+            state = http.get("/api/experiments/trial/").json()
+            if state["status"] != "running" and state["progress"]["measurements_done"] == 48:
+                break
+            assert time.monotonic() < deadline, state["progress"]
+            time.sleep(0.3)
+        assert state["status"] == "completed" and state["progress"]["worlds"] == 8
+        (effect,) = http.get("/api/experiments/trial/results/").json()["results"][0]["effects"]
+        assert effect["n_pairs"] == 4 and effect["p_value"] == pytest.approx(0.125)
+        bad = http.post("/api/experiments/trial/replicates/", json={"count": 0})
+        assert bad.status_code == 400 and bad.json()["error"]["details"]["field"] == "count"
 
         # readers read, but cannot create or cancel
         with _client(live_server, reader_user) as reader:

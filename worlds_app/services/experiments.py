@@ -98,7 +98,7 @@ def design_of(data: Any) -> dict[str, Any]:
         raise invalid(
             "too_many_worlds",
             "replicates",
-            f"{len(arms_in)} arms × {replicates} replicates is {len(arms_in) * replicates} "
+            f"{len(arms_in)} arms by {replicates} replicates is {len(arms_in) * replicates} "
             f"worlds; at most {MAX_WORLDS}",
         )
     arms: list[dict[str, Any]] = []
@@ -201,45 +201,99 @@ def experiment_create(*, data: Any, created_by: str = "") -> Experiment:
             seed=design["seed"],
             created_by=created_by,
         )
-        for arm in design["arms"]:
-            for replicate in range(1, design["replicates"] + 1):
-                name = world_slug(slug, arm["label"], replicate)
-                world_data: dict[str, Any] = {
-                    "slug": name,
-                    "scenario_ref": arm["scenario_ref"],
-                    "name": f"{design['name']}: {arm['label']} #{replicate}",
-                    "seed": replicate_seed(design["seed"], replicate),
-                }
-                if "start_time" in design:
-                    world_data["start_time"] = design["start_time"]
-                world = world_create(data=world_data, created_by=created_by, durable=False)  # type: ignore[arg-type]
-                World.objects.filter(pk=world.pk).update(
-                    experiment=experiment, arm=arm["label"], replicate=replicate
-                )
-                for item in arm["interventions"]:
-                    intervention_create(
-                        slug=name,
-                        data=item,
-                        created_by=created_by,
-                        durable=False,
-                    )
-                turn_attempt_enqueue(
-                    slug=name, count=design["turns"], requested_by=created_by, durable=False
-                )
-                measure_on_commit(world.pk, experiment.pk)  # turn 0, the baseline
+        _make_worlds(experiment, range(1, design["replicates"] + 1), created_by)
+    return experiment
+
+
+def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> None:
+    """Replicates ``replicates`` of every arm: the worlds, their interventions and turns, in the
+    caller's transaction; each world measured at turn 0 once it commits."""
+    design = experiment.design
+    for arm in design["arms"]:
+        for replicate in replicates:
+            name = world_slug(experiment.slug, arm["label"], replicate)
+            world_data: dict[str, Any] = {
+                "slug": name,
+                "scenario_ref": arm["scenario_ref"],
+                "name": f"{design['name']}: {arm['label']} #{replicate}",
+                "seed": replicate_seed(design["seed"], replicate),
+            }
+            if "start_time" in design:
+                world_data["start_time"] = design["start_time"]
+            world = world_create(data=world_data, created_by=created_by, durable=False)  # type: ignore[arg-type]
+            World.objects.filter(pk=world.pk).update(
+                experiment=experiment, arm=arm["label"], replicate=replicate
+            )
+            for item in arm["interventions"]:
+                intervention_create(slug=name, data=item, created_by=created_by, durable=False)
+            turn_attempt_enqueue(
+                slug=name, count=design["turns"], requested_by=created_by, durable=False
+            )
+            measure_on_commit(world.pk, experiment.pk)  # turn 0, the baseline
+
+
+def _locked(slug: str) -> Experiment:
+    require_slug(slug)
+    experiment = Experiment.objects.select_for_update().filter(slug=slug).first()
+    if experiment is None:
+        raise NotFoundError(
+            "experiment_not_found", f"slug: no experiment {slug!r}", {"field": "slug"}
+        )
+    return experiment
+
+
+def experiment_add_replicates(*, slug: str, count: Any, created_by: str = "") -> Experiment:
+    """Add ``count`` replicates to every arm: their seeds continue the experiment's (replicate
+    R+1, R+2…), their turns are queued and they are measured like the first."""
+    count = _count(count, "count", 1, MAX_WORLDS, "invalid_count")
+    with transaction.atomic(durable=True):
+        experiment = _locked(slug)
+        if experiment.cancelled_at is not None:
+            raise ConflictError(
+                "experiment_cancelled",
+                f"slug: experiment {slug!r} was cancelled",
+                {"field": "slug"},
+            )
+        design = experiment.design
+        first, total = design["replicates"] + 1, design["replicates"] + count
+        arms = len(design["arms"])
+        if arms * total > MAX_WORLDS:
+            raise invalid(
+                "too_many_worlds",
+                "count",
+                f"{arms} arms by {total} replicates is {arms * total} worlds; at most {MAX_WORLDS}",
+            )
+        longest = max(world_slug(slug, a["label"], total) for a in design["arms"])
+        if len(longest) > SLUG_MAX:
+            raise invalid(
+                "slug_too_long", "count", f"world slug {longest!r} would be longer than {SLUG_MAX}"
+            )
+        experiment.design = {**design, "replicates": total}
+        experiment.save(update_fields=["design"])
+        _make_worlds(experiment, range(first, total + 1), created_by)
+    return experiment
+
+
+def experiment_add_metrics(*, slug: str, metrics: Any) -> Experiment:
+    """Add metrics to the experiment and measure every turn its worlds committed (and every
+    turn they commit from now on) with them: researchers think of measures after the run."""
+    found = resolve_metric_refs(metrics, "metrics")
+    with transaction.atomic(durable=True):
+        experiment = _locked(slug)
+        design = experiment.design
+        added = [m["hash"] for m in found if m["hash"] not in design["metrics"]]
+        experiment.design = {**design, "metrics": [*design["metrics"], *added]}
+        experiment.save(update_fields=["design"])
+        for world_id in World.objects.filter(experiment=experiment).values_list("pk", flat=True):
+            measure_on_commit(world_id, experiment.pk)
     return experiment
 
 
 def experiment_cancel(*, slug: str) -> Experiment:
     """Cancel what has not started: every queued attempt of the experiment's worlds (a running
     one ends as it would have)."""
-    require_slug(slug)
     with transaction.atomic(durable=True):
-        experiment = Experiment.objects.select_for_update().filter(slug=slug).first()
-        if experiment is None:
-            raise NotFoundError(
-                "experiment_not_found", f"slug: no experiment {slug!r}", {"field": "slug"}
-            )
+        experiment = _locked(slug)
         if experiment.cancelled_at is None:
             experiment.cancelled_at = timezone.now()
             experiment.save(update_fields=["cancelled_at"])
