@@ -117,8 +117,25 @@ def main() -> int:
             f"({len(worlds)} worlds × {args.turns + 1} turns × {len(hashes)} metrics)"
         )
         started = time.perf_counter()
+        import scipy.stats  # noqa: F401 - loaded once per process; the first results load it
+
+        print(
+            f"   importing scipy.stats (once per web or worker process): {time.perf_counter() - started:.2f} s"
+        )
+        profile = None
+        if os.environ.get("BENCH_PROFILE"):
+            import cProfile
+
+            profile = cProfile.Profile()
+            profile.enable()
+        started = time.perf_counter()
         results = experiment_results(slug="bench")
         results_s = time.perf_counter() - started
+        if profile is not None:
+            import pstats
+
+            profile.disable()
+            pstats.Stats(profile).sort_stats("cumulative").print_stats(18)
         effect = results["results"][0]["effects"][0]
         print(
             f"   results: {results_s:.2f} s (first metric: difference {effect['difference']:.3f}, "
