@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pandas as pd
 import pytest
 from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
@@ -208,9 +209,9 @@ def test_an_experiment_runs_paired_worlds_and_answers_with_its_uncertainty(
         exported = http.get("/api/experiments/trial/measurements.csv")
         assert exported.status_code == 200
         assert exported.headers["content-type"].startswith("text/csv")
-        rows = list(csv.DictReader(io.StringIO(exported.text)))
-        assert len(rows) == 18
-        assert set(rows[0]) == {
+        # read as a notebook reads it (docs/experiments.md, "Export to a notebook")
+        frame = pd.read_csv(io.StringIO(exported.text))
+        assert list(frame.columns) == [
             "arm",
             "replicate",
             "world",
@@ -219,7 +220,14 @@ def test_an_experiment_runs_paired_worlds_and_answers_with_its_uncertainty(
             "metric_hash",
             "value",
             "error_code",
+        ]
+        assert len(frame) == 18 and frame["error_code"].isna().all()
+        per_world = frame[frame.turn >= 1].groupby(["arm", "replicate"]).value.mean().unstack(0)
+        assert per_world.to_dict() == {
+            "control": {1: 0.0, 2: 0.0, 3: 0.0},
+            "treated": {1: 1.0, 2: 1.0, 3: 1.0},
         }
+        rows = list(csv.DictReader(io.StringIO(exported.text)))
         assert {(r["arm"], r["value"]) for r in rows} == {("control", "0.0"), ("treated", "1.0")}
         lines = http.get("/api/experiments/trial/measurements.jsonl").text.splitlines()
         assert len(lines) == 18 and json.loads(lines[0])["metric_label"] == "treated"
