@@ -24,6 +24,7 @@ _QUEUED, _RUNNING = AttemptStatus.QUEUED.value, AttemptStatus.RUNNING.value
 _SUMMARY_SELECT = (
     "w.id, w.slug, w.name, w.label, w.scenario_id, w.scenario_ref, w.replay_from, "
     "w.seed, w.branched_from_slug, w.branched_from_turn, w.chronon_seconds, w.current_turn, w.created_at, n.queued, n.running, "
+    "e.slug AS experiment_slug, w.arm, w.replicate, "
     "l.id AS last_id, l.seq AS last_seq, l.status AS last_status, l.ended_at AS last_ended_at"
 )
 _SUMMARY_JOINS = (
@@ -37,7 +38,8 @@ _SUMMARY_JOINS = (
     "FROM worlds_app_turnattempt a "
     f"WHERE a.world_id = w.id AND a.status NOT IN ({_ACTIVE}) "
     f"AND NOT (a.status = '{AttemptStatus.CANCELLED.value}' AND a.failure_step = 'batch') "
-    "ORDER BY a.seq DESC LIMIT 1) l ON true"
+    "ORDER BY a.seq DESC LIMIT 1) l ON true "
+    "LEFT JOIN worlds_app_experiment e ON e.id = w.experiment_id"
 )
 _SUMMARY_JSON = ("scenario_ref", "replay_from")
 

@@ -90,6 +90,9 @@ def world_summary(row: Mapping[str, Any]) -> dict[str, Any]:
             if row["branched_from_turn"] is not None
             else None
         ),
+        "experiment": row["experiment_slug"],
+        "arm": row["arm"] or None,
+        "replicate": row["replicate"],
         "chronon_seconds": row["chronon_seconds"],
         "current_turn": row["current_turn"],
         "created_at": row["created_at"],

@@ -110,6 +110,13 @@ class WorldSummarySerializer(serializers.Serializer):
     branched_from = BranchFromSerializer(
         allow_null=True, help_text="the world and turn this branch started from; null: none"
     )
+    experiment = serializers.CharField(
+        allow_null=True, help_text="the experiment this world is a replicate of; null: none"
+    )
+    arm = serializers.CharField(allow_null=True, help_text="its arm in the experiment")
+    replicate = serializers.IntegerField(
+        allow_null=True, help_text="its replicate (1…R): the same seed in every arm"
+    )
     chronon_seconds = serializers.IntegerField()
     current_turn = serializers.IntegerField()
     created_at = InstantField()

@@ -161,6 +161,10 @@ def test_an_experiment_runs_paired_worlds_and_answers_with_its_uncertainty(
                 == replicate_seed(body["design"]["seed"], i)
             )
         assert len({seeds[("control", i)] for i in (1, 2, 3)}) == 3
+        read = http.get("/api/worlds/trial--treated--2/").json()
+        assert (read["experiment"], read["arm"], read["replicate"]) == ("trial", "treated", 2)
+        listed = {w["slug"]: w for w in http.get("/api/worlds/").json()["results"]}
+        assert listed["trial--control--3"]["replicate"] == 3
         assert Intervention.objects.filter(world__arm="treated").count() == 3
         assert not Intervention.objects.filter(world__arm="control").exists()
 
