@@ -84,7 +84,7 @@ def export_attempt_trace(attempt_id: str) -> dict[str, Any]:
 # Idempotent: each (world, turn, metric) is written once (its unique constraint), so a
 # redelivery or a second request measures only what is still missing.
 @shared_task(
-    name="worlds.measure_world",  # = services.measurements.MEASURE_WORLD_TASK
+    name="worlds.measure_world",  # = services.dispatch.MEASURE_WORLD_TASK
     acks_late=True,
     reject_on_worker_lost=True,
     # The database was unreachable: measure again shortly (nothing half-written: the rows of one

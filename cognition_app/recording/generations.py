@@ -16,7 +16,14 @@ from django.utils import timezone
 from chukwa_core.json_values import storable_text
 from cognition_app.costs import price_from_rows, price_statement, usage_cost
 from cognition_app.failures import SourceFailure
-from cognition_app.models import InvocationKind, InvocationStatus, LlmCall, LlmChunk, ModelPrice
+from cognition_app.models import (
+    InvocationKind,
+    InvocationStatus,
+    LlmCall,
+    LlmChunk,
+    ModelPrice,
+    SourceInvocation,
+)
 from cognition_app.recording.calls import CallOwner, CallRecord, log_finished
 from cognition_app.recording.port import Recorder, trace_batch
 from cognition_app.redaction import scrub, secret_values
@@ -44,7 +51,7 @@ class GenerationRecord(CallRecord):
     checked = ("request",)  # parts of the payload, canonicalized by the caller
     _call_checked = ("messages", "params", "response_format")
 
-    def __init__(self, invocation: Any, recorder: Recorder, call: LlmCall) -> None:
+    def __init__(self, invocation: SourceInvocation, recorder: Recorder, call: LlmCall) -> None:
         super().__init__(invocation, recorder)
         self.call = call
         self._pending: list[tuple[Any, ...]] = []  # chunk rows: (call_id, seq, offset_ms, text)

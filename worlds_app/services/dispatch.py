@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 RUN_TURN_ATTEMPT_TASK = "worlds.run_turn_attempt"
 EXPORT_ATTEMPT_TRACE_TASK = "worlds.export_attempt_trace"
-MEASURE_WORLD_TASK = "worlds.measure_world"  # = services.measurements.MEASURE_WORLD_TASK
+MEASURE_WORLD_TASK = "worlds.measure_world"  # = tasks.measure_world
 
 
 def kick_on_commit(world_id: int) -> None:
@@ -121,6 +121,16 @@ def export_on_commit(attempt_id: UUID) -> None:
     transaction.on_commit(send)
 
 
+def send_measure(world_id: int, metric_hashes: list[str]) -> None:
+    """Hand a world's measuring to the measure queue (read at send time, so tests can route to
+    their own worker); a broker error propagates."""
+    from celery import current_app
+
+    current_app.send_task(
+        MEASURE_WORLD_TASK, args=[world_id, metric_hashes], queue=settings.CHUKWA_MEASURE_QUEUE
+    )
+
+
 def measure_on_commit(world_id: int, experiment_id: int) -> None:
     """After commit, have the measure queue measure an experiment's world with its metrics (what
     is missing: the turn just committed, or turn 0 of a new world). A message the broker cannot
@@ -128,21 +138,15 @@ def measure_on_commit(world_id: int, experiment_id: int) -> None:
     ``POST /api/experiments/<slug>/metrics/`` or a measurement request measures them."""
 
     def send() -> None:
-        from celery import current_app
-
         from worlds_app.models import Experiment
 
-        metrics = (
+        design = (
             Experiment.objects.filter(pk=experiment_id).values_list("design", flat=True).first()
         )
-        if not metrics or not metrics.get("metrics"):
+        if not design or not design.get("metrics"):
             return
         try:
-            current_app.send_task(
-                MEASURE_WORLD_TASK,
-                args=[world_id, list(metrics["metrics"])],
-                queue=settings.CHUKWA_MEASURE_QUEUE,
-            )
+            send_measure(world_id, list(design["metrics"]))
         except BROKER_ERRORS as exc:
             logger.warning(
                 "world %s: not measured now, broker unavailable (%s: %s)",

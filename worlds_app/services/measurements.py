@@ -10,7 +10,6 @@ import logging
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-from django.conf import settings
 from django.db import transaction
 
 from chukwa_core.errors import invalid
@@ -21,12 +20,12 @@ from scenarios_app.selectors import metric_rows
 from worlds_app.history import first_turn, history_owners
 from worlds_app.models import Measurement, World
 from worlds_app.selectors import world_row
+from worlds_app.services.dispatch import send_measure
 from worlds_app.services.judging import judged
 from worlds_app.turn_view import TurnView, turn_views
 
 logger = logging.getLogger(__name__)
 
-MEASURE_WORLD_TASK = "worlds.measure_world"
 MAX_METRICS_PER_REQUEST = 50
 
 
@@ -85,7 +84,7 @@ def resolve_metric_refs(refs: Any, field: str = "metrics") -> list[MetricSummary
     return found
 
 
-def _check_subjects(world: World, found: list[MetricSummary], refs: list[Any]) -> None:
+def _check_subjects(world: World, found: list[MetricSummary]) -> None:
     """A judge that interviews a ``subject`` asks about an agent of this world (its entities are
     the same on every turn): 400 naming the metric otherwise."""
     subjects = {
@@ -117,7 +116,7 @@ def measurement_request(*, slug: str, metrics: Any) -> MeasureRequestResult:
     Nothing is written here; a broker that cannot take the message answers 503."""
     world = world_row(slug)
     found = resolve_metric_refs(metrics)
-    _check_subjects(world, found, metrics)
+    _check_subjects(world, found)
     _dispatch(world_id=world.pk, metric_hashes=[m["hash"] for m in found])
     return {
         "world": world.slug,
@@ -128,13 +127,7 @@ def measurement_request(*, slug: str, metrics: Any) -> MeasureRequestResult:
 
 
 def _dispatch(*, world_id: int, metric_hashes: list[str]) -> None:
-    # By name: the tasks module (an entry point above the services) is not imported here.
-    from celery import current_app
-
-    # The queue is read at send time so tests can route to their own worker.
-    current_app.send_task(
-        MEASURE_WORLD_TASK, args=[world_id, metric_hashes], queue=settings.CHUKWA_MEASURE_QUEUE
-    )
+    send_measure(world_id, metric_hashes)  # a broker that cannot take it: 503, nothing kept
 
 
 class MeasureResult(TypedDict):
