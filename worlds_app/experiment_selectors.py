@@ -9,7 +9,7 @@ running; else ``failed`` when some world stopped short of its turns (the others 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -36,6 +36,11 @@ EXPORT_COLUMNS = (
     "value",
     "error_code",
 )
+
+
+def first_turn(design: Mapping[str, Any]) -> int:
+    """The turn the experiment's worlds start from: 0, or a branch's turn."""
+    return int(design.get("first_turn", 0))
 
 
 def experiment_row(slug: str) -> Experiment:
@@ -80,12 +85,12 @@ def _budget(experiment: Experiment) -> dict[str, Any] | None:
 
 
 def experiment_status(experiment: Experiment, worlds: list[dict[str, Any]]) -> str:
-    turns = experiment.design["turns"]
+    last = first_turn(experiment.design) + experiment.design["turns"]
     if experiment.cancelled_at is not None:
         return CANCELLED
     if any(w["pending"] for w in worlds):
         return RUNNING
-    return FAILED if any(w["current_turn"] < turns for w in worlds) else COMPLETED
+    return FAILED if any(w["current_turn"] < last for w in worlds) else COMPLETED
 
 
 def experiment_get(*, slug: str) -> dict[str, Any]:
@@ -97,8 +102,9 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
     turns = design["turns"]
     world_ids = [w["id"] for w in worlds]
     metrics = len(design["metrics"])
+    start = first_turn(design)
     measured = Measurement.objects.filter(
-        world_id__in=world_ids, metric_id__in=design["metrics"]
+        world_id__in=world_ids, metric_id__in=design["metrics"], turn_number__gte=start
     ).count()
     tokens = Coalesce(F("prompt_tokens"), 0) + Coalesce(F("completion_tokens"), 0)
     spent = LlmCall.objects.filter(invocation__world_id__in=world_ids).aggregate(
@@ -106,11 +112,11 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
         spent_cost=Sum("cost"),
         unpriced=Count("pk", filter=Q(cost__isnull=True)),
     )
-    committed = sum(w["current_turn"] for w in worlds)
+    committed = sum(w["current_turn"] - start for w in worlds)
     failed = [
         {"slug": w["slug"], "arm": w["arm"], "replicate": w["replicate"], "turn": w["current_turn"]}
         for w in worlds
-        if not w["pending"] and w["current_turn"] < turns
+        if not w["pending"] and w["current_turn"] < start + turns
     ]
     finished_at: datetime | None = None
     if status != RUNNING:
@@ -156,11 +162,13 @@ def _round(value: float | None) -> float | None:
 def experiment_results(*, slug: str) -> dict[str, Any]:
     """Per metric and arm: n, n_missing, mean, sd, a 95% CI and the per-turn mean with its CI;
     per treatment arm, the paired difference from control (bootstrap CI, sign-flip p). A world's
-    value is the metric's aggregate over the turns it ran (turn 0, the baseline, left out)."""
+    value is the metric's aggregate over the turns it ran (its first turn, the baseline — turn
+    0, or a branch's turn —, left out)."""
     experiment = experiment_row(slug)
     design = experiment.design
     arms = [a["label"] for a in design["arms"]]
     control, replicates = design["control"], design["replicates"]
+    start = first_turn(design)
     worlds = {
         w["id"]: w
         for w in World.objects.filter(experiment=experiment).values("id", "arm", "replicate")
@@ -188,7 +196,7 @@ def experiment_results(*, slug: str) -> dict[str, Any]:
         by_turn: dict[str, dict[int, list[float | None]]] = {arm: {} for arm in arms}
         for world_id, world in worlds.items():
             points = per_turn.get((metric_hash, world_id), [])
-            ran = [v for n, v in points if n >= 1]
+            ran = [v for n, v in points if n > start]
             values[world["arm"]][(world["replicate"] or 1) - 1] = aggregate(kind, ran)
             for number, value in points:
                 by_turn[world["arm"]].setdefault(number, []).append(value)
@@ -196,7 +204,7 @@ def experiment_results(*, slug: str) -> dict[str, Any]:
         for arm in arms:
             summary = arm_summary(values[arm])
             series = []
-            for number in range(design["turns"] + 1):
+            for number in range(start, start + design["turns"] + 1):
                 turn_summary = arm_summary(by_turn[arm].get(number, []))
                 series.append(
                     {
@@ -256,7 +264,9 @@ def export_rows(*, slug: str) -> tuple[Experiment, Iterator[dict[str, Any]]]:
     def rows() -> Iterator[dict[str, Any]]:
         query = (
             Measurement.objects.filter(
-                world__experiment=experiment, metric_id__in=experiment.design["metrics"]
+                world__experiment=experiment,
+                metric_id__in=experiment.design["metrics"],
+                turn_number__gte=first_turn(experiment.design),
             )
             .order_by("world__arm", "world__replicate", "turn_number", "metric__label")
             .values_list(

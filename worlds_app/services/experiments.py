@@ -22,10 +22,12 @@ from chukwa_core.errors import ChukwaError, ConflictError, NotFoundError, invali
 from chukwa_core.ids import label_problem
 from chukwa_core.patching import PatchRejected, check_patch_shape
 from chukwa_core.seeds import experiment_seed, replicate_seed, seed_problem
+from cognition_app.sources import REPLAY_MODES
 from scenarios_app.services._store import reject_nul
-from worlds_app.models import Experiment, World
+from worlds_app.models import Experiment, Turn, World
 from worlds_app.selectors import require_slug
 from worlds_app.services.attempts import MAX_BATCH, turn_attempt_enqueue
+from worlds_app.services.branches import branch_point
 from worlds_app.services.budgets import parse_budget
 from worlds_app.services.dispatch import measure_on_commit
 from worlds_app.services.experiment_stop import cancel_queued
@@ -38,7 +40,16 @@ MAX_TURNS = MAX_BATCH  # one batch of turns per world
 SLUG_MAX = 64
 RESERVED_SLUGS = ("estimate",)  # /api/experiments/estimate/
 CREATE_REQUIRED = ("slug", "arms", "replicates", "turns", "metrics")
-CREATE_OPTIONAL = ("name", "description", "control", "seed", "start_time", "budget")
+CREATE_OPTIONAL = (
+    "name",
+    "description",
+    "control",
+    "seed",
+    "start_time",
+    "budget",
+    "branch_from",
+    "replay_from",
+)
 BUDGET_LIMITS = ("max_cost_total", "max_tokens_total")
 ARM_REQUIRED = ("label", "scenario_ref")
 ARM_OPTIONAL = ("interventions",)
@@ -64,7 +75,7 @@ def _text(body: Mapping[str, Any], field: str, limit: int) -> str:
     return value
 
 
-def _interventions(value: Any, field: str, turns: int) -> list[dict[str, Any]]:
+def _interventions(value: Any, field: str, first: int, last: int) -> list[dict[str, Any]]:
     if not isinstance(value, list):
         raise invalid("invalid_interventions", field, "must be an array")
     found = []
@@ -74,7 +85,7 @@ def _interventions(value: Any, field: str, turns: int) -> list[dict[str, Any]]:
         check_keys(
             body, where, required=("turn", "patch"), optional=("note",), code="invalid_input"
         )
-        turn = _count(body["turn"], f"{where}.turn", 1, turns, "invalid_turn")
+        turn = _count(body["turn"], f"{where}.turn", first, last, "invalid_turn")
         try:
             check_patch_shape(body["patch"])
         except PatchRejected as exc:
@@ -98,6 +109,17 @@ def design_of(data: Any) -> dict[str, Any]:
         raise invalid("invalid_slug", "slug", f"{slug!r} is reserved (a path of the API)")
     replicates = _count(body["replicates"], "replicates", 1, MAX_WORLDS, "invalid_replicates")
     turns = _count(body["turns"], "turns", 1, MAX_TURNS, "invalid_turns")
+    branch = None
+    if body.get("branch_from") is not None:
+        point = branch_point(body["branch_from"])
+        branch = {"world": point.parent.slug, "turn": point.turn.number}
+        if body.get("start_time") is not None:
+            raise invalid(
+                "invalid_start_time",
+                "start_time",
+                "a branch starts at its parent's simulation time; leave start_time out",
+            )
+    first_turn = branch["turn"] if branch is not None else 0
     arms_in = body["arms"]
     if not isinstance(arms_in, list) or not arms_in:
         raise invalid("invalid_arms", "arms", "must be a non-empty array of arms")
@@ -132,7 +154,10 @@ def design_of(data: Any) -> dict[str, Any]:
                 "label": label,
                 "scenario_ref": {"hash": scenario_hash},
                 "interventions": _interventions(
-                    arm.get("interventions", []), f"{where}.interventions", turns
+                    arm.get("interventions", []),
+                    f"{where}.interventions",
+                    first_turn + 1,
+                    first_turn + turns,
                 ),
             }
         )
@@ -141,10 +166,21 @@ def design_of(data: Any) -> dict[str, Any]:
         raise invalid("invalid_control", "control", f"{control!r} is not one of the arms")
     metrics = resolve_metric_refs(body["metrics"], "metrics")
     seed = body.get("seed")
+    if seed is not None and (problem := seed_problem(seed)) is not None:
+        raise invalid("invalid_seed", "seed", problem)
+    replay = None
+    if body.get("replay_from") is not None:
+        replay, replayed_seed = _replay_from(body["replay_from"], arms, replicates)
+        if seed is not None and seed != replayed_seed:
+            raise invalid(
+                "invalid_seed",
+                "seed",
+                f"a replay draws what experiment {replay['experiment']!r} drew: its seed is "
+                f"{replayed_seed}, not {seed}; leave seed out",
+            )
+        seed = replayed_seed
     if seed is None:
         seed = experiment_seed(slug)
-    elif (problem := seed_problem(seed)) is not None:
-        raise invalid("invalid_seed", "seed", problem)
     design: dict[str, Any] = {
         "slug": slug,
         "name": _text(body, "name", 200) or slug,
@@ -158,9 +194,50 @@ def design_of(data: Any) -> dict[str, Any]:
     }
     if body.get("start_time") is not None:
         design["start_time"] = body["start_time"]
+    elif branch is None and replay is None:
+        # one start for every world: paired worlds see the same simulation time
+        design["start_time"] = timezone.now().isoformat()
     if body.get("budget") is not None:
         design["budget"] = _budget(body["budget"])
+    if branch is not None:
+        design["branch_from"] = branch
+        design["first_turn"] = first_turn
+    if replay is not None:
+        design["replay_from"] = replay
     return design
+
+
+def _replay_from(
+    value: Any, arms: list[dict[str, Any]], replicates: int
+) -> tuple[dict[str, str], int]:
+    """``{"experiment": slug, "mode": replay_strict | replay_then_live}``: an experiment with a
+    world for every arm and replicate of this design (each new world replays its pair)."""
+    body = require_object(value, "replay_from", "invalid_replay_from")
+    check_keys(body, "replay_from", required=("experiment", "mode"), code="invalid_replay_from")
+    mode, slug = body["mode"], body["experiment"]
+    if mode not in REPLAY_MODES:
+        raise invalid(
+            "invalid_replay_from",
+            "replay_from.mode",
+            f"must be one of {', '.join(REPLAY_MODES)}, got {mode!r}",
+        )
+    problem = label_problem(slug) if isinstance(slug, str) else "is not a string"
+    if problem is not None:
+        raise invalid("invalid_replay_from", "replay_from.experiment", f"{slug!r} {problem}")
+    old = Experiment.objects.filter(slug=slug).first()
+    if old is None:
+        raise invalid("invalid_replay_from", "replay_from.experiment", f"no experiment {slug!r}")
+    have = set(World.objects.filter(experiment=old).values_list("arm", "replicate"))
+    for arm in arms:
+        for replicate in range(1, replicates + 1):
+            if (arm["label"], replicate) not in have:
+                raise invalid(
+                    "invalid_replay_from",
+                    "replay_from.experiment",
+                    f"experiment {slug!r} has no world for arm {arm['label']!r}, replicate "
+                    f"{replicate}: every world of a replay replays its pair",
+                )
+    return {"experiment": slug, "mode": mode}, old.seed
 
 
 def _budget_columns(budget: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -263,6 +340,15 @@ def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> 
             }
             if "start_time" in design:
                 world_data["start_time"] = design["start_time"]
+            if "branch_from" in design:
+                world_data["branch_from"] = design["branch_from"]
+            if "replay_from" in design:
+                replayed = design["replay_from"]
+                pair = world_slug(replayed["experiment"], arm["label"], replicate)
+                world_data["replay_from"] = {"world": pair, "mode": replayed["mode"]}
+                if "start_time" not in design and "branch_from" not in design:
+                    # the pair's own start: the same simulation time in the same prompts
+                    world_data["start_time"] = _first_time(pair)
             world = world_create(data=world_data, created_by=created_by, durable=False)  # type: ignore[arg-type]
             World.objects.filter(pk=world.pk).update(
                 experiment=experiment, arm=arm["label"], replicate=replicate
@@ -273,6 +359,13 @@ def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> 
                 slug=name, count=design["turns"], requested_by=created_by, durable=False
             )
             measure_on_commit(world.pk, experiment.pk)  # turn 0, the baseline
+
+
+def _first_time(slug: str) -> str:
+    turn = Turn.objects.filter(world__slug=slug).order_by("number").first()
+    if turn is None:
+        raise invalid("invalid_replay_from", "replay_from.experiment", f"no world {slug!r}")
+    return turn.simulation_time.isoformat()
 
 
 def _locked(slug: str) -> Experiment:
