@@ -109,17 +109,18 @@ def design_of(data: Any) -> dict[str, Any]:
         raise invalid("invalid_slug", "slug", f"{slug!r} is reserved (a path of the API)")
     replicates = _count(body["replicates"], "replicates", 1, MAX_WORLDS, "invalid_replicates")
     turns = _count(body["turns"], "turns", 1, MAX_TURNS, "invalid_turns")
-    branch = None
+    branch: dict[str, Any] | None = None
+    first_turn = 0
     if body.get("branch_from") is not None:
         point = branch_point(body["branch_from"])
-        branch = {"world": point.parent.slug, "turn": point.turn.number}
+        first_turn = point.turn.number
+        branch = {"world": point.parent.slug, "turn": first_turn}
         if body.get("start_time") is not None:
             raise invalid(
                 "invalid_start_time",
                 "start_time",
                 "a branch starts at its parent's simulation time; leave start_time out",
             )
-    first_turn = branch["turn"] if branch is not None else 0
     arms_in = body["arms"]
     if not isinstance(arms_in, list) or not arms_in:
         raise invalid("invalid_arms", "arms", "must be a non-empty array of arms")
