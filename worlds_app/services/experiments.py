@@ -10,11 +10,13 @@ while writing — a world slug taken, a start time out of range — writes nothi
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from chukwa_core.component_validation import check_keys, require_object
@@ -24,16 +26,21 @@ from chukwa_core.patching import PatchRejected, check_patch_shape
 from chukwa_core.seeds import experiment_seed, replicate_seed, seed_problem
 from cognition_app.sources import REPLAY_MODES
 from scenarios_app.services._store import reject_nul
-from worlds_app.models import Experiment, Turn, World
+from worlds_app.models import Experiment, Intervention, Turn, TurnAttempt, World
 from worlds_app.selectors import require_slug
-from worlds_app.services.attempts import MAX_BATCH, turn_attempt_enqueue
+from worlds_app.services.attempts import MAX_BATCH
 from worlds_app.services.branches import branch_point
 from worlds_app.services.budgets import parse_budget
-from worlds_app.services.dispatch import measure_on_commit
+from worlds_app.services.dispatch import kick_worlds_on_commit, measure_on_commit
 from worlds_app.services.experiment_stop import cancel_queued
-from worlds_app.services.interventions import MAX_NOTE_CHARS, intervention_create
+from worlds_app.services.interventions import MAX_NOTE_CHARS
 from worlds_app.services.measurements import resolve_metric_refs
-from worlds_app.services.worlds import scenario_hash_from_ref, world_create
+from worlds_app.services.worlds import (
+    new_world_rows,
+    parse_start_time,
+    scenario_hash_from_ref,
+    world_start,
+)
 
 MAX_WORLDS = 1000
 MAX_TURNS = MAX_BATCH  # one batch of turns per world
@@ -327,46 +334,115 @@ def experiment_create(*, data: Any, created_by: str = "") -> Experiment:
 
 
 def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> None:
-    """Replicates ``replicates`` of every arm: the worlds, their interventions and turns, in the
-    caller's transaction; each world measured at turn 0 once it commits."""
+    """Replicates ``replicates`` of every arm, in the caller's transaction and in bulk: each
+    arm's start (scenario copy, first state) computed once; the worlds, their first turns,
+    interventions and queued turns written a few statements for all; once it commits, every
+    world's first turn is kicked and every world measured at its first turn (the baseline)."""
     design = experiment.design
+    replayed = design.get("replay_from")
+    point = branch_point(design["branch_from"]) if "branch_from" in design else None
+    slugs = [world_slug(experiment.slug, a["label"], i) for a in design["arms"] for i in replicates]
+    taken = World.objects.filter(slug__in=slugs).values_list("slug", flat=True).first()
+    if taken is not None:
+        raise ConflictError(
+            "world_exists", f"slug: a world {taken!r} already exists", {"field": "slug"}
+        )
+    pairs: dict[str, World] = {}
+    pair_times: dict[int, datetime] = {}
+    if replayed is not None:
+        pair_slugs = [
+            world_slug(replayed["experiment"], a["label"], i)
+            for a in design["arms"]
+            for i in replicates
+        ]
+        pairs = {w.slug: w for w in World.objects.filter(slug__in=pair_slugs)}
+        for slug in pair_slugs:
+            if slug not in pairs:
+                raise invalid("invalid_replay_from", "replay_from.experiment", f"no world {slug!r}")
+        pair_times = dict(
+            Turn.objects.filter(world__in=list(pairs.values()))
+            .order_by("world_id", "number")
+            .distinct("world_id")
+            .values_list("world_id", "simulation_time")
+        )
+    start = parse_start_time(design.get("start_time")) if point is None else None
+    rows: list[tuple[World, Turn]] = []
+    interventions: list[tuple[World, dict[str, Any]]] = []
     for arm in design["arms"]:
+        scenario_hash = arm["scenario_ref"]["hash"]
+        shared = world_start(scenario_hash, {"hash": scenario_hash}, start or _now(), point)
+        own_start = replayed is not None and "start_time" not in design and point is None
         for replicate in replicates:
-            name = world_slug(experiment.slug, arm["label"], replicate)
-            world_data: dict[str, Any] = {
-                "slug": name,
-                "scenario_ref": arm["scenario_ref"],
-                "name": f"{design['name']}: {arm['label']} #{replicate}",
-                "seed": replicate_seed(design["seed"], replicate),
-            }
-            if "start_time" in design:
-                world_data["start_time"] = design["start_time"]
-            if "branch_from" in design:
-                world_data["branch_from"] = design["branch_from"]
-            if "replay_from" in design:
-                replayed = design["replay_from"]
-                pair = world_slug(replayed["experiment"], arm["label"], replicate)
-                world_data["replay_from"] = {"world": pair, "mode": replayed["mode"]}
-                if "start_time" not in design and "branch_from" not in design:
-                    # the pair's own start: the same simulation time in the same prompts
-                    world_data["start_time"] = _first_time(pair)
-            world = world_create(data=world_data, created_by=created_by, durable=False)  # type: ignore[arg-type]
-            World.objects.filter(pk=world.pk).update(
-                experiment=experiment, arm=arm["label"], replicate=replicate
+            fields: dict[str, Any] = {}
+            begin = shared
+            if replayed is not None:
+                pair = pairs[world_slug(replayed["experiment"], arm["label"], replicate)]
+                fields = {
+                    "replay_source": pair,
+                    "replay_from": {"world": pair.slug, "mode": replayed["mode"]},
+                }
+                if own_start:  # the pair's own start: the same simulation time in prompts
+                    begin = shared.starting_at(pair_times[pair.pk])
+            world, turn = new_world_rows(
+                begin,
+                slug=world_slug(experiment.slug, arm["label"], replicate),
+                name=f"{design['name']}: {arm['label']} #{replicate}",
+                seed=replicate_seed(design["seed"], replicate),
+                experiment=experiment,
+                arm=arm["label"],
+                replicate=replicate,
+                next_attempt_seq=1 + design["turns"],
+                **fields,
             )
-            for item in arm["interventions"]:
-                intervention_create(slug=name, data=item, created_by=created_by, durable=False)
-            turn_attempt_enqueue(
-                slug=name, count=design["turns"], requested_by=created_by, durable=False
+            rows.append((world, turn))
+            interventions.extend((world, item) for item in arm["interventions"])
+    try:
+        with transaction.atomic():
+            World.objects.bulk_create([world for world, _ in rows])
+    except IntegrityError:  # a create racing on one of the slugs: the constraint decides
+        raise ConflictError(
+            "world_exists",
+            "slug: one of the experiment's world slugs was just taken",
+            {"field": "slug"},
+        ) from None
+    for world, turn in rows:
+        turn.world = world
+    Turn.objects.bulk_create([turn for _, turn in rows])
+    Intervention.objects.bulk_create(
+        [
+            Intervention(
+                world=world,
+                turn=item["turn"],
+                patch=item["patch"],
+                note=item["note"],
+                created_by=created_by,
             )
-            measure_on_commit(world.pk, experiment.pk)  # turn 0, the baseline
+            for world, item in interventions
+        ]
+    )
+    turns = design["turns"]
+    attempts: list[TurnAttempt] = []
+    for world, _ in rows:
+        batch_id = uuid.uuid4()
+        attempts.extend(
+            TurnAttempt(
+                world=world,
+                seq=1 + i,
+                batch_id=batch_id,
+                batch_index=i,
+                batch_size=turns,
+                requested_by=created_by,
+            )
+            for i in range(turns)
+        )
+    TurnAttempt.objects.bulk_create(attempts, batch_size=5000)
+    world_ids = [world.pk for world, _ in rows]
+    kick_worlds_on_commit(world_ids)
+    measure_on_commit(world_ids, experiment.pk)  # the first turn, the baseline
 
 
-def _first_time(slug: str) -> str:
-    turn = Turn.objects.filter(world__slug=slug).order_by("number").first()
-    if turn is None:
-        raise invalid("invalid_replay_from", "replay_from.experiment", f"no world {slug!r}")
-    return turn.simulation_time.isoformat()
+def _now() -> datetime:
+    return timezone.now()
 
 
 def _locked(slug: str) -> Experiment:
@@ -421,8 +497,10 @@ def experiment_add_metrics(*, slug: str, metrics: Any) -> Experiment:
         added = [m["hash"] for m in found if m["hash"] not in design["metrics"]]
         experiment.design = {**design, "metrics": [*design["metrics"], *added]}
         experiment.save(update_fields=["design"])
-        for world_id in World.objects.filter(experiment=experiment).values_list("pk", flat=True):
-            measure_on_commit(world_id, experiment.pk)
+        measure_on_commit(
+            list(World.objects.filter(experiment=experiment).values_list("pk", flat=True)),
+            experiment.pk,
+        )
     return experiment
 
 
