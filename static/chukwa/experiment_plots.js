@@ -88,13 +88,25 @@
       }
     });
     var longest = Math.max.apply(null, arms.map(function (a) { return a.length; }));
+    // the values and intervals drawn, and around one value a range rather than a point
+    var xs = dots.map(function (d) { return d.value; });
+    summaries.forEach(function (m) {
+      xs.push(m.mean);
+      if (m.low !== null) xs.push(m.low, m.high);
+    });
+    var low = xs.length ? Math.min.apply(null, xs) : 0;
+    var high = xs.length ? Math.max.apply(null, xs) : 1;
+    if (low === high) {
+      low -= 0.5;
+      high += 0.5;
+    }
     return P.plot({
       width: width,
       height: 36 + 58 * arms.length,
       marginLeft: Math.min(140, 16 + 7.5 * longest),
       marginRight: 16,
       style: style(),
-      x: { label: "value", grid: true, nice: true },
+      x: { label: "value", grid: true, nice: true, domain: [low, high], ticks: width < 480 ? 4 : 8 },
       y: {
         label: null,
         domain: [arms.length - 0.5, -0.5],

@@ -162,7 +162,9 @@ def _detail_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], di
         },
         "world_rows": _world_rows(data),
         "worlds_open": len(data["worlds"]) <= WORLDS_OPEN,
-        "metric_choices": metric_choices() if is_operator(request.user) else [],
+        "addable_metrics": [m for m in metric_choices() if m["hash"] not in design["metrics"]]
+        if is_operator(request.user)
+        else [],
         "action_error": None,
         "action": "",
     }

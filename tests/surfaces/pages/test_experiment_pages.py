@@ -25,7 +25,7 @@ from worlds_app.services.measurements import world_measure
 
 pytestmark = pytest.mark.django_db
 HTMX = {"HTTP_HX_REQUEST": "true"}
-SCENARIO = "ant_on_plate_rules"
+SCENARIO = "picnic_rules"
 # 1 on every turn of a treated world, 0 on a control one (a known answer), and a varied one
 TREATED = "contains(world, '--treated--')"
 VARIED = "length(join(' ', patches[].narration))"
