@@ -64,6 +64,8 @@ def _progress_context(request: HttpRequest, data: dict[str, Any]) -> dict[str, A
             progress["measurements_done"], progress["measurements_planned"]
         ),
         "budget": budget,
+        # the ledger (experiment_get's "budget"): set when a call was refused for want of it
+        "budget_exhausted_at": (data.get("budget") or {}).get("exhausted_at"),
         "eta_text": _duration(progress.get("eta_seconds")),
         "live": _live(data),
         "poll_url": request.path,

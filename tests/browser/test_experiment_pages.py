@@ -137,7 +137,6 @@ def test_experiment_pages_in_a_browser(live_server: Any, browser: webdriver.Chro
     browser.save_screenshot(str(ARTIFACTS / "experiments-9-form-390-top.png"))
     _look(browser, "experiments-9-form-390", 390)
     browser.set_window_size(1400, 1000)
-    browser.find_element(By.ID, "ex-cost").clear()
     browser.find_element(By.CSS_SELECTOR, "button[value=launch]").click()
     wait_for(lambda: browser.current_url.endswith("/experiments/gale/"), 10, "the launch")
 

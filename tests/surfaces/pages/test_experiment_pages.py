@@ -13,6 +13,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils.html import escape
 
 from scenarios_app.services import metric_put, scenario_assemble
 from surfaces.pages.metric_strip import value_text
@@ -20,6 +21,7 @@ from tests.support.worlds import fixture_body
 from worlds_app.experiment_selectors import experiment_get, experiment_results
 from worlds_app.models import Experiment, TurnAttempt, World
 from worlds_app.services import turn_attempt_run
+from worlds_app.services.experiment_estimate import experiment_estimate
 from worlds_app.services.experiments import experiment_create
 from worlds_app.services.measurements import world_measure
 
@@ -270,18 +272,30 @@ def test_the_form_estimates_then_launches(operator: Client) -> None:
     assert page.count('name="arm_label"') == 2
     more = operator.post("/experiments/new/", _form(scenario, metric, action="add_arm"))
     assert more.content.decode().count('name="arm_label"') == 3
-    estimate = operator.post(
-        "/experiments/new/", _form(scenario, metric, action="estimate"), **HTMX
-    )
+    budgeted = {"max_cost_total": "2.5", "max_tokens_total": "1000"}
+    form = _form(scenario, metric, action="estimate", **budgeted)
+    estimate = operator.post("/experiments/new/", form, **HTMX)
     text = estimate.content.decode()
     assert estimate.status_code == 200 and text.lstrip().startswith('<section id="estimate"')
-    assert 'id="estimate-calls"' in text and 'id="estimate-cost"' in text
+    expected = experiment_estimate(
+        data={
+            **design("gale", scenario, [metric], replicates=2, turns=2),
+            "budget": {"max_cost_total": "2.5", "max_tokens_total": 1000},
+        }
+    )
+    assert f'id="estimate-calls">{expected["calls"]["total"]}<' in text
+    assert f'id="estimate-tokens">{expected["tokens"]["total"]}<' in text
+    assert expected["within_budget"] is True and 'id="estimate-budget">fits<' in text
+    assert escape(expected["method"]) in text
     assert not Experiment.objects.exists() and not World.objects.exists()
-    launched = operator.post("/experiments/new/", _form(scenario, metric))
+    launched = operator.post("/experiments/new/", _form(scenario, metric, **budgeted))
     assert launched.status_code == 302 and launched["Location"] == "/experiments/gale/"
     made = Experiment.objects.get()
     assert made.created_by == "ops"
     assert made.design["replicates"] == 2 and World.objects.count() == 4
+    assert made.design["budget"]["max_tokens_total"] == 1000
+    shown = operator.get("/experiments/gale/").content.decode()
+    assert "of budget" in shown and "1000 tokens in all" in shown
 
 
 @pytest.mark.parametrize(
@@ -294,6 +308,12 @@ def test_the_form_estimates_then_launches(operator: Client) -> None:
         ({"arm_scenario": ["", ""]}, "arm-0-scenario", "invalid_scenario_ref"),
         ({"metrics": []}, "metrics", "invalid_metrics"),
         ({"seed": "-3"}, "seed", "invalid_input"),
+        ({"max_cost_total": "lots"}, "max_cost_total", "invalid_budget"),
+        (
+            {"arm_label": ["control", "treated"], "control": "1", "replicates": "600"},
+            "replicates",
+            "too_many_worlds",
+        ),
     ],
 )
 def test_a_bad_form_shows_the_error_next_to_its_field_and_writes_nothing(
