@@ -121,6 +121,9 @@ def _results_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "effects": effects,
                 "per_turn": per_turn,
                 "arm_labels": [a["arm"] for a in item["arms"]],
+                "has_values": any(
+                    p["mean"] is not None for arm in item["arms"] for p in arm["per_turn"]
+                ),
                 "world_values": [
                     {**w, "arm": arm["arm"], "value_text": value_text(w["value"])}
                     for arm in item["arms"]

@@ -88,6 +88,7 @@ def test_experiment_pages_in_a_browser(live_server: Any, browser: webdriver.Chro
     assert turn_attempt_run(attempt_id=str(first), owner="test") == "committed"
     wait_for(lambda: _text(browser, "progress-turns") == "1", 10, "the progress to show turn 1")
     assert _text(browser, "progress-measured") == "0"
+    assert len(browser.find_elements(By.CSS_SELECTOR, ".no-values")) == 2  # no empty charts
     assert browser.execute_script("return window.sameDocument") is True  # no reload
     _look(browser, "experiments-3-running-1400", 1400)
 

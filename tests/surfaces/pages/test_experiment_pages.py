@@ -18,6 +18,7 @@ from django.utils.html import escape
 from scenarios_app.services import metric_put, scenario_assemble
 from surfaces.pages.metric_strip import value_text
 from tests.support.worlds import fixture_body
+from worlds_app import experiment_selectors
 from worlds_app.experiment_selectors import experiment_get, experiment_results
 from worlds_app.models import Experiment, TurnAttempt, World
 from worlds_app.services import turn_attempt_run
@@ -328,3 +329,28 @@ def test_a_bad_form_shows_the_error_next_to_its_field_and_writes_nothing(
     assert not Experiment.objects.exists() and not World.objects.exists()
     # what was typed is kept
     assert 'value="A gale"' in text
+
+
+def test_the_time_left_is_shown_when_the_progress_knows_it(
+    operator: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    metric = expression_metric("treated", TREATED)
+    experiment_create(data=design("swift", stored_scenario(), [metric]))
+    assert 'id="progress-eta"' not in operator.get("/experiments/swift/").content.decode()
+    real = experiment_selectors.experiment_get
+
+    def with_eta(*, slug: str) -> dict[str, Any]:
+        data = real(slug=slug)
+        data["progress"]["eta_seconds"] = 750.0
+        return data
+
+    monkeypatch.setattr(experiment_selectors, "experiment_get", with_eta)
+    poll = operator.get("/experiments/swift/", **HTMX).content.decode()
+    assert 'id="progress-eta">about 12 min<' in poll
+
+
+def test_a_world_of_an_experiment_links_back_to_it(reader: Client) -> None:
+    metric = expression_metric("treated", TREATED)
+    experiment_create(data=design("home", stored_scenario(), [metric]))
+    page = reader.get("/worlds/home--treated--2/").content.decode()
+    assert 'href="/experiments/home/"' in page and "treated #2" in page
