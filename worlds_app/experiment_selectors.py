@@ -171,7 +171,9 @@ def experiment_results(*, slug: str) -> dict[str, Any]:
     start = first_turn(design)
     worlds = {
         w["id"]: w
-        for w in World.objects.filter(experiment=experiment).values("id", "arm", "replicate")
+        for w in World.objects.filter(experiment=experiment).values(
+            "id", "slug", "arm", "replicate"
+        )
     }
     metrics = {
         m["hash"]: m
@@ -193,11 +195,13 @@ def experiment_results(*, slug: str) -> dict[str, Any]:
         metric = metrics[metric_hash]
         kind = metric["content"]["aggregate"]
         values: dict[str, list[float | None]] = {arm: [None] * replicates for arm in arms}
+        slugs: dict[str, list[str | None]] = {arm: [None] * replicates for arm in arms}
         by_turn: dict[str, dict[int, list[float | None]]] = {arm: {} for arm in arms}
         for world_id, world in worlds.items():
             points = per_turn.get((metric_hash, world_id), [])
             ran = [v for n, v in points if n > start]
             values[world["arm"]][(world["replicate"] or 1) - 1] = aggregate(kind, ran)
+            slugs[world["arm"]][(world["replicate"] or 1) - 1] = world["slug"]
             for number, value in points:
                 by_turn[world["arm"]].setdefault(number, []).append(value)
         arm_rows = []
@@ -226,6 +230,12 @@ def experiment_results(*, slug: str) -> dict[str, Any]:
                     "ci_high": _round(summary.ci_high),
                     "ci_method": summary.ci_method,
                     "per_turn": series,
+                    # each world's value (None: failed, or the metric erred on every turn)
+                    "worlds": [
+                        {"replicate": i + 1, "world": slug, "value": _round(value)}
+                        for i, (slug, value) in enumerate(zip(slugs[arm], values[arm], strict=True))
+                        if slug is not None
+                    ],
                 }
             )
         effects = []
@@ -287,19 +297,71 @@ def export_rows(*, slug: str) -> tuple[Experiment, Iterator[dict[str, Any]]]:
 
 
 def experiment_list() -> list[dict[str, Any]]:
-    """Every experiment, newest first, with its status."""
+    """Every experiment, newest first, with its status, progress, tokens and cost (four queries
+    whatever the number of experiments)."""
+    experiments = list(Experiment.objects.all())
+    ids = [e.pk for e in experiments]
+    pending = Q(attempts__status__in=[AttemptStatus.QUEUED, AttemptStatus.RUNNING])
+    worlds: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in (
+        World.objects.filter(experiment_id__in=ids)
+        .annotate(pending=Count("attempts", filter=pending))
+        .values("experiment_id", "current_turn", "pending")
+    ):
+        worlds[row["experiment_id"]].append(dict(row))
+    measured: dict[tuple[int, str], int] = {
+        (row["world__experiment_id"], row["metric_id"]): row["n"]
+        for row in Measurement.objects.filter(world__experiment_id__in=ids)
+        .values("world__experiment_id", "metric_id")
+        .annotate(n=Count("pk"))
+    }
+    tokens = Coalesce(F("prompt_tokens"), 0) + Coalesce(F("completion_tokens"), 0)
+    spent = {
+        row["invocation__world__experiment_id"]: row
+        for row in LlmCall.objects.filter(invocation__world__experiment_id__in=ids)
+        .values("invocation__world__experiment_id")
+        .annotate(
+            spent_tokens=Sum(tokens, output_field=IntegerField()),
+            spent_cost=Sum("cost"),
+            unpriced=Count("pk", filter=Q(cost__isnull=True)),
+        )
+    }
     found = []
-    for experiment in Experiment.objects.all():
-        worlds = _worlds(experiment)
+    for experiment in experiments:
+        design = experiment.design
+        rows = worlds[experiment.pk]
+        turns = design["turns"]
+        paid = spent.get(experiment.pk)
         found.append(
             {
                 "slug": experiment.slug,
                 "name": experiment.name,
-                "status": experiment_status(experiment, worlds),
-                "worlds": len(worlds),
-                "arms": [a["label"] for a in experiment.design["arms"]],
-                "replicates": experiment.design["replicates"],
-                "turns": experiment.design["turns"],
+                "status": experiment_status(experiment, rows),
+                "worlds": len(rows),
+                "arms": [a["label"] for a in design["arms"]],
+                "replicates": design["replicates"],
+                "turns": turns,
+                "progress": {
+                    "worlds": len(rows),
+                    "turns_committed": sum(w["current_turn"] for w in rows),
+                    "turns_planned": len(rows) * turns,
+                    "measurements_done": sum(
+                        measured.get((experiment.pk, m), 0) for m in design["metrics"]
+                    ),
+                    "measurements_planned": len(rows) * (turns + 1) * len(design["metrics"]),
+                },
+                "failed_worlds": sum(
+                    1 for w in rows if not w["pending"] and w["current_turn"] < turns
+                ),
+                "tokens": int(paid["spent_tokens"] or 0) if paid else 0,
+                "cost": (
+                    Decimal(0)
+                    if paid is None
+                    else None
+                    if paid["unpriced"]
+                    else (paid["spent_cost"] or Decimal(0))
+                ),
+                "created_by": experiment.created_by,
                 "started_at": experiment.created_at,
             }
         )
