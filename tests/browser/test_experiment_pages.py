@@ -86,7 +86,7 @@ def test_experiment_pages_in_a_browser(live_server: Any, browser: webdriver.Chro
         .first()
     )
     assert turn_attempt_run(attempt_id=str(first), owner="test") == "committed"
-    wait_for(lambda: _text(browser, "progress-turns") == "1", 10, "the progress to show turn 1")
+    wait_for(lambda: _text(browser, "progress-turns") == "1", 30, "the progress to show turn 1")
     assert _text(browser, "progress-measured") == "0"
     assert len(browser.find_elements(By.CSS_SELECTOR, ".no-values")) == 2  # no empty charts
     assert browser.execute_script("return window.sameDocument") is True  # no reload
@@ -95,10 +95,10 @@ def test_experiment_pages_in_a_browser(live_server: Any, browser: webdriver.Chro
     # every turn run and measured: when the poll sees it finished, the page reloads once with
     # its results and charts
     run_experiment("breeze", metrics)
-    wait_for(lambda: _text(browser, "experiment-status") == "COMPLETED", 15, "the completed status")
+    wait_for(lambda: _text(browser, "experiment-status") == "COMPLETED", 30, "the completed status")
     wait_for(
         lambda: browser.execute_script("return window.sameDocument") is None,
-        10,
+        30,
         "the reload with the results",
     )
     results = experiment_results(slug="breeze")
@@ -130,7 +130,7 @@ def test_experiment_pages_in_a_browser(live_server: Any, browser: webdriver.Chro
     browser.find_element(By.CSS_SELECTOR, f"input[name=metrics][value='{treated}']").click()
     browser.find_element(By.ID, "ex-cost").send_keys("2.5")
     browser.find_element(By.CSS_SELECTOR, "button[value=estimate]:not(.sr-only)").click()
-    wait_for(lambda: browser.find_elements(By.ID, "estimate-calls"), 10, "the estimate")
+    wait_for(lambda: browser.find_elements(By.ID, "estimate-calls"), 30, "the estimate")
     assert browser.current_url.endswith("/experiments/new/")  # swapped in place
     assert _text(browser, "estimate-budget") in ("fits", "exceeds it", "cannot tell")
     _look(browser, "experiments-8-form-estimate-1400", 1400)
@@ -139,7 +139,7 @@ def test_experiment_pages_in_a_browser(live_server: Any, browser: webdriver.Chro
     _look(browser, "experiments-9-form-390", 390)
     browser.set_window_size(1400, 1000)
     browser.find_element(By.CSS_SELECTOR, "button[value=launch]").click()
-    wait_for(lambda: browser.current_url.endswith("/experiments/gale/"), 10, "the launch")
+    wait_for(lambda: browser.current_url.endswith("/experiments/gale/"), 30, "the launch")
 
     # fifty experiments on the index
     for n in range(48):
@@ -165,7 +165,7 @@ def _drawn(browser: webdriver.Chrome) -> None:
     """Every chart drawn as an SVG with marks in it."""
     areas = browser.find_elements(By.CSS_SELECTOR, ".plot-area[data-plot]")
     assert len(areas) == 4  # two metrics, two charts each
-    wait_for(lambda: all(a.get_attribute("data-drawn") == "true" for a in areas), 10, "the charts")
+    wait_for(lambda: all(a.get_attribute("data-drawn") == "true" for a in areas), 30, "the charts")
     for area in areas:
         svg = area.find_element(By.CSS_SELECTOR, "svg[class^=plot]")
         assert svg.find_elements(By.CSS_SELECTOR, "circle, path")
