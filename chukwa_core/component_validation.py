@@ -292,6 +292,42 @@ def _check_retry(interface: Mapping[str, Any], iface_field: str) -> None:
         )
 
 
+LIMIT_BOUNDS = {
+    "concurrency": MAX_SOURCE_CONCURRENCY,
+    "requests_per_minute": 1_000_000,
+    "tokens_per_minute": 1_000_000_000,
+}
+
+
+def _check_limits(
+    interface: Mapping[str, Any], iface_field: str, params: Mapping[str, Any]
+) -> None:
+    """The optional ``limits`` object: the provider's limits, enforced across every worker
+    process and machine (``concurrency`` generations in flight, ``requests_per_minute``,
+    ``tokens_per_minute``). Tokens per minute count each call's prompt estimate plus its
+    ``max_tokens``, so that limit needs one."""
+    if "limits" not in interface:
+        return
+    code, field = "invalid_response_source", f"{iface_field}.limits"
+    limits = require_object(interface["limits"], field, code)
+    check_keys(limits, field, required=(), optional=tuple(LIMIT_BOUNDS), code=code)
+    if not limits:
+        raise invalid(code, field, f"give at least one of {', '.join(LIMIT_BOUNDS)}")
+    for name, high in LIMIT_BOUNDS.items():
+        if name in limits and (not is_int(limits[name]) or not 1 <= limits[name] <= high):
+            raise invalid(
+                code, f"{field}.{name}", f"must be an integer 1…{high}, got {limits[name]!r}"
+            )
+    if "tokens_per_minute" in limits and not any(
+        is_int(params.get(k)) for k in ("max_tokens", "max_completion_tokens")
+    ):
+        raise invalid(
+            code,
+            f"{field}.tokens_per_minute",
+            "needs params.max_tokens: what a call could spend is counted before it is sent",
+        )
+
+
 def validate_response_source_content(content: object, field: str = "content") -> dict[str, Any]:
     code = "invalid_response_source"
     source = require_object(content, field, code)
@@ -324,6 +360,7 @@ def validate_response_source_content(content: object, field: str = "content") ->
                 "max_concurrency",
                 "provider",
                 "retry",
+                "limits",
             ),
             code=code,
         )
@@ -377,6 +414,7 @@ def validate_response_source_content(content: object, field: str = "content") ->
                     f"must be an integer 1…{MAX_SOURCE_CONCURRENCY}, got {limit!r}",
                 )
         params = require_object(interface.get("params", {}), f"{iface_field}.params", code)
+        _check_limits(interface, iface_field, params)
         for key, value in params.items():
             types = LLM_PARAM_TYPES.get(key)
             if types is None:

@@ -269,6 +269,11 @@ CELERY_TASK_ROUTES = {
 }
 # How often the reaper/re-drive runs: a lost dispatch delays an attempt by at most this long.
 CHUKWA_REAPER_PERIOD_SECONDS = env.float("CHUKWA_REAPER_PERIOD_SECONDS", 15)
+# Cluster-wide LLM source limits (cognition_app/sources/cluster_limits.py): how long a
+# concurrency slot outlives a worker that died holding it, and the window the per-minute limits
+# count over (60 s; shorter only in tests).
+CHUKWA_LIMIT_LEASE_SECONDS = env.float("CHUKWA_LIMIT_LEASE_SECONDS", 15.0)
+CHUKWA_LIMIT_WINDOW_SECONDS = env.float("CHUKWA_LIMIT_WINDOW_SECONDS", 60.0)
 CELERY_BEAT_SCHEDULE = {
     # Safety net for dead workers and lost dispatches: interrupt attempts whose lease expired,
     # then re-send the next attempt of every world with queued attempts and nothing running.

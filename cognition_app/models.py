@@ -98,6 +98,11 @@ class SourceInvocation(models.Model):
     # A plain id like the event links: the source world may be deleted later, and the replayed
     # trace must keep saying where its content came from.
     replayed_from = models.UUIDField(null=True, blank=True)
+    # How long the call waited for capacity under its source's cluster-wide ``limits`` before
+    # it was sent, and which limit made it wait (``concurrency``, ``requests_per_minute``,
+    # ``tokens_per_minute``, ``rate_limited``: the endpoint asked to slow down); null: no wait.
+    limit_wait_ms = models.IntegerField(null=True, blank=True)
+    limit_wait = models.CharField(max_length=40, blank=True)
     # A later try of a call its source's ``retry`` policy tried again after a transport failure:
     # the call's first try (whose row has none). Each try is a row of its own, with its own seq.
     retry_of = models.ForeignKey(

@@ -52,6 +52,8 @@ SUMMARY_FIELDS = (
     "request_key",
     "replayed_from",
     "retry_of_id",
+    "limit_wait_ms",
+    "limit_wait",
 )
 
 

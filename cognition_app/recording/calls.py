@@ -41,6 +41,8 @@ class CallOwner(Protocol):
     tool_loop_round: int | None
     retry_of: UUID | None
     recorder: Recorder
+    limit_wait_ms: int | None
+    limit_wait: str
 
     def next_seq(self) -> int:
         """The next invocation number of the attempt (in the order rows are opened)."""
@@ -97,6 +99,8 @@ class CallRecord:
                 tool_loop_round=owner.tool_loop_round,
                 retry_of_id=owner.retry_of,
                 replayed_from=replayed_from,
+                limit_wait_ms=owner.limit_wait_ms,
+                limit_wait=owner.limit_wait,
             ),
             owner.recorder,
         )

@@ -51,6 +51,9 @@ class GenerationRecord(CallRecord):
     checked = ("request",)  # parts of the payload, canonicalized by the caller
     _call_checked = ("messages", "params", "response_format")
 
+    # the source has cluster-wide ``limits``: its endpoint's rate-limit headers are noted
+    limited = False
+
     def __init__(self, invocation: SourceInvocation, recorder: Recorder, call: LlmCall) -> None:
         super().__init__(invocation, recorder)
         self.call = call

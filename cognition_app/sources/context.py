@@ -54,6 +54,9 @@ class CallContext:
     # how the call's rows are written (``cognition_app.recording``): the attempt's recorder,
     # which writes its pending events with each opening and finishes on its writer thread
     recorder: Recorder = DIRECT
+    # the wait for capacity under the source's cluster-wide ``limits`` (its rows record it)
+    limit_wait_ms: int | None = None
+    limit_wait: str = ""
 
     def check_cancelled(self, what: str) -> None:
         if self.cancel is not None:

@@ -22,6 +22,7 @@ from cognition_app.models import InvocationKind, InvocationStatus, ModelPrice
 from cognition_app.recording import GenerationRecord
 from cognition_app.redaction import redact_headers, scrub
 from cognition_app.sources.cancel import CANCELLED, CancelScope
+from cognition_app.sources.cluster_limits import cluster_slot, note_rate_headers
 from cognition_app.sources.components import source_content
 from cognition_app.sources.conformance import ensure_schema_enforced
 from cognition_app.sources.context import CallContext
@@ -153,10 +154,16 @@ def invoke_llm(
     )
     # Free slots first (the source's max_concurrency, the endpoint's bound over every worker),
     # then each try (a call of its own): a call waiting for a slot reserves and times nothing.
+    # The cluster-wide limits count what the call could spend (prompt estimate + max_tokens).
+    could = prompt_estimate(payload["messages"], response_format) + (completion_cap(params) or 0)
     with (
         source_slot(source_hash, iface.get("max_concurrency"), ctx.cancel, what),
+        cluster_slot(source_hash, iface.get("limits"), could, ctx.cancel, what) as waited,
         endpoint_slot(iface["base_url_env"], ctx.cancel, what),
     ):
+        if waited.limit:
+            ctx = dataclasses.replace(ctx, limit_wait_ms=waited.waited_ms, limit_wait=waited.limit)
+            send = dataclasses.replace(send, ctx=ctx)
         return with_retries(
             interface=iface,
             ctx=ctx,
@@ -246,6 +253,7 @@ class _Send:
             kind=self.kind,
         )
         release.rows = rows
+        rows.limited = bool(iface.get("limits"))
         if config_failure is not None:
             raise rows.refused(config_failure)
         # Both rows exist before any byte is sent: one round trip with the attempt's pending
@@ -355,6 +363,10 @@ def _stream(
         ):
             http_meta["http_status"] = response.status_code
             http_meta["response_headers"] = redact_headers(response.headers)
+            if rows.limited:  # the source has cluster-wide limits: the endpoint's word counts
+                note_rate_headers(
+                    rows.invocation.source_hash, response.status_code, response.headers
+                )
             if response.status_code != 200:
                 body = storable_text(scrub(error_text(response)[:20_000]))
                 status = response.status_code

@@ -2,7 +2,8 @@
 a row of its own.
 
 Only transport failures are tried again (a timeout, a refused or dropped connection, HTTP 5xx or
-429): never a model-content failure (``cognition_app.llm_nodes`` has its own lane for those),
+429 — a 429, the endpoint asking to slow down, up to :data:`RATE_LIMITED_TRIES` times even
+without a policy): never a model-content failure (``cognition_app.llm_nodes`` has its own lane for those),
 never another 4xx, a budget refusal, a cancel or a configuration error, and never a call served
 from a recording (a strict replay never goes live). Each try opens its own rows before any byte
 is sent, reserves and settles its own budget, and has its own ``timeout_ms``; a later try's row
@@ -34,6 +35,10 @@ T = TypeVar("T")
 TRANSIENT_CLASSES = frozenset({"transport", "server_error"})
 # The longest wait between two tries, whatever the backoff doubled to.
 MAX_WAIT_SECONDS = 30.0
+# A 429 (rate limited) is tried again this many times in all, whatever the source's policy,
+# after its Retry-After (at least this long without one), within the attempt's window.
+RATE_LIMITED_TRIES = 5
+RATE_LIMITED_MIN_WAIT_SECONDS = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +100,7 @@ def with_retries(
     attempt's soft time limit of the first: retries never push an attempt into its time limit.
     When the tries are exhausted, the last failure is raised, naming every try."""
     policy = retry_policy(interface)
-    if policy.attempts == 1 or (ctx.replay is not None and ctx.replay.strict):
+    if ctx.replay is not None and ctx.replay.strict:
         return call(ctx)
     timeout_s = interface["timeout_ms"] / 1000
     window_ends = time.monotonic() + settings.CHUKWA_ATTEMPT_SOFT_TIME_LIMIT / 3
@@ -111,7 +116,12 @@ def with_retries(
             if not is_transient(exc) or first is None or exc.invocation_id is None:
                 raise _naming_tries(exc, tries) from None
             wait = wait_before(policy, len(tries), exc, timeout_s)
-            if len(tries) >= policy.attempts or time.monotonic() + wait + timeout_s > window_ends:
+            allowed = policy.attempts
+            if exc.http_status == 429:
+                # the endpoint asked to slow down, not a fault: waited out, whatever the policy
+                allowed = max(allowed, RATE_LIMITED_TRIES)
+                wait = max(wait, RATE_LIMITED_MIN_WAIT_SECONDS)
+            if len(tries) >= allowed or time.monotonic() + wait + timeout_s > window_ends:
                 raise _naming_tries(exc, tries) from None
             if ctx.cancel is not None and ctx.cancel.wait(wait):
                 ctx.cancel.check(what)  # stopped while waiting: no further try

@@ -62,6 +62,11 @@ class InvocationSummarySerializer(serializers.Serializer):
         allow_null=True,
         help_text="a later try of a call its source's retry policy tried again: the first try",
     )
+    limit_wait_ms = serializers.IntegerField(
+        allow_null=True,
+        help_text="how long the call waited for capacity under its source's limits; null: none",
+    )
+    limit_wait = _text(help_text="the limit it waited on (concurrency, requests_per_minute, …)")
 
     class Meta:
         ref_name = "SourceInvocationSummary"

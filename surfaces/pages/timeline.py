@@ -142,6 +142,8 @@ class _Builder:
             "failure": inv["failure_message"],
             "replayed_from": inv["replayed_from"],
             "transport_retry_of": inv.get("retry_of_id"),
+            "limit_wait_ms": inv.get("limit_wait_ms"),
+            "limit_wait": inv.get("limit_wait", ""),
             "children": [],
             "running": inv["status"] == "running",
             # a rejected try that a retry made good is not a problem of its group

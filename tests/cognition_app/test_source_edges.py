@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from cognition_app.models import InvocationStatus, LlmCall, LlmChunk, SourceInvocation, SourceProbe
+from cognition_app.sources.retry import RATE_LIMITED_TRIES
 from devservices.toys import TOY_ENV_VARS
 from tests.cognition_app.test_llm_retry import ANT_OK, assert_world_unchanged
 from tests.support.fixtures import TEST_API_KEY
@@ -170,7 +171,13 @@ def test_a_check_refused_for_another_reason_than_schemas_is_no_verdict(
     create_world("ant_on_plate", f"probe-{status}")
     first = run_turn(f"probe-{status}")
     assert first.status == AttemptStatus.FAILED
-    (check,) = SourceInvocation.objects.filter(attempt=first)
+    # a 429 is the endpoint asking to slow down: waited out and tried again, up to
+    # RATE_LIMITED_TRIES tries, each a failed check of its own; any other refusal is one try
+    tries = RATE_LIMITED_TRIES if status == 429 else 1
+    checks = list(SourceInvocation.objects.filter(attempt=first).order_by("seq"))
+    assert len(checks) == tries
+    assert all(c.retry_of_id == checks[0].pk for c in checks[1:])
+    check = checks[-1]
     assert (check.kind, check.status, check.failure_class) == (
         "conformance_check",
         "failed",
@@ -191,7 +198,7 @@ def test_a_check_refused_for_another_reason_than_schemas_is_no_verdict(
     second = run_turn(f"probe-{status}")
     assert second.status == AttemptStatus.COMMITTED
     assert kinds(second) == [("conformance_check", "succeeded"), ("llm_generation", "succeeded")]
-    assert len(scripted_llm.probes) == 2
+    assert len(scripted_llm.probes) == tries + 1
     assert SourceProbe.objects.get(base_url=scripted_llm.base_url).enforces_schema is True
     assert_all_finished()
 

@@ -1,0 +1,306 @@
+"""An LLM source's ``limits`` (docs/workflows.md, "Limits"): the provider's limits, enforced
+across every worker process on every machine through Redis, so that adding machines adds
+throughput until the model's limits bind and never past them.
+
+- ``concurrency``: at most that many of the source's generations in flight. Each holds a
+  **lease** in a sorted set (score: when it expires). A process renews the leases it holds
+  every third of a lease; a process that dies stops renewing, and its slots come back when
+  their leases run out (``CHUKWA_LIMIT_LEASE_SECONDS``, 15 s): a killed worker cannot leak
+  capacity.
+- ``requests_per_minute``: a sliding window of the last minute's requests.
+- ``tokens_per_minute``: a sliding window of the last minute's tokens, each call counted at its
+  prompt estimate plus its ``max_tokens`` (what it could spend; counted before it is sent).
+- **The endpoint's own word**: a 429 with ``Retry-After``, or ``x-ratelimit-remaining-*: 0``
+  with its ``x-ratelimit-reset-*``, pauses every worker's calls to the source for that long.
+
+Checking and taking capacity is one Lua script, atomic in Redis: two workers cannot both take
+the last slot. A call that must wait tries again every :data:`WAIT_STEP_SECONDS` (or when the
+window says capacity returns), stops at once when its attempt is stopped, and its wait is
+recorded on its rows (``limit_wait_ms``, ``limit_wait``) and shown on the timeline. The wait
+happens before the call reserves budget, opens its rows or starts its ``timeout_ms``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from redis.exceptions import RedisError
+
+from cognition_app.failures import SourceFailure
+from cognition_app.sources.cancel import CancelScope
+
+logger = logging.getLogger(__name__)
+
+WAIT_STEP_SECONDS = 0.05
+
+# KEYS: concurrency, requests, tokens, pause. ARGV: now_ms, token, lease_ms, concurrency,
+# requests_per_minute, tokens_per_minute, tokens, window_ms. Returns {1, "", 0} when taken, else
+# {0, <the limit that binds>, <ms until it may free up, 0 if unknown>}.
+_ACQUIRE = """
+local now = tonumber(ARGV[1])
+local conc, rpm, tpm, tokens = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
+  tonumber(ARGV[7])
+local window = tonumber(ARGV[8])
+local paused = redis.call('PTTL', KEYS[4])
+if paused > 0 then return {0, 'rate_limited', paused} end
+if conc > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+  if redis.call('ZCARD', KEYS[1]) >= conc then return {0, 'concurrency', 0} end
+end
+if rpm > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
+  if redis.call('ZCARD', KEYS[2]) >= rpm then
+    local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    return {0, 'requests_per_minute', tonumber(oldest[2]) + window - now}
+  end
+end
+if tpm > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - window)
+  local entries = redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES')
+  local used = 0
+  for i = 1, #entries, 2 do
+    used = used + tonumber(string.match(entries[i], ':(%d+)$'))
+  end
+  if used + tokens > tpm then
+    local freed = used
+    for i = 1, #entries, 2 do
+      freed = freed - tonumber(string.match(entries[i], ':(%d+)$'))
+      if freed + tokens <= tpm then
+        return {0, 'tokens_per_minute', tonumber(entries[i + 1]) + window - now}
+      end
+    end
+    return {0, 'tokens_per_minute', 0}
+  end
+end
+if conc > 0 then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], 3600000)
+end
+if rpm > 0 then
+  redis.call('ZADD', KEYS[2], now, ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], 2 * window)
+end
+if tpm > 0 then
+  redis.call('ZADD', KEYS[3], now, ARGV[2] .. ':' .. ARGV[7])
+  redis.call('PEXPIRE', KEYS[3], 2 * window)
+end
+return {1, '', 0}
+"""
+
+
+@dataclass
+class LimitWait:
+    """How long a call waited for capacity, and which limit it waited on (the longest)."""
+
+    waited_ms: int = 0
+    limit: str = ""
+    _by_limit: dict[str, float] = field(default_factory=dict)
+
+    def add(self, limit: str, seconds: float) -> None:
+        self._by_limit[limit] = self._by_limit.get(limit, 0.0) + seconds
+        self.limit = max(self._by_limit, key=lambda name: self._by_limit[name])
+
+
+class _Leases:
+    """The concurrency leases this process holds, renewed by one daemon thread while held."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, str] = {}  # token -> key
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, key: str, token: str) -> None:
+        with self._lock:
+            self._held[token] = key
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._renew, name="chukwa-limit-leases", daemon=True
+                )
+                self._thread.start()
+
+    def drop(self, token: str) -> None:
+        with self._lock:
+            self._held.pop(token, None)
+
+    def _renew(self) -> None:
+        while True:
+            time.sleep(_lease_seconds() / 3)
+            with self._lock:
+                held = dict(self._held)
+            if not held:
+                continue
+            try:
+                pipe = client().pipeline(transaction=False)
+                expires = _now_ms() + int(_lease_seconds() * 1000)
+                for token, key in held.items():
+                    pipe.zadd(key, {token: expires}, xx=True)
+                pipe.execute()
+            except (RedisError, OSError) as exc:  # the leases run out: capacity comes back
+                logger.warning("limit leases not renewed, Redis unavailable (%s)", exc)
+
+
+_leases = _Leases()
+_client_lock = threading.Lock()
+_client: Any = None
+
+
+def client() -> Any:
+    """The Redis client (the broker's server), made once per process."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            import redis
+
+            # kombu spells a socket redis+socket://, redis-py unix://
+            url = settings.REDIS_URL.replace("redis+socket://", "unix://")
+            _client = redis.Redis.from_url(url, socket_timeout=10)
+        return _client
+
+
+def _lease_seconds() -> float:
+    return float(settings.CHUKWA_LIMIT_LEASE_SECONDS)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _keys(source_hash: str) -> list[str]:
+    # one deployment's keys (its database's name): stacks sharing a Redis never share limits
+    prefix = f"chukwa:{settings.DATABASES['default']['NAME']}:limits:{source_hash}"
+    return [f"{prefix}:{name}" for name in ("concurrency", "requests", "tokens", "pause")]
+
+
+@contextmanager
+def cluster_slot(
+    source_hash: str,
+    limits: Mapping[str, int] | None,
+    tokens: int,
+    cancel: CancelScope | None,
+    what: str,
+) -> Iterator[LimitWait]:
+    """Wait for capacity under ``limits`` (none: no wait), hold it while the call runs, and
+    give the concurrency slot back after. Yields what the wait was."""
+    wait = LimitWait()
+    if not limits:
+        yield wait
+        return
+    keys = _keys(source_hash)
+    token = uuid.uuid4().hex
+    conc = int(limits.get("concurrency", 0))
+    args = [
+        token,
+        int(_lease_seconds() * 1000),
+        conc,
+        int(limits.get("requests_per_minute", 0)),
+        int(limits.get("tokens_per_minute", 0)),
+        tokens,
+        int(settings.CHUKWA_LIMIT_WINDOW_SECONDS * 1000),
+    ]
+    if limits.get("tokens_per_minute") and tokens > limits["tokens_per_minute"]:
+        raise SourceFailure(
+            "config",
+            f"limits.tokens_per_minute = {limits['tokens_per_minute']}: this call could spend "
+            f"{tokens} tokens (prompt estimate + max_tokens), more than a minute allows; it "
+            "was not sent",
+        )
+    script = client().register_script(_ACQUIRE)
+    started = time.monotonic()
+    while True:
+        try:
+            taken, limit, retry_ms = script(keys=keys, args=[_now_ms(), *args])
+        except (RedisError, OSError) as exc:  # fail closed: unchecked, the call is not sent
+            raise SourceFailure(
+                "transport",
+                f"the source's limits could not be checked (Redis unavailable: "
+                f"{type(exc).__name__}); it was not sent",
+            ) from None
+        if int(taken) == 1:
+            break
+        limit = limit.decode() if isinstance(limit, bytes) else str(limit)
+        step = WAIT_STEP_SECONDS
+        if int(retry_ms) > 0:
+            step = min(max(int(retry_ms) / 1000, WAIT_STEP_SECONDS), 1.0)
+        before = time.monotonic()
+        if cancel is not None and cancel.wait(step):
+            cancel.check(what)
+        elif cancel is None:
+            time.sleep(step)
+        wait.add(limit, time.monotonic() - before)
+    if wait.limit:
+        wait.waited_ms = round((time.monotonic() - started) * 1000)
+    if conc:
+        _leases.hold(keys[0], token)
+    try:
+        yield wait
+    finally:
+        if conc:
+            _leases.drop(token)
+            try:
+                client().zrem(keys[0], token)
+            except (RedisError, OSError) as exc:  # the lease runs out by itself
+                logger.warning("limit slot not given back, Redis unavailable (%s)", exc)
+
+
+_DURATION = re.compile(
+    r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?"
+    r"(?:(\d+(?:\.\d+)?)ms)?$"
+)
+
+
+def reset_seconds(value: str | None) -> float | None:
+    """An ``x-ratelimit-reset-*`` value (``1s``, ``6m0s``, ``20ms``, or plain seconds)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    match = _DURATION.match(value)
+    if match is None or not any(match.groups()):
+        return None
+    hours, minutes, seconds, millis = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
+
+
+def pause_for(source_hash: str, seconds: float) -> None:
+    """Hold every worker's calls to the source for ``seconds`` (the endpoint asked so)."""
+    millis = int(min(seconds, 60.0) * 1000)
+    if millis <= 0:
+        return
+    try:
+        pause = _keys(source_hash)[3]
+        current = client().pttl(pause)
+        if current is None or current < millis:
+            client().set(pause, "1", px=millis)
+    except (RedisError, OSError) as exc:  # the endpoint's own 429s still slow us down
+        logger.warning("source %s not paused, Redis unavailable (%s)", source_hash[:12], exc)
+
+
+def note_rate_headers(source_hash: str, status: int, headers: Mapping[str, str]) -> float | None:
+    """After an answer of a source with ``limits``: a 429's ``Retry-After``, or a remaining
+    count of 0 with its reset time, pauses the source cluster-wide. Returns the pause."""
+    from cognition_app.sources.retry import retry_after_seconds
+
+    lowered = {k.lower(): v for k, v in headers.items()}
+    pause = None
+    if status == 429:
+        pause = retry_after_seconds(lowered.get("retry-after")) or 1.0
+    for kind in ("requests", "tokens"):
+        if lowered.get(f"x-ratelimit-remaining-{kind}", "").strip() == "0":
+            reset = reset_seconds(lowered.get(f"x-ratelimit-reset-{kind}"))
+            if reset is not None:
+                pause = max(pause or 0.0, reset)
+    if pause:
+        pause_for(source_hash, pause)
+    return pause
