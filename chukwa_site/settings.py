@@ -255,7 +255,20 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
     "interval_step": 0.2,
     "interval_max": 0.5,
 }
+# Interactive turns (a world that belongs to no experiment) go to the default queue.
 CELERY_TASK_DEFAULT_QUEUE = env.str("CHUKWA_CELERY_QUEUE", "chukwa")
+# Attempts of an experiment's worlds go to a queue of their own; every turn worker consumes
+# both, and kombu's Redis transport takes them in turn (docs/operations.md, "Fair queues"), so
+# an operator's turn waits behind at most one experiment attempt per worker process.
+CHUKWA_EXPERIMENT_QUEUE = env.str("CHUKWA_CELERY_EXPERIMENT_QUEUE", "chukwa-experiments")
+# How many worlds of one experiment are dispatched at a time (admitted: their turns run one
+# after another until none is queued); the next world is admitted when one is done. Two
+# experiments thus share the workers: the second waits for at most this many attempts of the
+# first. Set it to at least the number of turn worker processes of the whole deployment, or a
+# lone experiment leaves workers idle.
+CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT = env.int(
+    "CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT", 32, validate=Range(min=1, max=100_000)
+)
 # The periodic reaper/re-drive has a queue of its own, consumed by a worker that runs no turn
 # attempts, so it never waits behind them.
 CHUKWA_CONTROL_QUEUE = env.str("CHUKWA_CELERY_CONTROL_QUEUE", "chukwa-control")

@@ -335,6 +335,7 @@ def _run_children(
         port_variable="CHUKWA_PORT (or --port)",
     )
     queue = os.environ.get("CHUKWA_CELERY_QUEUE", "chukwa")
+    experiment_queue = os.environ.get("CHUKWA_CELERY_EXPERIMENT_QUEUE", "chukwa-experiments")
     control_queue = os.environ.get("CHUKWA_CELERY_CONTROL_QUEUE", "chukwa-control")
     measure_queue = os.environ.get("CHUKWA_CELERY_MEASURE_QUEUE", "chukwa-measure")
     celery = [os.path.join(bin_dir, "celery"), "-A", "chukwa_site", "worker", "--loglevel", "INFO"]
@@ -343,7 +344,15 @@ def _run_children(
         command = [*celery, *options, "--queues", queue, "--hostname", f"{name}-{os.getpid()}@%h"]
         _spawn(children, what, command, env)
 
-    worker("the Celery worker", "chukwa-worker", queue, "--concurrency", str(concurrency))
+    # Interactive turns and experiments' turns: kombu's Redis transport takes the two queues in
+    # turn, so an operator's turn waits behind at most one experiment attempt per process.
+    worker(
+        "the Celery worker",
+        "chukwa-worker",
+        f"{queue},{experiment_queue}",
+        "--concurrency",
+        str(concurrency),
+    )
     # Measuring (metrics over committed turns, LLM judges) on a worker of its own: a turn never
     # waits behind a measurement.
     worker("the measure worker", "chukwa-measure", measure_queue, "--pool", "solo")

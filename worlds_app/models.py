@@ -99,6 +99,10 @@ class World(models.Model):
     )
     arm = models.CharField(max_length=64, blank=True)
     replicate = models.IntegerField(null=True, blank=True)
+    # An experiment's world is dispatched only once admitted (services/dispatch.py): at most
+    # CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT admitted worlds of one experiment have turns queued or
+    # running, so experiments share the workers. NULL: not admitted yet (or no experiment).
+    admitted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

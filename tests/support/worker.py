@@ -25,7 +25,8 @@ def worker_process(
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Start ``celery worker`` (hostname ``<name>@host``), wait until it answers a ping, and
     stop it afterwards. ``queue`` is also exported as CHUKWA_CELERY_QUEUE to the worker, and the
-    worker consumes ``control_queue(queue)`` too (exported as CHUKWA_CELERY_CONTROL_QUEUE), so a
+    worker consumes ``experiment_queue(queue)`` (exported as CHUKWA_CELERY_EXPERIMENT_QUEUE), as
+    every turn worker does, and ``control_queue(queue)`` too (exported as CHUKWA_CELERY_CONTROL_QUEUE), so a
     test can drive the periodic reaper/re-drive on it, and ``measure_queue(queue)`` (exported as
     CHUKWA_CELERY_MEASURE_QUEUE), so measurements a test asks for run on it. Its log is
     var/<name>.log."""
@@ -43,9 +44,11 @@ def worker_process(
         command += ["--concurrency", str(concurrency)]
     if queue is not None:
         full_env["CHUKWA_CELERY_QUEUE"] = queue
+        full_env["CHUKWA_CELERY_EXPERIMENT_QUEUE"] = experiment_queue(queue)
         full_env["CHUKWA_CELERY_CONTROL_QUEUE"] = control_queue(queue)
         full_env["CHUKWA_CELERY_MEASURE_QUEUE"] = measure_queue(queue)
-        command += ["-Q", f"{queue},{control_queue(queue)},{measure_queue(queue)}"]
+        queues = [queue, experiment_queue(queue), control_queue(queue), measure_queue(queue)]
+        command += ["-Q", ",".join(queues)]
     command += ["--hostname", f"{name}@%h"]
     log_path = PROJECT / "var" / f"{name}.log"
     log_path.parent.mkdir(exist_ok=True)
@@ -71,6 +74,11 @@ def worker_process(
                 proc.wait(timeout=30)
 
 
+def experiment_queue(queue: str) -> str:
+    """The experiments' attempt queue that goes with a test worker's attempt queue."""
+    return f"{queue}-experiments"
+
+
 def control_queue(queue: str) -> str:
     """The reaper/re-drive queue that goes with a test worker's attempt queue."""
     return f"{queue}-control"
@@ -83,29 +91,35 @@ def measure_queue(queue: str) -> str:
 
 @contextmanager
 def routed_to(queue: str) -> Iterator[None]:
-    """Attempt tasks queued meanwhile go to ``queue``, measurements to its measure queue (both
-    read at send time)."""
+    """Attempt tasks queued meanwhile go to ``queue`` (those of experiments' worlds to its
+    experiments queue), measurements to its measure queue (all read at send time)."""
     from django.conf import settings
 
-    previous = settings.CELERY_TASK_DEFAULT_QUEUE, settings.CHUKWA_MEASURE_QUEUE
-    settings.CELERY_TASK_DEFAULT_QUEUE = queue
-    settings.CHUKWA_MEASURE_QUEUE = measure_queue(queue)
+    names = ("CELERY_TASK_DEFAULT_QUEUE", "CHUKWA_EXPERIMENT_QUEUE", "CHUKWA_MEASURE_QUEUE")
+    previous = [getattr(settings, name) for name in names]
+    for name, value in zip(
+        names, (queue, experiment_queue(queue), measure_queue(queue)), strict=True
+    ):
+        setattr(settings, name, value)
     try:
         yield
     finally:
-        settings.CELERY_TASK_DEFAULT_QUEUE, settings.CHUKWA_MEASURE_QUEUE = previous
+        for name, value in zip(names, previous, strict=True):
+            setattr(settings, name, value)
 
 
 @contextmanager
 def unread_queue(name: str) -> Iterator[str]:
-    """Attempt tasks queued meanwhile go to ``name``, a queue no worker reads (emptied before
-    and deleted after), so a test sees every kick."""
+    """Attempt tasks queued meanwhile go to ``name`` (and its experiments queue), queues no
+    worker reads (emptied before and deleted after), so a test sees every kick."""
     delete_queue(name)
+    delete_queue(experiment_queue(name))
     try:
         with routed_to(name):
             yield name
     finally:
         delete_queue(name)
+        delete_queue(experiment_queue(name))
 
 
 def delete_queue(queue: str) -> None:

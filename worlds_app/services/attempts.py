@@ -31,7 +31,7 @@ from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt, Wo
 from worlds_app.selectors import RETRYABLE_STATUSES, require_slug
 from worlds_app.services.attempt_recorder import AttemptRecorder
 from worlds_app.services.claims import Claim, Heartbeat, LeaseLost, claim_attempt
-from worlds_app.services.dispatch import export_on_commit, kick_on_commit
+from worlds_app.services.dispatch import export_on_commit, kick_on_commit, turn_messages_waiting
 from worlds_app.services.execution import turn_attempt_execute
 from worlds_app.services.turn_commit import commit_turn
 
@@ -263,7 +263,9 @@ def turn_attempt_run(*, attempt_id: str, owner: str, continue_for: float = 0) ->
     claim), and this call runs it — no broker round trip, no gap between the turns. No kick is
     sent for an attempt claimed that way; should this process die before it ends, its lease
     expires and the reaper interrupts it as any attempt of a dead worker. The bound
-    keeps every attempt well inside the task's time limits. One heartbeat thread keeps the lease
+    keeps every attempt well inside the task's time limits. An experiment's world goes on only
+    while no turn attempt's message waits (``dispatch.turn_messages_waiting``), so under load
+    its attempts take their turn in the queue like everyone's. One heartbeat thread keeps the lease
     of whichever attempt runs. The status returned is the first attempt's."""
     continue_until = time.monotonic() + continue_for
     claim = claim_attempt(attempt_id=attempt_id, owner=owner)
@@ -324,7 +326,14 @@ def _run_claimed(
             recorder,
             started,
             owner=owner,
-            claim_next=time.monotonic() < claim_next_until,
+            claim_next=time.monotonic() < claim_next_until
+            # An experiment's world goes on only while no turn waits: otherwise its next
+            # attempt is kicked to the back of its queue and the waiting turn runs first.
+            and (
+                attempt.world.experiment_id is None
+                or attempt.batch_index + 1 == attempt.batch_size  # no next attempt
+                or not turn_messages_waiting()
+            ),
             intervention_id=execution.intervention_id,
         )
     except LeaseLost:

@@ -5,6 +5,12 @@ The database is the queue of record; a broker message is only a wake-up call. A 
 cannot be sent is logged, and the re-drive (run by the periodic reaper task) sends the next
 attempt of every world left with queued attempts and nothing running, so a lost message delays
 an attempt by at most one reaper period.
+
+Fairness (docs/operations.md, "Fair queues"): attempts of an experiment's worlds go to their own
+queue (``CHUKWA_EXPERIMENT_QUEUE``), interactive turns to the default one, and every turn worker
+consumes both; and an experiment's worlds are dispatched only once *admitted*, at most
+``CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT`` of one experiment at a time (:func:`experiment_admit`),
+so a second experiment's worlds queue behind a bounded number of the first's.
 """
 
 from __future__ import annotations
@@ -13,13 +19,14 @@ import logging
 from uuid import UUID
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Exists, OuterRef
+from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from worlds_app.models import AttemptStatus, TurnAttempt
+from worlds_app.models import AttemptStatus, TurnAttempt, World
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +37,9 @@ MEASURE_WORLD_TASK = "worlds.measure_world"  # = tasks.measure_world
 
 
 def kick_on_commit(world_id: int) -> None:
-    """After commit, hand the world's next queued attempt to a worker.
+    """After commit, hand the world's next queued attempt to a worker; for a world of an
+    experiment that is not admitted yet, or has nothing queued any more (its slot is free),
+    admit what the experiment may run now instead (:func:`experiment_admit`).
 
     The database, not the broker, is the queue of record: a kick that cannot be sent (broker
     down, database gone between commit and this read) is logged and left to the periodic
@@ -42,9 +51,22 @@ def kick_on_commit(world_id: int) -> None:
             head = (
                 TurnAttempt.objects.filter(world_id=world_id, status=AttemptStatus.QUEUED)
                 .order_by("seq")
-                .values_list("id", "world__slug")
+                .values_list("id", "world__slug", "world__experiment_id", "world__admitted_at")
                 .first()
             )
+            if head is None:
+                experiment_id = (
+                    World.objects.filter(pk=world_id)
+                    .values_list("experiment_id", flat=True)
+                    .first()
+                )
+                if experiment_id is not None:  # a world done: its slot is free
+                    experiment_admit(experiment_id=experiment_id)
+                return
+            attempt_id, slug, experiment_id, admitted_at = head
+            if experiment_id is not None and admitted_at is None:
+                experiment_admit(experiment_id=experiment_id)
+                return
         except (OperationalError, InterfaceError) as exc:
             logger.warning(
                 "world %s: next attempt not dispatched, database unavailable (%s); "
@@ -53,8 +75,7 @@ def kick_on_commit(world_id: int) -> None:
                 type(exc).__name__,
             )
             return
-        if head is not None:
-            _dispatch(attempt_id=str(head[0]), world_slug=head[1])
+        _dispatch(attempt_id=str(attempt_id), world_slug=slug, experiment=experiment_id is not None)
 
     transaction.on_commit(kick)
 
@@ -69,15 +90,21 @@ BROKER_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
-def _dispatch(*, attempt_id: str, world_slug: str) -> bool:
+def attempt_queue(*, experiment: bool) -> str:
+    """The queue of a world's attempts: the experiments queue for an experiment's world, the
+    default (interactive) queue for any other. Read at send time so tests can route to their
+    own worker."""
+    return settings.CHUKWA_EXPERIMENT_QUEUE if experiment else settings.CELERY_TASK_DEFAULT_QUEUE
+
+
+def _dispatch(*, attempt_id: str, world_slug: str, experiment: bool) -> bool:
     """Send the attempt's task; False (and a warning naming the world) if the broker is down."""
     # By name: the tasks module (an entry point above the services) is not imported here.
     from celery import current_app
 
     try:
-        # The queue is read at send time so tests can route to their own worker.
         current_app.send_task(
-            RUN_TURN_ATTEMPT_TASK, args=[attempt_id], queue=settings.CELERY_TASK_DEFAULT_QUEUE
+            RUN_TURN_ATTEMPT_TASK, args=[attempt_id], queue=attempt_queue(experiment=experiment)
         )
     except BROKER_ERRORS as exc:
         # The message text names a host or socket, never the URL's credentials.
@@ -91,6 +118,26 @@ def _dispatch(*, attempt_id: str, world_slug: str) -> bool:
         )
         return False
     return True
+
+
+def turn_messages_waiting() -> bool:
+    """Whether any turn attempt's message waits in the interactive or the experiments queue.
+
+    An experiment's attempt continues its batch in the same task (no broker trip) only while
+    nothing waits: otherwise its world's next attempt goes to the back of the experiments
+    queue, so the worker takes the waiting turn first. A broker that cannot answer counts as
+    "something waits" (the next attempt is then kicked as usual)."""
+    from celery import current_app
+
+    try:
+        with current_app.pool.acquire(block=True) as conn:
+            channel = conn.default_channel
+            for queue in (settings.CELERY_TASK_DEFAULT_QUEUE, settings.CHUKWA_EXPERIMENT_QUEUE):
+                if channel.queue_declare(queue=queue, passive=False).message_count:
+                    return True
+    except BROKER_ERRORS:
+        return True
+    return False
 
 
 def export_on_commit(attempt_id: UUID) -> None:
@@ -162,31 +209,77 @@ def measure_on_commit(world_ids: int | list[int], experiment_id: int) -> None:
     transaction.on_commit(send)
 
 
-def kick_worlds_on_commit(world_ids: list[int]) -> None:
-    """:func:`kick_on_commit` for many new worlds at once (an experiment's): one read of their
-    first queued attempts after commit, then one message each."""
+# --- admission of an experiment's worlds ----------------------------------------------------
 
-    def kick() -> None:
+
+def admit_on_commit(experiment_id: int) -> None:
+    """After commit, admit and dispatch what the experiment may run now (its new worlds)."""
+
+    def admit() -> None:
         try:
-            heads = list(
-                TurnAttempt.objects.filter(world_id__in=world_ids, status=AttemptStatus.QUEUED)
-                .order_by("world_id", "seq")
-                .distinct("world_id")
-                .values_list("id", "world__slug")
-            )
+            experiment_admit(experiment_id=experiment_id)
         except (OperationalError, InterfaceError) as exc:
             logger.warning(
-                "%d worlds: first attempts not dispatched, database unavailable (%s); "
+                "experiment %s: worlds not dispatched, database unavailable (%s); "
                 "the periodic re-drive will send them",
-                len(world_ids),
+                experiment_id,
                 type(exc).__name__,
             )
-            return
-        for attempt_id, slug in heads:
-            if not _dispatch(attempt_id=str(attempt_id), world_slug=slug):
-                return  # the broker is down: the re-drive sends the rest
 
-    transaction.on_commit(kick)
+    transaction.on_commit(admit)
+
+
+def _active_attempts() -> Exists:
+    return Exists(
+        TurnAttempt.objects.filter(
+            world_id=OuterRef("pk"), status__in=[AttemptStatus.QUEUED, AttemptStatus.RUNNING]
+        )
+    )
+
+
+def experiment_admit(*, experiment_id: int) -> list[str]:
+    """Admit the experiment's next worlds (lowest id first) while fewer than
+    ``CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT`` of its admitted worlds have turns queued or running,
+    then send the first queued attempt of each; the attempts sent.
+
+    Admission commits before anything is sent: a message lost after it is re-sent by the
+    re-drive (the world is admitted and idle), and admission lost before it (a worker killed
+    between a world's last commit and this call) is done by the re-drive's next call. Two
+    callers for one experiment (two worlds finishing at once) are serialized by a transaction
+    advisory lock, so they never admit past the bound together. A world admitted once stays
+    admitted: turns queued on it later run without waiting (the bound is then exceeded by
+    those worlds only)."""
+    limit = int(settings.CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT)
+    worlds = World.objects.filter(experiment_id=experiment_id)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"experiment-admit:{experiment_id}"]
+            )
+        in_flight = worlds.filter(admitted_at__isnull=False).filter(_active_attempts()).count()
+        if in_flight >= limit:
+            return []
+        admitted = list(
+            worlds.filter(admitted_at__isnull=True)
+            .filter(Exists(TurnAttempt.objects.filter(world_id=OuterRef("pk"), status="queued")))
+            .order_by("pk")
+            .values_list("pk", flat=True)[: limit - in_flight]
+        )
+        if not admitted:
+            return []
+        World.objects.filter(pk__in=admitted).update(admitted_at=timezone.now())
+    heads = list(
+        TurnAttempt.objects.filter(world_id__in=admitted, status=AttemptStatus.QUEUED)
+        .order_by("world_id", "seq")
+        .distinct("world_id")
+        .values_list("id", "world__slug")
+    )
+    sent: list[str] = []
+    for attempt_id, slug in heads:
+        if not _dispatch(attempt_id=str(attempt_id), world_slug=slug, experiment=True):
+            break  # the broker is down: the re-drive sends the rest
+        sent.append(str(attempt_id))
+    return sent
 
 
 # --- re-drive ------------------------------------------------------------------------------
@@ -194,30 +287,46 @@ def kick_worlds_on_commit(world_ids: list[int]) -> None:
 
 def turn_attempt_redrive(*, limit: int | None = None) -> list[str]:
     """Re-send the task of every world's next attempt when the world has queued attempts and
-    none running ("a queued attempt always runs").
+    none running ("a queued attempt always runs"), skipping experiments' worlds not admitted
+    yet; then admit, for every experiment with worlds waiting, what it may run now.
 
     A dispatch can be lost in many ways: a worker killed after taking the message, the
     database down during the claim, Redis restarted without its queue, an enqueue while the
     broker was down. Claiming is idempotent (a conditional UPDATE), so a message sent for an
     attempt whose first message is still on its way is harmless: the loser claims nothing.
     At most ``limit`` worlds per call (the longest-waiting first), so one period's work stays
-    bounded; the rest are picked up by the next periods."""
+    bounded; the rest are picked up by the next periods. Every queued attempt runs: a world
+    not admitted waits only for admitted worlds of its experiment, and those are re-driven
+    here until their turns are done; their slots then go to the next worlds, here at the
+    latest."""
     limit = limit if limit is not None else int(getattr(settings, "CHUKWA_REDRIVE_LIMIT", 500))
     world_attempts = TurnAttempt.objects.filter(world_id=OuterRef("world_id"))
     heads = list(
         TurnAttempt.objects.filter(status=AttemptStatus.QUEUED)
+        .exclude(world__experiment__isnull=False, world__admitted_at__isnull=True)
         .exclude(Exists(world_attempts.filter(status=AttemptStatus.RUNNING)))
         .exclude(
             Exists(world_attempts.filter(status=AttemptStatus.QUEUED, seq__lt=OuterRef("seq")))
         )
         .order_by("queued_at", "seq")
-        .values_list("id", "world__slug")[:limit]
+        .values_list("id", "world__slug", "world__experiment_id")[:limit]
     )
     sent: list[str] = []
-    for attempt_id, world_slug in heads:
-        if not _dispatch(attempt_id=str(attempt_id), world_slug=world_slug):
-            break  # the broker is down: the next period tries again
+    for attempt_id, world_slug, experiment_id in heads:
+        if not _dispatch(
+            attempt_id=str(attempt_id), world_slug=world_slug, experiment=experiment_id is not None
+        ):
+            return sent  # the broker is down: the next period tries again
         sent.append(str(attempt_id))
+    waiting = (
+        World.objects.filter(experiment__isnull=False, admitted_at__isnull=True)
+        .filter(Exists(TurnAttempt.objects.filter(world_id=OuterRef("pk"), status="queued")))
+        .order_by("experiment_id")
+        .values_list("experiment_id", flat=True)
+        .distinct()
+    )
+    for experiment_id in list(waiting):
+        sent += experiment_admit(experiment_id=experiment_id)
     if sent:
         logger.info("re-drove %d queued attempt(s) of idle worlds", len(sent))
     return sent

@@ -31,7 +31,7 @@ from worlds_app.selectors import require_slug
 from worlds_app.services.attempts import MAX_BATCH
 from worlds_app.services.branches import branch_point
 from worlds_app.services.budgets import parse_budget
-from worlds_app.services.dispatch import kick_worlds_on_commit, measure_on_commit
+from worlds_app.services.dispatch import admit_on_commit, measure_on_commit
 from worlds_app.services.experiment_stop import cancel_queued
 from worlds_app.services.interventions import MAX_NOTE_CHARS
 from worlds_app.services.measurements import resolve_metric_refs
@@ -309,8 +309,8 @@ def _scenario(ref: Any, field: str) -> str:
 
 def experiment_create(*, data: Any, created_by: str = "") -> Experiment:
     """Validate the design, then create the experiment, its worlds, their interventions and
-    turns in one transaction; after it commits, turn 0 of every world is measured and the first
-    turns are kicked."""
+    turns in one transaction; after it commits, turn 0 of every world is measured and the
+    first worlds the fairness bound admits are dispatched."""
     design = design_of(data)
     slug = design["slug"]
     with transaction.atomic(durable=True):
@@ -336,8 +336,9 @@ def experiment_create(*, data: Any, created_by: str = "") -> Experiment:
 def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> None:
     """Replicates ``replicates`` of every arm, in the caller's transaction and in bulk: each
     arm's start (scenario copy, first state) computed once; the worlds, their first turns,
-    interventions and queued turns written a few statements for all; once it commits, every
-    world's first turn is kicked and every world measured at its first turn (the baseline)."""
+    interventions and queued turns written a few statements for all; once it commits, the
+    worlds the fairness bound admits are dispatched (the rest as admitted worlds finish) and
+    every world is measured at its first turn (the baseline)."""
     design = experiment.design
     replayed = design.get("replay_from")
     point = branch_point(design["branch_from"]) if "branch_from" in design else None
@@ -437,7 +438,9 @@ def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> 
         )
     TurnAttempt.objects.bulk_create(attempts, batch_size=5000)
     world_ids = [world.pk for world, _ in rows]
-    kick_worlds_on_commit(world_ids)
+    # The first CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT worlds are dispatched after commit; each
+    # of the rest when an admitted world is done (dispatch.experiment_admit).
+    admit_on_commit(experiment.pk)
     measure_on_commit(world_ids, experiment.pk)  # the first turn, the baseline
 
 
