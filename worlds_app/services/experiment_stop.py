@@ -11,10 +11,12 @@ def cancel_queued(experiment_id: int, reason: str, at: datetime) -> int:
     """Cancel every queued attempt of the experiment's worlds, each with an event naming
     ``reason`` (in the caller's transaction); a running one ends as it would have. Returns how
     many were cancelled."""
+    # Locked first: a worker claiming one of them meanwhile either committed its claim (the
+    # row is re-read, no longer queued, and left out) or waits and then claims nothing.
     queued = list(
-        TurnAttempt.objects.filter(
-            world__experiment_id=experiment_id, status=AttemptStatus.QUEUED
-        ).values_list("id", flat=True)
+        TurnAttempt.objects.select_for_update(of=("self",))
+        .filter(world__experiment_id=experiment_id, status=AttemptStatus.QUEUED)
+        .values_list("id", flat=True)
     )
     TurnAttempt.objects.filter(pk__in=queued, status=AttemptStatus.QUEUED).update(
         status=AttemptStatus.CANCELLED, ended_at=at, failure_step="cancel", failure_reason=reason
