@@ -26,7 +26,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from django.db.models import DecimalField, F, IntegerField, Q, Sum, Value
@@ -110,13 +110,36 @@ def spent(*, world_id: int, attempt_id: UUID | None) -> Spent:
 class Reservation:
     tokens: int = 0
     cost: Decimal = Decimal(0)
+    in_ledger: bool = True  # counted in the attempt's own ledger (the world's limits)
+    shared: bool = False  # reserved against a shared budget too
+
+
+class SharedBudget(Protocol):
+    """A budget many worlds share, kept where every worker on every machine sees it (an
+    experiment's, in PostgreSQL): a reservation is taken before the call and settled to the
+    real spend once its finished row is written."""
+
+    @property
+    def has_cost_limit(self) -> bool: ...
+
+    @property
+    def name(self) -> str:
+        """How a refusal names it: "experiment 'thirst'"."""
+
+    def reserve(self, *, tokens: int, cost: Decimal) -> str | None:
+        """Reserve, or why not (the limit, what is spent and reserved, what is left)."""
+
+    def settle(self, *, reserved: Reservation, tokens: int, cost: Decimal) -> None:
+        """Give back the reservation and count the call's real spend."""
 
 
 @dataclass
 class BudgetLedger:
-    """One attempt's budget: its limits and what its LLM calls in flight could still spend."""
+    """One attempt's budget: its limits and what its LLM calls in flight could still spend;
+    ``shared``, the budget its world shares with others (an experiment's), if any."""
 
     limits: BudgetLimits
+    shared: SharedBudget | None = None
     _tokens: int = 0
     _cost: Decimal = Decimal(0)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -131,30 +154,67 @@ class BudgetLedger:
         price: ModelPrice | None,
         price_key: str,
     ) -> Reservation | str:
-        """The call's reservation, or why it may not be sent (naming the budget and figures)."""
-        if self.limits.is_empty():
-            return Reservation()
-        with self._lock:  # check and reserve as one step: concurrent calls cannot both pass
-            outcome = budget_refusal(
-                limits=self.limits,
-                world_id=world_id,
-                attempt_id=attempt_id,
-                prompt_tokens=prompt_tokens,
-                max_completion=max_completion,
-                price=price,
-                price_key=price_key,
-                in_flight=Reservation(self._tokens, self._cost),
-            )
-            if isinstance(outcome, Reservation):
-                self._tokens += outcome.tokens
-                self._cost += outcome.cost
+        """The call's reservation, or why it may not be sent (naming the budget and figures):
+        the world's limits first, then the shared budget."""
+        outcome: Reservation | str = Reservation(in_ledger=False)
+        if not self.limits.is_empty():
+            with self._lock:  # check and reserve as one step: concurrent calls cannot both pass
+                outcome = budget_refusal(
+                    limits=self.limits,
+                    world_id=world_id,
+                    attempt_id=attempt_id,
+                    prompt_tokens=prompt_tokens,
+                    max_completion=max_completion,
+                    price=price,
+                    price_key=price_key,
+                    in_flight=Reservation(self._tokens, self._cost),
+                )
+                if isinstance(outcome, Reservation):
+                    self._tokens += outcome.tokens
+                    self._cost += outcome.cost
+        if isinstance(outcome, str) or self.shared is None:
             return outcome
+        shared = self.shared
+        refusal = None
+        if max_completion is None:
+            refusal = (
+                f"budget of {shared.name}: the source sets no max_tokens, so what this call "
+                "could spend has no bound; it was not sent (give the source a max_tokens param)"
+            )
+        elif shared.has_cost_limit and price is None:
+            refusal = (
+                f"budget max_cost_total of {shared.name}: no price for {price_key}, so what "
+                "this call could cost is unknown; it was not sent (add a model price)"
+            )
+        if refusal is None:
+            assert max_completion is not None
+            tokens = prompt_tokens + max_completion
+            cost = (
+                worst_case_cost(
+                    price, prompt_tokens=prompt_tokens, completion_tokens=max_completion
+                )
+                if price is not None
+                else Decimal(0)
+            )
+            refusal = shared.reserve(tokens=tokens, cost=cost)
+            if refusal is None:
+                return Reservation(tokens, cost, in_ledger=outcome.in_ledger, shared=True)
+            refusal += f" (prompt estimate {prompt_tokens} + max_tokens {max_completion})"
+        self.release(outcome)
+        return refusal
 
-    def release(self, reservation: Reservation) -> None:
-        """After the call's finished row is committed (its real usage now counts)."""
-        with self._lock:
-            self._tokens -= reservation.tokens
-            self._cost -= reservation.cost
+    def release(
+        self, reservation: Reservation, *, tokens: int = 0, cost: Decimal | None = None
+    ) -> None:
+        """After the call's finished row is committed (its real usage now counts): the
+        attempt's own reservation given back, the shared one settled to ``tokens`` and
+        ``cost``, what the call really spent."""
+        if reservation.in_ledger:
+            with self._lock:
+                self._tokens -= reservation.tokens
+                self._cost -= reservation.cost
+        if reservation.shared and self.shared is not None:
+            self.shared.settle(reserved=reservation, tokens=tokens, cost=cost or Decimal(0))
 
 
 def budget_refusal(

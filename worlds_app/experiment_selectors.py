@@ -74,6 +74,22 @@ def _worlds(experiment: Experiment) -> list[dict[str, Any]]:
     ]
 
 
+def _budget(experiment: Experiment) -> dict[str, Any] | None:
+    """The experiment's budget and its ledger (what finished calls spent, what calls in flight
+    could still spend), or None when it has none."""
+    if not experiment.has_budget:
+        return None
+    return {
+        "max_tokens_total": experiment.max_tokens_total,
+        "max_cost_total": experiment.max_cost_total,
+        "spent_tokens": experiment.spent_tokens,
+        "spent_cost": experiment.spent_cost,
+        "reserved_tokens": experiment.reserved_tokens,
+        "reserved_cost": experiment.reserved_cost,
+        "exhausted_at": experiment.budget_exhausted_at,
+    }
+
+
 def experiment_status(experiment: Experiment, worlds: list[dict[str, Any]]) -> str:
     turns = experiment.design["turns"]
     if experiment.cancelled_at is not None:
@@ -147,6 +163,7 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
             "measurements_planned": len(worlds) * (turns + 1) * metrics,
             "eta_seconds": eta,
         },
+        "budget": _budget(experiment),
         "tokens": int(spent["spent_tokens"]),
         "cost": None if spent["unpriced"] else (cost or Decimal(0)),
         "failed_worlds": failed,

@@ -35,12 +35,27 @@ class Experiment(models.Model):
     cancelled_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150, blank=True)
+    # The budget (one total over all its worlds and judges; null: no limit) and its ledger:
+    # what calls in flight could still spend (reserved before each call) and what finished
+    # calls spent (settled when each call's finished row is written). One UPDATE checks and
+    # reserves, so workers on any number of machines can never overshoot it together.
+    max_tokens_total = models.BigIntegerField(null=True, blank=True)
+    max_cost_total = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
+    reserved_tokens = models.BigIntegerField(default=0)
+    reserved_cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
+    spent_tokens = models.BigIntegerField(default=0)
+    spent_cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
+    budget_exhausted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
         return f"experiment {self.slug}"
+
+    @property
+    def has_budget(self) -> bool:
+        return self.max_tokens_total is not None or self.max_cost_total is not None
 
 
 class World(models.Model):

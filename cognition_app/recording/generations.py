@@ -301,6 +301,12 @@ class GenerationRecord(CallRecord):
                 InvocationStatus.SUCCEEDED, response_text=text, **http_meta, **inv_verdict
             ),
         ]
+        # what the call spent, read by whoever settles its budget reservation (``after``)
+        call.prompt_tokens, call.completion_tokens = (
+            call_fields["prompt_tokens"],
+            call_fields["completion_tokens"],
+        )
+        call.cost = call_fields["cost"]
         if through_recorder:
             self.recorder.finish(statements, after)
         else:

@@ -245,6 +245,7 @@ class _Send:
             price=price,
             kind=self.kind,
         )
+        release.rows = rows
         if config_failure is not None:
             raise rows.refused(config_failure)
         # Both rows exist before any byte is sent: one round trip with the attempt's pending
@@ -276,10 +277,16 @@ class _Release:
     ledger: BudgetLedger | None
     reservation: Reservation
     handed_over: bool = False  # to whoever writes the finished rows
+    rows: GenerationRecord | None = None  # once opened: the call's real usage, when it ends
 
     def __call__(self) -> None:
-        if self.ledger is not None:
-            self.ledger.release(self.reservation)
+        if self.ledger is None:
+            return
+        call = self.rows.call if self.rows is not None else None
+        tokens = (call.prompt_tokens or 0) + (call.completion_tokens or 0) if call else 0
+        self.ledger.release(
+            self.reservation, tokens=tokens, cost=call.cost if call is not None else None
+        )
 
 
 def _stream(

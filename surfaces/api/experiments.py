@@ -34,6 +34,7 @@ from surfaces.api.contract import (
 from surfaces.api.measurements import METRIC_REF_SCHEMA
 from worlds_app import experiment_selectors as selectors
 from worlds_app.services import experiments as services
+from worlds_app.services.experiment_estimate import experiment_estimate
 
 EXPERIMENT_PATH = path_parameter("slug", LABEL_SCHEMA, "experiment slug")
 ARM_SCHEMA: dict[str, Any] = {
@@ -61,6 +62,14 @@ ARM_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 STATUSES = ["running", "completed", "failed", "cancelled"]
+EXPERIMENT_BUDGET_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "max_cost_total": {"type": "string", "nullable": True, "description": "a decimal"},
+        "max_tokens_total": {"type": "integer", "nullable": True, "minimum": 1},
+    },
+    "additionalProperties": False,
+}
 
 
 class ExperimentInputSerializer(StrictInputSerializer):
@@ -82,9 +91,68 @@ class ExperimentInputSerializer(StrictInputSerializer):
     metrics = StrictListField(child=described(METRIC_REF_SCHEMA), min_length=1)
     seed = StrictIntegerField(required=False, min_value=0, help_text="default: from the slug")
     start_time = StrictCharField(required=False, help_text="every world's simulation start")
+    budget = described(
+        EXPERIMENT_BUDGET_SCHEMA,
+        required=False,
+        help_text="one total over all its worlds and judges, reserved before every LLM call",
+    )
 
     class Meta:
         ref_name = "ExperimentInput"
+
+
+class EstimateSerializer(serializers.Serializer):
+    class Calls(serializers.Serializer):
+        agents = serializers.IntegerField()
+        judges = serializers.IntegerField()
+        total = serializers.IntegerField()
+
+        class Meta:
+            ref_name = "ExperimentEstimateCalls"
+
+    class Tokens(serializers.Serializer):
+        prompt = serializers.IntegerField(help_text="estimated (characters / 4)")
+        completion = serializers.IntegerField(help_text="an upper bound")
+        total = serializers.IntegerField()
+
+        class Meta:
+            ref_name = "ExperimentEstimateTokens"
+
+    worlds = serializers.IntegerField()
+    turns_per_world = serializers.IntegerField()
+    calls = Calls(help_text="the most LLM calls it could make, retries included")
+    tokens = Tokens()
+    cost = serializers.DecimalField(
+        max_digits=30,
+        decimal_places=6,
+        allow_null=True,
+        help_text="at the prices in force now; null when a call has no price",
+    )
+    unpriced = serializers.ListField(child=serializers.CharField())
+    unbounded = serializers.ListField(
+        child=serializers.CharField(), help_text="sources with no max_tokens: no bound"
+    )
+    budget = described(EXPERIMENT_BUDGET_SCHEMA, allow_null=True)
+    within_budget = serializers.BooleanField(
+        allow_null=True, help_text="null: no budget, or unknown (unpriced or unbounded)"
+    )
+    method = serializers.CharField()
+
+    class Meta:
+        ref_name = "ExperimentEstimate"
+
+
+class ExperimentBudgetSerializer(serializers.Serializer):
+    max_tokens_total = serializers.IntegerField(allow_null=True)
+    max_cost_total = serializers.DecimalField(max_digits=20, decimal_places=10, allow_null=True)
+    spent_tokens = serializers.IntegerField(help_text="by finished calls")
+    spent_cost = serializers.DecimalField(max_digits=20, decimal_places=10)
+    reserved_tokens = serializers.IntegerField(help_text="what calls in flight could spend")
+    reserved_cost = serializers.DecimalField(max_digits=20, decimal_places=10)
+    exhausted_at = InstantField(allow_null=True, help_text="when a call was refused")
+
+    class Meta:
+        ref_name = "ExperimentBudget"
 
 
 class ProgressSerializer(serializers.Serializer):
@@ -130,6 +198,7 @@ class ExperimentSerializer(serializers.Serializer):
     design = JSONObjectField(help_text="the design as validated, every reference a hash")
     status = serializers.ChoiceField(choices=STATUSES)
     progress = ProgressSerializer()
+    budget = ExperimentBudgetSerializer(allow_null=True, help_text="null: no budget")
     tokens = serializers.IntegerField()
     cost = serializers.DecimalField(
         max_digits=20, decimal_places=10, allow_null=True, help_text="null when a call has no price"
@@ -181,6 +250,19 @@ class ExperimentCollectionApi(APIView):
         made = services.experiment_create(data=body, created_by=request.user.get_username())
         found = selectors.experiment_get(slug=made.slug)
         return Response(ExperimentSerializer(found).data, status=status.HTTP_201_CREATED)
+
+
+class ExperimentEstimateApi(APIView):
+    """POST a design: the most it could spend (calls, tokens, cost), nothing written."""
+
+    @extend_schema(
+        operation_id="experiment_estimate",
+        request=ExperimentInputSerializer,
+        responses={200: EstimateSerializer, **WRITE_ERRORS},
+    )
+    def post(self, request: Request) -> Response:
+        body = validate_body(ExperimentInputSerializer, request)
+        return Response(EstimateSerializer(experiment_estimate(data=body)).data)
 
 
 class ExperimentDetailApi(APIView):

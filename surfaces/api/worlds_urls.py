@@ -14,6 +14,11 @@ from surfaces.api import worlds as api
 urlpatterns = [
     path("experiments/", experiments.ExperimentCollectionApi.as_view(), name="api-experiment-list"),
     path(
+        "experiments/estimate/",
+        experiments.ExperimentEstimateApi.as_view(),
+        name="api-experiment-estimate",
+    ),
+    path(
         "experiments/<str:slug>/",
         experiments.ExperimentDetailApi.as_view(),
         name="api-experiment-detail",

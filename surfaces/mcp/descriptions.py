@@ -251,17 +251,25 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
     "experiment_create": (
         "Run an experiment: slug, arms [{label, scenario_ref {name|hash}, interventions? "
         "[{turn, patch, note?}]}], replicates, turns (1…100), metrics [metric refs], control? "
-        "(default the first arm), seed?, start_time?. Creates arms × replicates worlds "
+        "(default the first arm), seed?, start_time?, budget? {max_cost_total?, "
+        "max_tokens_total?} (one total over all its worlds and judges). Creates arms × "
+        "replicates worlds "
         "<slug>--<arm>--<i>, replicate i seeded alike in every arm (paired), queues the turns "
         "and measures every world at turn 0 and as each turn commits. Everything is checked "
         "first: a bad design writes nothing. Follow it with experiment_get and "
         "experiment_results."
     ),
+    "experiment_estimate": (
+        "Price an experiment's design before running it (the same body as experiment_create): "
+        "the most LLM calls it could make, completion tokens (a bound) and prompt tokens "
+        "(estimated), the cost at today's prices, and whether it fits its budget. Writes "
+        "nothing."
+    ),
     "experiment_list": "Every experiment, newest first: status, arms, replicates, turns.",
     "experiment_get": (
         "An experiment (slug): its design, status (running, completed, failed: some world "
         "stopped short, cancelled), progress (worlds, turns and measurements done of planned), "
-        "tokens, cost and failed worlds."
+        "tokens, cost, its budget with what is spent and reserved, and failed worlds."
     ),
     "experiment_results": (
         "An experiment's results (slug): per metric and arm n, n_missing, mean, sd and a 95% "

@@ -27,7 +27,7 @@ from cognition_app.ambient import (
     runs_for_subject,
     visible_tree,
 )
-from cognition_app.budgets import BudgetLedger, BudgetLimits
+from cognition_app.budgets import BudgetLimits
 from cognition_app.models import SourceInvocation
 from cognition_app.runner import run_subject_workflow
 from cognition_app.sources import REPLAY_STRICT, CallContext, CancelScope, Replay, SourceFailure
@@ -40,6 +40,7 @@ from cognition_app.subject_run import (
 )
 from worlds_app.models import AttemptStatus, Intervention, Turn, TurnAttempt, World
 from worlds_app.services.attempt_recorder import AttemptRecorder
+from worlds_app.services.experiment_budget import budget_ledger
 from worlds_app.services.interventions import pending_for
 from worlds_app.services.subject_threads import think_concurrently
 
@@ -151,7 +152,7 @@ class _TurnRun:
         self.replay = _replay_for(world)
         # Read once, by the claim: a budget changed while the attempt runs applies from the next
         # attempt.
-        self.budget = BudgetLedger(limits) if limits is not None else None
+        self.budget = budget_ledger(limits, world.experiment_id)
         self.cancel = CancelScope()
         self.request_context: dict[str, Any] = {
             "world": {

@@ -11,6 +11,7 @@ while writing — a world slug taken, a start time out of range — writes nothi
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
@@ -22,10 +23,12 @@ from chukwa_core.ids import label_problem
 from chukwa_core.patching import PatchRejected, check_patch_shape
 from chukwa_core.seeds import experiment_seed, replicate_seed, seed_problem
 from scenarios_app.services._store import reject_nul
-from worlds_app.models import AttemptEvent, AttemptStatus, Experiment, TurnAttempt, World
+from worlds_app.models import Experiment, World
 from worlds_app.selectors import require_slug
 from worlds_app.services.attempts import MAX_BATCH, turn_attempt_enqueue
+from worlds_app.services.budgets import parse_budget
 from worlds_app.services.dispatch import measure_on_commit
+from worlds_app.services.experiment_stop import cancel_queued
 from worlds_app.services.interventions import MAX_NOTE_CHARS, intervention_create
 from worlds_app.services.measurements import resolve_metric_refs
 from worlds_app.services.worlds import scenario_hash_from_ref, world_create
@@ -33,8 +36,10 @@ from worlds_app.services.worlds import scenario_hash_from_ref, world_create
 MAX_WORLDS = 1000
 MAX_TURNS = MAX_BATCH  # one batch of turns per world
 SLUG_MAX = 64
+RESERVED_SLUGS = ("estimate",)  # /api/experiments/estimate/
 CREATE_REQUIRED = ("slug", "arms", "replicates", "turns", "metrics")
-CREATE_OPTIONAL = ("name", "description", "control", "seed", "start_time")
+CREATE_OPTIONAL = ("name", "description", "control", "seed", "start_time", "budget")
+BUDGET_LIMITS = ("max_cost_total", "max_tokens_total")
 ARM_REQUIRED = ("label", "scenario_ref")
 ARM_OPTIONAL = ("interventions",)
 
@@ -89,6 +94,8 @@ def design_of(data: Any) -> dict[str, Any]:
     problem = label_problem(slug)
     if problem is not None:
         raise invalid("invalid_slug", "slug", f"{slug!r} {problem}")
+    if slug in RESERVED_SLUGS:
+        raise invalid("invalid_slug", "slug", f"{slug!r} is reserved (a path of the API)")
     replicates = _count(body["replicates"], "replicates", 1, MAX_WORLDS, "invalid_replicates")
     turns = _count(body["turns"], "turns", 1, MAX_TURNS, "invalid_turns")
     arms_in = body["arms"]
@@ -151,7 +158,42 @@ def design_of(data: Any) -> dict[str, Any]:
     }
     if body.get("start_time") is not None:
         design["start_time"] = body["start_time"]
+    if body.get("budget") is not None:
+        design["budget"] = _budget(body["budget"])
     return design
+
+
+def _budget_columns(budget: Mapping[str, Any] | None) -> dict[str, Any]:
+    if budget is None:
+        return {}
+    cost = budget["max_cost_total"]
+    return {
+        "max_tokens_total": budget["max_tokens_total"],
+        "max_cost_total": None if cost is None else Decimal(cost),
+    }
+
+
+def _budget(value: Any) -> dict[str, Any]:
+    """The experiment's budget: one total over all its worlds and judges (no per-turn limits:
+    a world's own budget has those), cost as a decimal string."""
+    if isinstance(value, dict):
+        for name in value:
+            if name not in BUDGET_LIMITS:
+                raise invalid(
+                    "invalid_budget",
+                    f"budget.{name}",
+                    f"unknown limit; an experiment's limits are {', '.join(BUDGET_LIMITS)}",
+                )
+    limits = parse_budget(value)
+    if all(limits[name] is None for name in BUDGET_LIMITS):
+        raise invalid(
+            "invalid_budget", "budget", f"give at least one of {', '.join(BUDGET_LIMITS)}"
+        )
+    cost = limits["max_cost_total"]
+    return {
+        "max_cost_total": None if cost is None else format(cost.normalize(), "f"),
+        "max_tokens_total": limits["max_tokens_total"],
+    }
 
 
 def _scenario(ref: Any, field: str) -> str:
@@ -200,6 +242,7 @@ def experiment_create(*, data: Any, created_by: str = "") -> Experiment:
             design=design,
             seed=design["seed"],
             created_by=created_by,
+            **_budget_columns(design.get("budget")),
         )
         _make_worlds(experiment, range(1, design["replicates"] + 1), created_by)
     return experiment
@@ -297,28 +340,9 @@ def experiment_cancel(*, slug: str) -> Experiment:
         if experiment.cancelled_at is None:
             experiment.cancelled_at = timezone.now()
             experiment.save(update_fields=["cancelled_at"])
-        queued = list(
-            TurnAttempt.objects.filter(
-                world__experiment=experiment, status=AttemptStatus.QUEUED
-            ).values_list("id", flat=True)
-        )
-        reason = f"cancelled: experiment {slug!r} was cancelled"
-        TurnAttempt.objects.filter(pk__in=queued, status=AttemptStatus.QUEUED).update(
-            status=AttemptStatus.CANCELLED,
-            ended_at=experiment.cancelled_at,
-            failure_step="cancel",
-            failure_reason=reason,
-        )
-        AttemptEvent.objects.bulk_create(
-            [
-                AttemptEvent(
-                    attempt_id=pk,
-                    seq=1,
-                    kind="attempt_cancelled",
-                    payload={"reason": reason},
-                    created_at=experiment.cancelled_at,
-                )
-                for pk in queued
-            ]
+        cancel_queued(
+            experiment.pk,
+            f"cancelled: experiment {slug!r} was cancelled",
+            experiment.cancelled_at,
         )
     return experiment

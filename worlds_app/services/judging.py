@@ -20,12 +20,12 @@ from chukwa_core.metric_values import Outcome
 from chukwa_core.prompt_templates import PLACEHOLDER_RE
 from chukwa_core.rendering import environment_rendered, subject_rendered
 from chukwa_core.world_state import WorldState, memory_of
-from cognition_app.budgets import BudgetLedger
 from cognition_app.judges import JudgeFailed, judge_turn
 from cognition_app.models import InvocationKind, InvocationStatus, SourceInvocation
 from cognition_app.sources import REPLAY_STRICT, CallContext, Replay
 from worlds_app.models import World
 from worlds_app.selectors import world_budget_limits
+from worlds_app.services.experiment_budget import budget_ledger
 from worlds_app.turn_view import TurnView, turn_states
 
 # A judge's stored error message is cut to this (a source failure may quote a long body).
@@ -85,7 +85,7 @@ def judged(
     content = metric["content"]
     subject = content.get("subject")
     states = turn_states(world=world, numbers=turns) if subject is not None else {}
-    limits = world_budget_limits(world_id=world.pk)
+    ledger = budget_ledger(world_budget_limits(world_id=world.pk), world.experiment_id)
     replay = _judge_replay(world)
     counter = itertools.count(1)
     for number in turns:
@@ -100,7 +100,7 @@ def judged(
             subject_id=subject or "",
             world_seed=world.seed,
             replay=replay,
-            budget=BudgetLedger(limits) if limits is not None else None,
+            budget=ledger,
         )
         try:
             score = judge_turn(

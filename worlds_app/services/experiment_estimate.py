@@ -1,0 +1,201 @@
+"""What an experiment could spend, priced before it runs (docs/experiments.md, "Estimate and
+budget"). Nothing is written.
+
+The bound on **calls** is exact: every agent runs its profile's workflow once per turn; an
+``llm_text`` node makes at most ``max_generation_attempts`` generations, an ``llm_tool_loop`` at
+most ``max_tool_calls + max_generation_attempts``; a judge at most its ``max_generation_attempts``
+per measured turn (turn 0, the baseline, included); a source with a ``retry`` policy may send
+each generation ``retry.attempts`` times. The bound on **completion tokens** is exact too: each
+generation at most the source's ``max_tokens``. **Prompt tokens** cannot be known before the
+run (the world grows as it runs): each generation is taken as its prompt template, its node's
+tools and schemas and the whole initial world, characters / 4, plus, in a tool loop, the
+completion cap again for every earlier round of its transcript. That is why the budget is
+enforced per call as the experiment runs, and why a source with no ``max_tokens`` makes the
+estimate (and any budget) unbounded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any, TypedDict
+
+from django.utils import timezone
+
+from cognition_app.budgets import TOKENS_PER_MESSAGE, completion_cap
+from cognition_app.costs import price_at, worst_case_cost
+from cognition_app.sources.retry import retry_policy
+from scenarios_app.models import ResponseSource
+from scenarios_app.selectors import metric_rows
+from worlds_app.services.experiments import design_of
+from worlds_app.services.worlds import scenario_snapshot
+
+METHOD = (
+    "upper bound on calls and completion tokens (every generation a node or judge may make, "
+    "retries included, each at its source's max_tokens); prompt tokens estimated from the "
+    "prompt template, the node's tools and schemas and the initial world (characters / 4); "
+    "cost at the prices in force now, no prompt token assumed cached"
+)
+
+
+class EstimateCalls(TypedDict):
+    agents: int
+    judges: int
+    total: int
+
+
+class EstimateTokens(TypedDict):
+    prompt: int
+    completion: int
+    total: int
+
+
+class Estimate(TypedDict):
+    worlds: int
+    turns_per_world: int
+    calls: EstimateCalls
+    tokens: EstimateTokens
+    cost: str | None
+    unpriced: list[str]
+    unbounded: list[str]
+    budget: dict[str, Any] | None
+    within_budget: bool | None
+    method: str
+
+
+class _Tally:
+    """Calls, tokens and cost added up source by source."""
+
+    def __init__(self) -> None:
+        self.calls = {"agents": 0, "judges": 0}
+        self.prompt = 0
+        self.completion = 0
+        self.cost = Decimal(0)
+        self.unpriced: set[str] = set()
+        self.unbounded: set[str] = set()
+        self._sources: dict[str, dict[str, Any]] = {}
+        self._prices: dict[tuple[str, str], Any] = {}
+        self._now = timezone.now()
+
+    def interface(self, source_hash: str) -> dict[str, Any]:
+        if source_hash not in self._sources:
+            row = ResponseSource.objects.filter(pk=source_hash).values_list("content", flat=True)
+            self._sources[source_hash] = dict(row.first() or {}).get("interface", {})
+        return self._sources[source_hash]
+
+    def add(
+        self, *, who: str, source_hash: str, per_run: int, runs: int, prompt: int, growing: bool
+    ) -> None:
+        """``runs`` runs (a node's turn, a judge's measured turn) of at most ``per_run``
+        generations of one source, each ``prompt`` tokens, plus, when the transcript grows
+        round by round (a tool loop), the completion cap for every earlier round."""
+        iface = self.interface(source_hash)
+        tries = retry_policy(iface).attempts
+        self.calls[who] += per_run * runs * tries
+        cap = completion_cap(iface.get("params", {}))
+        key = f"({iface.get('base_url_env', '?')}, {iface.get('model', '?')})"
+        if cap is None:
+            self.unbounded.add(key)
+            cap = 0
+        grown = cap * per_run * (per_run - 1) // 2 if growing else 0
+        prompt_total = (prompt * per_run + grown) * runs * tries
+        completion_total = cap * per_run * runs * tries
+        self.prompt += prompt_total
+        self.completion += completion_total
+        price_key = (str(iface.get("base_url_env", "")), str(iface.get("model", "")))
+        if price_key not in self._prices:
+            self._prices[price_key] = price_at(
+                url_env=price_key[0], model=price_key[1], at=self._now
+            )
+        price = self._prices[price_key]
+        if price is None:
+            self.unpriced.add(key)
+        else:
+            self.cost += worst_case_cost(
+                price, prompt_tokens=prompt_total, completion_tokens=completion_total
+            )
+
+
+def _chars(value: Any) -> int:
+    return len(value) if isinstance(value, str) else len(json.dumps(value, sort_keys=True))
+
+
+def _tokens(chars: int, messages: int = 2) -> int:
+    return math.ceil(chars / 4) + TOKENS_PER_MESSAGE * messages
+
+
+def _world_chars(snapshot: Mapping[str, Any]) -> int:
+    return _chars(snapshot.get("entities", [])) + _chars(snapshot.get("environments", {}))
+
+
+def experiment_estimate(*, data: Any) -> Estimate:
+    """The most the design could spend (calls, tokens, cost at today's prices), and whether it
+    fits its budget; the design is validated as for creating it (400 naming the field)."""
+    design = design_of(data)
+    replicates, turns = design["replicates"], design["turns"]
+    tally = _Tally()
+    for arm in design["arms"]:
+        snapshot = scenario_snapshot(arm["scenario_ref"]["hash"])
+        world = _world_chars(snapshot)
+        profiles = snapshot["cognition_profiles"]
+        for entity in snapshot["entities"]:
+            kind = entity.get("kind")
+            agent = kind.get("agent") if isinstance(kind, dict) else None
+            if not isinstance(agent, dict) or agent.get("cognition_profile") not in profiles:
+                continue
+            workflow = profiles[agent["cognition_profile"]]["workflow"]
+            for node in workflow.get("nodes", []):
+                if node.get("type") not in ("llm_text", "llm_tool_loop"):
+                    continue
+                looping = node["type"] == "llm_tool_loop"
+                tally.add(
+                    who="agents",
+                    source_hash=node["llm_source_ref"]["hash"],
+                    per_run=node["max_generation_attempts"]
+                    + (node.get("max_tool_calls", 0) if looping else 0),
+                    runs=turns * replicates,
+                    prompt=_tokens(_chars(node.get("prompt_template", "")) + _chars(node) + world),
+                    growing=looping,
+                )
+        judged_turns = turns + 1  # the baseline, turn 0, is measured too
+        for metric in metric_rows(hashes=design["metrics"]):
+            content = metric["content"]
+            if metric["kind"] != "llm_judge":
+                continue
+            tally.add(
+                who="judges",
+                source_hash=content["source"]["hash"],
+                per_run=content["max_generation_attempts"],
+                runs=judged_turns * replicates,
+                prompt=_tokens(
+                    _chars(content["system"]) + _chars(content["user_template"]) + world
+                ),
+                growing=False,
+            )
+    budget = design.get("budget")
+    total_tokens = tally.prompt + tally.completion
+    cost = None if tally.unpriced else tally.cost
+    within: bool | None = None
+    if budget is not None and not tally.unbounded:
+        checks: list[bool] = []
+        if budget.get("max_tokens_total") is not None:
+            checks.append(total_tokens <= budget["max_tokens_total"])
+        if budget.get("max_cost_total") is not None and cost is not None:
+            checks.append(cost <= Decimal(budget["max_cost_total"]))
+        elif budget.get("max_cost_total") is not None:
+            checks = []  # unpriced: whether it fits the cost budget is unknown
+        within = all(checks) if checks else None
+    return {
+        "worlds": len(design["arms"]) * replicates,
+        "turns_per_world": turns,
+        "calls": {**tally.calls, "total": sum(tally.calls.values())},  # type: ignore[typeddict-item]
+        "tokens": {"prompt": tally.prompt, "completion": tally.completion, "total": total_tokens},
+        "cost": None if cost is None else format(cost.quantize(Decimal("1e-6")), "f"),
+        "unpriced": sorted(tally.unpriced),
+        "unbounded": sorted(tally.unbounded),
+        "budget": budget,
+        "within_budget": within,
+        "method": METHOD,
+    }
