@@ -21,6 +21,7 @@ from tests.support.worlds import fixture_body
 from worlds_app.experiment_selectors import experiment_results
 from worlds_app.management.commands import run_experiment
 from worlds_app.models import Experiment, World
+from worlds_app.services.experiments import experiment_cancel, experiment_create
 
 SCENARIO = "picnic_rules"
 
@@ -184,3 +185,24 @@ def test_no_wait_creates_and_returns(tmp_path: Path) -> None:
     call_command("run_experiment", _write(tmp_path, _design()), "--no-wait", stdout=out)
     assert out.getvalue().startswith("experiment cli created: ")
     assert World.objects.filter(experiment__slug="cli").count() == 6
+
+
+@pytest.mark.django_db
+def test_a_cancelled_experiment_prints_its_table_and_exits_non_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_experiment, "_worker_names", lambda: ["a-worker@host"])
+    monkeypatch.setattr(run_experiment, "SETTLE_SECONDS", 0.0)
+
+    def create_then_cancel(*, data: Any, created_by: str) -> Experiment:
+        made = experiment_create(data=data, created_by=created_by)
+        experiment_cancel(slug=made.slug)
+        return made
+
+    monkeypatch.setattr(run_experiment, "experiment_create", create_then_cancel)
+    out = io.StringIO()
+    with pytest.raises(CommandError, match="experiment cli cancelled; worlds short of") as ended:
+        call_command("run_experiment", _write(tmp_path, _design()), "--poll", "0.05", stdout=out)
+    assert ended.value.returncode == 1
+    assert re.search(r"^\s+control\s+0\s+3\s+-\s+-$", out.getvalue(), re.M), out.getvalue()
+    assert out.getvalue().rstrip().endswith("/experiments/cli/")

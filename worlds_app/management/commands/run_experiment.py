@@ -27,9 +27,12 @@ from worlds_app.services.experiment_estimate import Estimate, experiment_estimat
 from worlds_app.services.experiments import design_of, experiment_create
 
 COMPLETED = "completed"
-# After the last turn, measuring can trail by a moment; a failed or cancelled experiment never
-# reaches its planned count, so its waiting for measurements stops once they stop arriving.
+# After the last turn, measuring can trail (an LLM judge takes seconds per turn). A failed or
+# cancelled experiment never reaches its planned count, so waiting for it stops once
+# measurements stop arriving; a completed one is waited for longer, and if its measurements
+# still stall (no worker consumes the measure queue) the command says so and exits non-zero.
 SETTLE_SECONDS = 3.0
+STALL_SECONDS = 120.0
 
 
 def _worker_names() -> list[str]:
@@ -157,6 +160,15 @@ class Command(BaseCommand):
         self.stdout.write("\n" + results_table(experiment_results(slug=slug)))
         self.stdout.write(f"\n{cost_text(state['cost'], state['tokens'])}")
         self.stdout.write(f"Experiment: {url}")
+        progress = state["progress"]
+        if state["status"] == COMPLETED and (
+            progress["measurements_done"] < progress["measurements_planned"]
+        ):
+            raise CommandError(
+                f"measurements stalled at {progress['measurements_done']} of "
+                f"{progress['measurements_planned']}: is a worker consuming the measure queue "
+                f"({settings.CHUKWA_MEASURE_QUEUE})? The table above is partial."
+            )
         if state["status"] != COMPLETED:
             failed = ", ".join(w["slug"] for w in state["failed_worlds"]) or "none"
             raise CommandError(
@@ -189,9 +201,10 @@ class Command(BaseCommand):
                 if state["status"] != RUNNING:
                     if progress["measurements_done"] != measured:
                         measured, settled_at = progress["measurements_done"], time.monotonic()
-                    if progress["measurements_done"] >= progress["measurements_planned"] or (
-                        state["status"] != COMPLETED
-                        and time.monotonic() - settled_at > SETTLE_SECONDS
+                    patience = STALL_SECONDS if state["status"] == COMPLETED else SETTLE_SECONDS
+                    if (
+                        progress["measurements_done"] >= progress["measurements_planned"]
+                        or time.monotonic() - settled_at > patience
                     ):
                         return state
                 if deadline is not None and time.monotonic() > deadline:
