@@ -34,6 +34,10 @@ PARK_QUESTION = (
     "Does making Bob thirsty at turn 1 (an operator's intervention) make him drink from the "
     "fountain within 2 turns? The park scenario on the LLM, 2 paired replicates per arm."
 )
+PARK_SLOW = (
+    "the park experiment runs the LLM: 8 park turns (2 arms by 2 replicates by 2 turns) on the "
+    "embedded model are slow on a laptop CPU, several minutes"
+)
 CAUTION = 0.5  # the cautious forager eats a crumb it stands beside with this probability
 
 
@@ -139,11 +143,7 @@ def _experiment(kind: str, env: dict[str, str]) -> int:
     stamp = time.strftime("%H%M%S")
     if kind == "park":
         question, design = PARK_QUESTION, _park_design(f"park-thirst-{stamp}")
-        print(
-            "\n[chukwa] this experiment runs the LLM: 8 park turns on the embedded model take "
-            "several minutes on a laptop CPU",
-            flush=True,
-        )
+        print(f"[chukwa] {PARK_SLOW}", flush=True)
     else:
         question, design = PICNIC_QUESTION, _picnic_design(f"picnic-caution-{stamp}")
     print(f"\n== experiment {design['slug']} ==\n{question}\n", flush=True)
@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         "minutes) or none",
     )
     args = parser.parse_args(argv)
+    if args.experiment == "park":
+        print(f"[chukwa] {PARK_SLOW}", flush=True)
 
     for line in stack.services().values():
         print(f"[chukwa] {line}", flush=True)
