@@ -167,7 +167,7 @@ def test_estimate_prints_the_estimate_and_writes_nothing(tmp_path: Path) -> None
 def test_ctrl_c_stops_waiting_and_does_not_cancel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(run_experiment, "_worker_names", lambda: ["a-worker@host"])
+    monkeypatch.setattr(run_experiment, "worker_names", lambda: ["a-worker@host"])
 
     def interrupt(*, slug: str) -> dict[str, Any]:
         raise KeyboardInterrupt
@@ -191,7 +191,7 @@ def test_no_wait_creates_and_returns(tmp_path: Path) -> None:
 def test_a_cancelled_experiment_prints_its_table_and_exits_non_zero(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(run_experiment, "_worker_names", lambda: ["a-worker@host"])
+    monkeypatch.setattr(run_experiment, "worker_names", lambda: ["a-worker@host"])
     monkeypatch.setattr(run_experiment, "SETTLE_SECONDS", 0.0)
 
     def create_then_cancel(*, data: Any, created_by: str) -> Experiment:

@@ -22,25 +22,22 @@ from tqdm import tqdm
 
 from chukwa_core.errors import ChukwaError
 from chukwa_core.experiment_table import results_table
-from worlds_app.experiment_selectors import RUNNING, experiment_get, experiment_results
+from worlds_app.experiment_selectors import (
+    COMPLETED,
+    RUNNING,
+    experiment_get,
+    experiment_results,
+)
+from worlds_app.management.workers import worker_names
 from worlds_app.services.experiment_estimate import Estimate, experiment_estimate
 from worlds_app.services.experiments import design_of, experiment_create
 
-COMPLETED = "completed"
 # After the last turn, measuring can trail (an LLM judge takes seconds per turn). A failed or
 # cancelled experiment never reaches its planned count, so waiting for it stops once
 # measurements stop arriving; a completed one is waited for longer, and if its measurements
 # still stall (no worker consumes the measure queue) the command says so and exits non-zero.
 SETTLE_SECONDS = 3.0
 STALL_SECONDS = 120.0
-
-
-def _worker_names() -> list[str]:
-    # the project's Celery app, registered as current by chukwa_site on import
-    from celery import current_app as app
-
-    replies = app.control.ping(timeout=1.0) or []
-    return [name for reply in replies for name in reply]
 
 
 def read_design(name: str, stdin: Any = None) -> Any:
@@ -135,7 +132,7 @@ class Command(BaseCommand):
             design_of(data)  # refused before anything else is asked, and nothing written
         except ChukwaError as exc:
             raise refusal(exc) from None
-        if not options["no_wait"] and not _worker_names():
+        if not options["no_wait"] and not worker_names():
             raise CommandError(
                 "no Celery worker answered: start the stack (./bin/stack) or a worker first "
                 "(or pass --no-wait); nothing was written"
