@@ -34,6 +34,7 @@ urlpatterns = [
     re_path(r"^register/?$", oauth_not_offered, name="oauth-register-not-offered"),
     path("", include("surfaces.pages.store_urls")),
     path("", include("surfaces.pages.worlds_urls")),
+    path("", include("surfaces.pages.experiments_urls")),
     path("", include("surfaces.pages.cognition_urls")),
     path("", include("surfaces.pages.authoring_urls")),
     path("", include("surfaces.pages.index_urls")),

@@ -19,10 +19,23 @@ await build({
 });
 copyFileSync("node_modules/@codemirror/view/LICENSE", `${vendor}/codemirror-LICENSE.txt`);
 
+const plot = version("@observablehq/plot");
+await build({
+  entryPoints: ["plot-entry.mjs"],
+  bundle: true,
+  minify: true,
+  format: "iife",
+  globalName: "ChukwaPlot",
+  target: ["es2020"],
+  legalComments: "eof",
+  outfile: `${vendor}/plot-${plot}.min.js`,
+});
+copyFileSync("node_modules/@observablehq/plot/LICENSE", `${vendor}/plot-LICENSE.txt`);
+
 const morph = version("idiomorph");
 copyFileSync(
   "node_modules/idiomorph/dist/idiomorph-ext.min.js",
   `${vendor}/idiomorph-ext-${morph}.min.js`
 );
 copyFileSync("node_modules/idiomorph/LICENSE", `${vendor}/idiomorph-LICENSE.txt`);
-console.log(`built codemirror-${view}.min.js and idiomorph-ext-${morph}.min.js`);
+console.log(`built codemirror-${view}.min.js, plot-${plot}.min.js and idiomorph-ext-${morph}.min.js`);

@@ -1,6 +1,7 @@
 """What the editor's pickers offer, so an operator chooses instead of pasting hashes: the stored
 components a workflow may reference (by the kind each reference needs), the stored workflows to
-start from, the scenarios to fork and each scenario's profile labels. A bounded number of the
+start from, the scenarios to fork and each scenario's profile labels; the metrics an experiment
+measures with. A bounded number of the
 newest rows of each kind, a handful of queries whatever the store's size."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from chukwa_core.patch_schema import world_patch_schema_hash
 from scenarios_app.models import (
     CognitionWorkflow,
     JsonSchema,
+    Metric,
     ResponseSource,
     Scenario,
     ScenarioCognitionProfile,
@@ -118,4 +120,18 @@ def profile_labels(scenario_hash: str) -> list[str]:
         ScenarioCognitionProfile.objects.filter(scenario_id=scenario_hash)
         .order_by("label")
         .values_list("label", flat=True)
+    )
+
+
+def metric_choices() -> list[dict[str, str]]:
+    """The newest stored metrics, by label: what an experiment can measure."""
+    rows = Metric.objects.order_by("-created_at").values_list(
+        "hash", "label", "kind", "content__aggregate"
+    )[:MAX_CHOICES]
+    return sorted(
+        (
+            {"hash": hash_, "label": label, "detail": f"{kind} · {aggregate}"}
+            for hash_, label, kind, aggregate in rows
+        ),
+        key=lambda m: (m["label"], m["hash"]),
     )

@@ -9,7 +9,7 @@ running; else ``failed`` when some world stopped short of its turns (the others 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -37,6 +37,11 @@ EXPORT_COLUMNS = (
     "value",
     "error_code",
 )
+
+
+def first_turn(design: Mapping[str, Any]) -> int:
+    """The turn the experiment's worlds start from: 0, or a branch's turn."""
+    return int(design.get("first_turn", 0))
 
 
 def experiment_row(slug: str) -> Experiment:
@@ -91,12 +96,12 @@ def _budget(experiment: Experiment) -> dict[str, Any] | None:
 
 
 def experiment_status(experiment: Experiment, worlds: list[dict[str, Any]]) -> str:
-    turns = experiment.design["turns"]
+    last = first_turn(experiment.design) + experiment.design["turns"]
     if experiment.cancelled_at is not None:
         return CANCELLED
     if any(w["pending"] for w in worlds):
         return RUNNING
-    return FAILED if any(w["current_turn"] < turns for w in worlds) else COMPLETED
+    return FAILED if any(w["current_turn"] < last for w in worlds) else COMPLETED
 
 
 def eta_seconds(
@@ -120,8 +125,9 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
     turns = design["turns"]
     world_ids = [w["id"] for w in worlds]
     metrics = len(design["metrics"])
+    start = first_turn(design)
     measured = Measurement.objects.filter(
-        world_id__in=world_ids, metric_id__in=design["metrics"]
+        world_id__in=world_ids, metric_id__in=design["metrics"], turn_number__gte=start
     ).count()
     tokens = Coalesce(F("prompt_tokens"), 0) + Coalesce(F("completion_tokens"), 0)
     spent = LlmCall.objects.filter(invocation__world_id__in=world_ids).aggregate(
@@ -129,11 +135,11 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
         spent_cost=Sum("cost"),
         unpriced=Count("pk", filter=Q(cost__isnull=True)),
     )
-    committed = sum(w["current_turn"] for w in worlds)
+    committed = sum(w["current_turn"] - start for w in worlds)
     failed = [
         {"slug": w["slug"], "arm": w["arm"], "replicate": w["replicate"], "turn": w["current_turn"]}
         for w in worlds
-        if not w["pending"] and w["current_turn"] < turns
+        if not w["pending"] and w["current_turn"] < start + turns
     ]
     finished_at: datetime | None = None
     if status != RUNNING:
@@ -189,14 +195,18 @@ def _round(value: float | None) -> float | None:
 def experiment_results(*, slug: str) -> dict[str, Any]:
     """Per metric and arm: n, n_missing, mean, sd, a 95% CI and the per-turn mean with its CI;
     per treatment arm, the paired difference from control (bootstrap CI, sign-flip p). A world's
-    value is the metric's aggregate over the turns it ran (turn 0, the baseline, left out)."""
+    value is the metric's aggregate over the turns it ran (its first turn, the baseline — turn
+    0, or a branch's turn —, left out)."""
     experiment = experiment_row(slug)
     design = experiment.design
     arms = [a["label"] for a in design["arms"]]
     control, replicates = design["control"], design["replicates"]
+    start = first_turn(design)
     worlds = {
         w["id"]: w
-        for w in World.objects.filter(experiment=experiment).values("id", "arm", "replicate")
+        for w in World.objects.filter(experiment=experiment).values(
+            "id", "slug", "arm", "replicate"
+        )
     }
     metrics = {
         m["hash"]: m
@@ -218,18 +228,20 @@ def experiment_results(*, slug: str) -> dict[str, Any]:
         metric = metrics[metric_hash]
         kind = metric["content"]["aggregate"]
         values: dict[str, list[float | None]] = {arm: [None] * replicates for arm in arms}
+        slugs: dict[str, list[str | None]] = {arm: [None] * replicates for arm in arms}
         by_turn: dict[str, dict[int, list[float | None]]] = {arm: {} for arm in arms}
         for world_id, world in worlds.items():
             points = per_turn.get((metric_hash, world_id), [])
-            ran = [v for n, v in points if n >= 1]
+            ran = [v for n, v in points if n > start]
             values[world["arm"]][(world["replicate"] or 1) - 1] = aggregate(kind, ran)
+            slugs[world["arm"]][(world["replicate"] or 1) - 1] = world["slug"]
             for number, value in points:
                 by_turn[world["arm"]].setdefault(number, []).append(value)
         arm_rows = []
         for arm in arms:
             summary = arm_summary(values[arm])
             series = []
-            for number in range(design["turns"] + 1):
+            for number in range(start, start + design["turns"] + 1):
                 turn_summary = arm_summary(by_turn[arm].get(number, []))
                 series.append(
                     {
@@ -251,6 +263,12 @@ def experiment_results(*, slug: str) -> dict[str, Any]:
                     "ci_high": _round(summary.ci_high),
                     "ci_method": summary.ci_method,
                     "per_turn": series,
+                    # each world's value (None: failed, or the metric erred on every turn)
+                    "worlds": [
+                        {"replicate": i + 1, "world": slug, "value": _round(value)}
+                        for i, (slug, value) in enumerate(zip(slugs[arm], values[arm], strict=True))
+                        if slug is not None
+                    ],
                 }
             )
         effects = []
@@ -289,7 +307,9 @@ def export_rows(*, slug: str) -> tuple[Experiment, Iterator[dict[str, Any]]]:
     def rows() -> Iterator[dict[str, Any]]:
         query = (
             Measurement.objects.filter(
-                world__experiment=experiment, metric_id__in=experiment.design["metrics"]
+                world__experiment=experiment,
+                metric_id__in=experiment.design["metrics"],
+                turn_number__gte=first_turn(experiment.design),
             )
             .order_by("world__arm", "world__replicate", "turn_number", "metric__label")
             .values_list(
@@ -310,19 +330,71 @@ def export_rows(*, slug: str) -> tuple[Experiment, Iterator[dict[str, Any]]]:
 
 
 def experiment_list() -> list[dict[str, Any]]:
-    """Every experiment, newest first, with its status."""
+    """Every experiment, newest first, with its status, progress, tokens and cost (four queries
+    whatever the number of experiments)."""
+    experiments = list(Experiment.objects.all())
+    ids = [e.pk for e in experiments]
+    pending = Q(attempts__status__in=[AttemptStatus.QUEUED, AttemptStatus.RUNNING])
+    worlds: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in (
+        World.objects.filter(experiment_id__in=ids)
+        .annotate(pending=Count("attempts", filter=pending))
+        .values("experiment_id", "current_turn", "pending")
+    ):
+        worlds[row["experiment_id"]].append(dict(row))
+    measured: dict[tuple[int, str], int] = {
+        (row["world__experiment_id"], row["metric_id"]): row["n"]
+        for row in Measurement.objects.filter(world__experiment_id__in=ids)
+        .values("world__experiment_id", "metric_id")
+        .annotate(n=Count("pk"))
+    }
+    tokens = Coalesce(F("prompt_tokens"), 0) + Coalesce(F("completion_tokens"), 0)
+    spent = {
+        row["invocation__world__experiment_id"]: row
+        for row in LlmCall.objects.filter(invocation__world__experiment_id__in=ids)
+        .values("invocation__world__experiment_id")
+        .annotate(
+            spent_tokens=Sum(tokens, output_field=IntegerField()),
+            spent_cost=Sum("cost"),
+            unpriced=Count("pk", filter=Q(cost__isnull=True)),
+        )
+    }
     found = []
-    for experiment in Experiment.objects.all():
-        worlds = _worlds(experiment)
+    for experiment in experiments:
+        design = experiment.design
+        rows = worlds[experiment.pk]
+        turns = design["turns"]
+        paid = spent.get(experiment.pk)
         found.append(
             {
                 "slug": experiment.slug,
                 "name": experiment.name,
-                "status": experiment_status(experiment, worlds),
-                "worlds": len(worlds),
-                "arms": [a["label"] for a in experiment.design["arms"]],
-                "replicates": experiment.design["replicates"],
-                "turns": experiment.design["turns"],
+                "status": experiment_status(experiment, rows),
+                "worlds": len(rows),
+                "arms": [a["label"] for a in design["arms"]],
+                "replicates": design["replicates"],
+                "turns": turns,
+                "progress": {
+                    "worlds": len(rows),
+                    "turns_committed": sum(w["current_turn"] for w in rows),
+                    "turns_planned": len(rows) * turns,
+                    "measurements_done": sum(
+                        measured.get((experiment.pk, m), 0) for m in design["metrics"]
+                    ),
+                    "measurements_planned": len(rows) * (turns + 1) * len(design["metrics"]),
+                },
+                "failed_worlds": sum(
+                    1 for w in rows if not w["pending"] and w["current_turn"] < turns
+                ),
+                "tokens": int(paid["spent_tokens"] or 0) if paid else 0,
+                "cost": (
+                    Decimal(0)
+                    if paid is None
+                    else None
+                    if paid["unpriced"]
+                    else (paid["spent_cost"] or Decimal(0))
+                ),
+                "created_by": experiment.created_by,
                 "started_at": experiment.created_at,
             }
         )

@@ -96,6 +96,29 @@ class ExperimentInputSerializer(StrictInputSerializer):
         required=False,
         help_text="one total over all its worlds and judges, reserved before every LLM call",
     )
+    branch_from = described(
+        {
+            "type": "object",
+            "properties": {"world": LABEL_SCHEMA, "turn": {"type": "integer", "minimum": 0}},
+            "required": ["world", "turn"],
+            "additionalProperties": False,
+        },
+        required=False,
+        help_text="every world branches from this world's committed turn (its turns follow it)",
+    )
+    replay_from = described(
+        {
+            "type": "object",
+            "properties": {
+                "experiment": LABEL_SCHEMA,
+                "mode": {"type": "string", "enum": ["replay_strict", "replay_then_live"]},
+            },
+            "required": ["experiment", "mode"],
+            "additionalProperties": False,
+        },
+        required=False,
+        help_text="each world replays the world of the same arm and replicate there",
+    )
 
     class Meta:
         ref_name = "ExperimentInput"

@@ -131,11 +131,13 @@ def send_measure(world_id: int, metric_hashes: list[str]) -> None:
     )
 
 
-def measure_on_commit(world_id: int, experiment_id: int) -> None:
-    """After commit, have the measure queue measure an experiment's world with its metrics (what
-    is missing: the turn just committed, or turn 0 of a new world). A message the broker cannot
-    take is logged; the experiment's progress shows the measurements still missing, and
-    ``POST /api/experiments/<slug>/metrics/`` or a measurement request measures them."""
+def measure_on_commit(world_ids: int | list[int], experiment_id: int) -> None:
+    """After commit, have the measure queue measure experiment worlds with the experiment's
+    metrics (what is missing: the turn just committed, or the first turn of new worlds). A
+    message the broker cannot take is logged; the experiment's progress shows the measurements
+    still missing, and ``POST /api/experiments/<slug>/metrics/`` or a measurement request
+    measures them."""
+    worlds = [world_ids] if isinstance(world_ids, int) else list(world_ids)
 
     def send() -> None:
         from worlds_app.models import Experiment
@@ -145,17 +147,46 @@ def measure_on_commit(world_id: int, experiment_id: int) -> None:
         )
         if not design or not design.get("metrics"):
             return
-        try:
-            send_measure(world_id, list(design["metrics"]))
-        except BROKER_ERRORS as exc:
-            logger.warning(
-                "world %s: not measured now, broker unavailable (%s: %s)",
-                world_id,
-                type(exc).__name__,
-                exc,
-            )
+        for world_id in worlds:
+            try:
+                send_measure(world_id, list(design["metrics"]))
+            except BROKER_ERRORS as exc:
+                logger.warning(
+                    "world %s: not measured now, broker unavailable (%s: %s)",
+                    world_id,
+                    type(exc).__name__,
+                    exc,
+                )
+                return
 
     transaction.on_commit(send)
+
+
+def kick_worlds_on_commit(world_ids: list[int]) -> None:
+    """:func:`kick_on_commit` for many new worlds at once (an experiment's): one read of their
+    first queued attempts after commit, then one message each."""
+
+    def kick() -> None:
+        try:
+            heads = list(
+                TurnAttempt.objects.filter(world_id__in=world_ids, status=AttemptStatus.QUEUED)
+                .order_by("world_id", "seq")
+                .distinct("world_id")
+                .values_list("id", "world__slug")
+            )
+        except (OperationalError, InterfaceError) as exc:
+            logger.warning(
+                "%d worlds: first attempts not dispatched, database unavailable (%s); "
+                "the periodic re-drive will send them",
+                len(world_ids),
+                type(exc).__name__,
+            )
+            return
+        for attempt_id, slug in heads:
+            if not _dispatch(attempt_id=str(attempt_id), world_slug=slug):
+                return  # the broker is down: the re-drive sends the rest
+
+    transaction.on_commit(kick)
 
 
 # --- re-drive ------------------------------------------------------------------------------

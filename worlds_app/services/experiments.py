@@ -10,11 +10,13 @@ while writing — a world slug taken, a start time out of range — writes nothi
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from chukwa_core.component_validation import check_keys, require_object
@@ -22,23 +24,39 @@ from chukwa_core.errors import ChukwaError, ConflictError, NotFoundError, invali
 from chukwa_core.ids import label_problem
 from chukwa_core.patching import PatchRejected, check_patch_shape
 from chukwa_core.seeds import experiment_seed, replicate_seed, seed_problem
+from cognition_app.sources import REPLAY_MODES
 from scenarios_app.services._store import reject_nul
-from worlds_app.models import Experiment, World
+from worlds_app.models import Experiment, Intervention, Turn, TurnAttempt, World
 from worlds_app.selectors import require_slug
-from worlds_app.services.attempts import MAX_BATCH, turn_attempt_enqueue
+from worlds_app.services.attempts import MAX_BATCH
+from worlds_app.services.branches import branch_point
 from worlds_app.services.budgets import parse_budget
-from worlds_app.services.dispatch import measure_on_commit
+from worlds_app.services.dispatch import kick_worlds_on_commit, measure_on_commit
 from worlds_app.services.experiment_stop import cancel_queued
-from worlds_app.services.interventions import MAX_NOTE_CHARS, intervention_create
+from worlds_app.services.interventions import MAX_NOTE_CHARS
 from worlds_app.services.measurements import resolve_metric_refs
-from worlds_app.services.worlds import scenario_hash_from_ref, world_create
+from worlds_app.services.worlds import (
+    new_world_rows,
+    parse_start_time,
+    scenario_hash_from_ref,
+    world_start,
+)
 
 MAX_WORLDS = 1000
 MAX_TURNS = MAX_BATCH  # one batch of turns per world
 SLUG_MAX = 64
 RESERVED_SLUGS = ("estimate",)  # /api/experiments/estimate/
 CREATE_REQUIRED = ("slug", "arms", "replicates", "turns", "metrics")
-CREATE_OPTIONAL = ("name", "description", "control", "seed", "start_time", "budget")
+CREATE_OPTIONAL = (
+    "name",
+    "description",
+    "control",
+    "seed",
+    "start_time",
+    "budget",
+    "branch_from",
+    "replay_from",
+)
 BUDGET_LIMITS = ("max_cost_total", "max_tokens_total")
 ARM_REQUIRED = ("label", "scenario_ref")
 ARM_OPTIONAL = ("interventions",)
@@ -64,7 +82,7 @@ def _text(body: Mapping[str, Any], field: str, limit: int) -> str:
     return value
 
 
-def _interventions(value: Any, field: str, turns: int) -> list[dict[str, Any]]:
+def _interventions(value: Any, field: str, first: int, last: int) -> list[dict[str, Any]]:
     if not isinstance(value, list):
         raise invalid("invalid_interventions", field, "must be an array")
     found = []
@@ -74,7 +92,7 @@ def _interventions(value: Any, field: str, turns: int) -> list[dict[str, Any]]:
         check_keys(
             body, where, required=("turn", "patch"), optional=("note",), code="invalid_input"
         )
-        turn = _count(body["turn"], f"{where}.turn", 1, turns, "invalid_turn")
+        turn = _count(body["turn"], f"{where}.turn", first, last, "invalid_turn")
         try:
             check_patch_shape(body["patch"])
         except PatchRejected as exc:
@@ -98,6 +116,18 @@ def design_of(data: Any) -> dict[str, Any]:
         raise invalid("invalid_slug", "slug", f"{slug!r} is reserved (a path of the API)")
     replicates = _count(body["replicates"], "replicates", 1, MAX_WORLDS, "invalid_replicates")
     turns = _count(body["turns"], "turns", 1, MAX_TURNS, "invalid_turns")
+    branch: dict[str, Any] | None = None
+    first_turn = 0
+    if body.get("branch_from") is not None:
+        point = branch_point(body["branch_from"])
+        first_turn = point.turn.number
+        branch = {"world": point.parent.slug, "turn": first_turn}
+        if body.get("start_time") is not None:
+            raise invalid(
+                "invalid_start_time",
+                "start_time",
+                "a branch starts at its parent's simulation time; leave start_time out",
+            )
     arms_in = body["arms"]
     if not isinstance(arms_in, list) or not arms_in:
         raise invalid("invalid_arms", "arms", "must be a non-empty array of arms")
@@ -132,7 +162,10 @@ def design_of(data: Any) -> dict[str, Any]:
                 "label": label,
                 "scenario_ref": {"hash": scenario_hash},
                 "interventions": _interventions(
-                    arm.get("interventions", []), f"{where}.interventions", turns
+                    arm.get("interventions", []),
+                    f"{where}.interventions",
+                    first_turn + 1,
+                    first_turn + turns,
                 ),
             }
         )
@@ -141,10 +174,21 @@ def design_of(data: Any) -> dict[str, Any]:
         raise invalid("invalid_control", "control", f"{control!r} is not one of the arms")
     metrics = resolve_metric_refs(body["metrics"], "metrics")
     seed = body.get("seed")
+    if seed is not None and (problem := seed_problem(seed)) is not None:
+        raise invalid("invalid_seed", "seed", problem)
+    replay = None
+    if body.get("replay_from") is not None:
+        replay, replayed_seed = _replay_from(body["replay_from"], arms, replicates)
+        if seed is not None and seed != replayed_seed:
+            raise invalid(
+                "invalid_seed",
+                "seed",
+                f"a replay draws what experiment {replay['experiment']!r} drew: its seed is "
+                f"{replayed_seed}, not {seed}; leave seed out",
+            )
+        seed = replayed_seed
     if seed is None:
         seed = experiment_seed(slug)
-    elif (problem := seed_problem(seed)) is not None:
-        raise invalid("invalid_seed", "seed", problem)
     design: dict[str, Any] = {
         "slug": slug,
         "name": _text(body, "name", 200) or slug,
@@ -158,9 +202,50 @@ def design_of(data: Any) -> dict[str, Any]:
     }
     if body.get("start_time") is not None:
         design["start_time"] = body["start_time"]
+    elif branch is None and replay is None:
+        # one start for every world: paired worlds see the same simulation time
+        design["start_time"] = timezone.now().isoformat()
     if body.get("budget") is not None:
         design["budget"] = _budget(body["budget"])
+    if branch is not None:
+        design["branch_from"] = branch
+        design["first_turn"] = first_turn
+    if replay is not None:
+        design["replay_from"] = replay
     return design
+
+
+def _replay_from(
+    value: Any, arms: list[dict[str, Any]], replicates: int
+) -> tuple[dict[str, str], int]:
+    """``{"experiment": slug, "mode": replay_strict | replay_then_live}``: an experiment with a
+    world for every arm and replicate of this design (each new world replays its pair)."""
+    body = require_object(value, "replay_from", "invalid_replay_from")
+    check_keys(body, "replay_from", required=("experiment", "mode"), code="invalid_replay_from")
+    mode, slug = body["mode"], body["experiment"]
+    if mode not in REPLAY_MODES:
+        raise invalid(
+            "invalid_replay_from",
+            "replay_from.mode",
+            f"must be one of {', '.join(REPLAY_MODES)}, got {mode!r}",
+        )
+    problem = label_problem(slug) if isinstance(slug, str) else "is not a string"
+    if problem is not None:
+        raise invalid("invalid_replay_from", "replay_from.experiment", f"{slug!r} {problem}")
+    old = Experiment.objects.filter(slug=slug).first()
+    if old is None:
+        raise invalid("invalid_replay_from", "replay_from.experiment", f"no experiment {slug!r}")
+    have = set(World.objects.filter(experiment=old).values_list("arm", "replicate"))
+    for arm in arms:
+        for replicate in range(1, replicates + 1):
+            if (arm["label"], replicate) not in have:
+                raise invalid(
+                    "invalid_replay_from",
+                    "replay_from.experiment",
+                    f"experiment {slug!r} has no world for arm {arm['label']!r}, replicate "
+                    f"{replicate}: every world of a replay replays its pair",
+                )
+    return {"experiment": slug, "mode": mode}, old.seed
 
 
 def _budget_columns(budget: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -249,30 +334,118 @@ def experiment_create(*, data: Any, created_by: str = "") -> Experiment:
 
 
 def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> None:
-    """Replicates ``replicates`` of every arm: the worlds, their interventions and turns, in the
-    caller's transaction; each world measured at turn 0 once it commits."""
+    """Replicates ``replicates`` of every arm, in the caller's transaction and in bulk: each
+    arm's start (scenario copy, first state) computed once; the worlds, their first turns,
+    interventions and queued turns written a few statements for all; once it commits, every
+    world's first turn is kicked and every world measured at its first turn (the baseline)."""
     design = experiment.design
+    replayed = design.get("replay_from")
+    point = branch_point(design["branch_from"]) if "branch_from" in design else None
+    slugs = [world_slug(experiment.slug, a["label"], i) for a in design["arms"] for i in replicates]
+    taken = World.objects.filter(slug__in=slugs).values_list("slug", flat=True).first()
+    if taken is not None:
+        raise ConflictError(
+            "world_exists", f"slug: a world {taken!r} already exists", {"field": "slug"}
+        )
+    pairs: dict[str, World] = {}
+    pair_times: dict[int, datetime] = {}
+    if replayed is not None:
+        pair_slugs = [
+            world_slug(replayed["experiment"], a["label"], i)
+            for a in design["arms"]
+            for i in replicates
+        ]
+        pairs = {w.slug: w for w in World.objects.filter(slug__in=pair_slugs)}
+        for slug in pair_slugs:
+            if slug not in pairs:
+                raise invalid("invalid_replay_from", "replay_from.experiment", f"no world {slug!r}")
+        pair_times = dict(
+            Turn.objects.filter(world__in=list(pairs.values()))
+            .order_by("world_id", "number")
+            .distinct("world_id")
+            .values_list("world_id", "simulation_time")
+        )
+    start = parse_start_time(design.get("start_time")) if point is None else None
+    rows: list[tuple[World, Turn]] = []
+    interventions: list[tuple[World, dict[str, Any]]] = []
     for arm in design["arms"]:
+        scenario_hash = arm["scenario_ref"]["hash"]
+        shared = world_start(scenario_hash, {"hash": scenario_hash}, start or _now(), point)
+        own_start = replayed is not None and "start_time" not in design and point is None
         for replicate in replicates:
-            name = world_slug(experiment.slug, arm["label"], replicate)
-            world_data: dict[str, Any] = {
-                "slug": name,
-                "scenario_ref": arm["scenario_ref"],
-                "name": f"{design['name']}: {arm['label']} #{replicate}",
-                "seed": replicate_seed(design["seed"], replicate),
-            }
-            if "start_time" in design:
-                world_data["start_time"] = design["start_time"]
-            world = world_create(data=world_data, created_by=created_by, durable=False)  # type: ignore[arg-type]
-            World.objects.filter(pk=world.pk).update(
-                experiment=experiment, arm=arm["label"], replicate=replicate
+            fields: dict[str, Any] = {}
+            begin = shared
+            if replayed is not None:
+                pair = pairs[world_slug(replayed["experiment"], arm["label"], replicate)]
+                fields = {
+                    "replay_source": pair,
+                    "replay_from": {"world": pair.slug, "mode": replayed["mode"]},
+                }
+                if own_start:  # the pair's own start: the same simulation time in prompts
+                    begin = shared.starting_at(pair_times[pair.pk])
+            world, turn = new_world_rows(
+                begin,
+                slug=world_slug(experiment.slug, arm["label"], replicate),
+                name=f"{design['name']}: {arm['label']} #{replicate}",
+                seed=replicate_seed(design["seed"], replicate),
+                experiment=experiment,
+                arm=arm["label"],
+                replicate=replicate,
+                next_attempt_seq=1 + design["turns"],
+                # the counter a turn reads before it looks for its intervention
+                # (interventions.intervention_create keeps it one by one; here in bulk)
+                pending_interventions=len(arm["interventions"]),
+                **fields,
             )
-            for item in arm["interventions"]:
-                intervention_create(slug=name, data=item, created_by=created_by, durable=False)
-            turn_attempt_enqueue(
-                slug=name, count=design["turns"], requested_by=created_by, durable=False
+            rows.append((world, turn))
+            interventions.extend((world, item) for item in arm["interventions"])
+    try:
+        with transaction.atomic():
+            World.objects.bulk_create([world for world, _ in rows])
+    except IntegrityError:  # a create racing on one of the slugs: the constraint decides
+        raise ConflictError(
+            "world_exists",
+            "slug: one of the experiment's world slugs was just taken",
+            {"field": "slug"},
+        ) from None
+    for world, turn in rows:
+        turn.world = world
+    Turn.objects.bulk_create([turn for _, turn in rows])
+    Intervention.objects.bulk_create(
+        [
+            Intervention(
+                world=world,
+                turn=item["turn"],
+                patch=item["patch"],
+                note=item["note"],
+                created_by=created_by,
             )
-            measure_on_commit(world.pk, experiment.pk)  # turn 0, the baseline
+            for world, item in interventions
+        ]
+    )
+    turns = design["turns"]
+    attempts: list[TurnAttempt] = []
+    for world, _ in rows:
+        batch_id = uuid.uuid4()
+        attempts.extend(
+            TurnAttempt(
+                world=world,
+                seq=1 + i,
+                batch_id=batch_id,
+                batch_index=i,
+                batch_size=turns,
+                requested_by=created_by,
+            )
+            for i in range(turns)
+        )
+    TurnAttempt.objects.bulk_create(attempts, batch_size=5000)
+    world_ids = [world.pk for world, _ in rows]
+    kick_worlds_on_commit(world_ids)
+    measure_on_commit(world_ids, experiment.pk)  # the first turn, the baseline
+
+
+def _now() -> datetime:
+    return timezone.now()
 
 
 def _locked(slug: str) -> Experiment:
@@ -327,8 +500,10 @@ def experiment_add_metrics(*, slug: str, metrics: Any) -> Experiment:
         added = [m["hash"] for m in found if m["hash"] not in design["metrics"]]
         experiment.design = {**design, "metrics": [*design["metrics"], *added]}
         experiment.save(update_fields=["design"])
-        for world_id in World.objects.filter(experiment=experiment).values_list("pk", flat=True):
-            measure_on_commit(world_id, experiment.pk)
+        measure_on_commit(
+            list(World.objects.filter(experiment=experiment).values_list("pk", flat=True)),
+            experiment.pk,
+        )
     return experiment
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypedDict
 
@@ -19,7 +21,7 @@ from scenarios_app.services import scenario_assemble_within
 from scenarios_app.services._store import reject_nul
 from worlds_app.models import AttemptStatus, DeletedWorld, Turn, TurnAttempt, World
 from worlds_app.selectors import require_slug
-from worlds_app.services.branches import branch_point, branch_state
+from worlds_app.services.branches import BranchPoint, branch_point, branch_state
 from worlds_app.services.budgets import BudgetInput, parse_budget, world_budget_record
 
 CREATE_FIELDS = ("slug",)
@@ -80,7 +82,7 @@ def scenario_snapshot(scenario_hash: str) -> dict[str, Any]:
     }
 
 
-def _parse_start_time(value: Any) -> datetime:
+def parse_start_time(value: Any) -> datetime:
     """An ISO 8601 instant with an offset, in UTC."""
     if value is None:
         return datetime.now(UTC)
@@ -192,7 +194,7 @@ def world_create(*, data: WorldCreateInput, created_by: str = "", durable: bool 
             "start_time",
             "a branch starts at its parent's simulation time; leave start_time out",
         )
-    start = _parse_start_time(body.get("start_time"))
+    start = parse_start_time(body.get("start_time"))
     seed = _seed(body["seed"]) if body.get("seed") is not None else None
     budget = parse_budget(body["budget"]) if body.get("budget") is not None else None
     with transaction.atomic(durable=durable):
@@ -212,47 +214,118 @@ def world_create(*, data: WorldCreateInput, created_by: str = "", durable: bool 
             assert point is not None
             scenario_hash = point.parent.scenario_id
             recorded_ref = {"branch_parent": point.parent.slug, "resolved_hash": scenario_hash}
-        snapshot = scenario_snapshot(scenario_hash)
-        if point is not None:
-            state = branch_state(point, snapshot)
-            start, first_turn = point.turn.simulation_time, point.turn.number
-        else:
-            state, first_turn = WorldState.from_scenario(snapshot), 0
-        _check_room_to_run(start, snapshot["chronon_seconds"])
-        label = snapshot["scenario_slug"]
+        begin = world_start(scenario_hash, recorded_ref, start, point)
+        world, turn = new_world_rows(
+            begin,
+            slug=slug,
+            name=name,
+            seed=seed,
+            replay_source=replay_source,
+            replay_from=replay_from,
+        )
         try:
             with transaction.atomic():
-                world = World.objects.create(
-                    slug=slug,
-                    name=name or f"{label} #{slug}",
-                    scenario_id=scenario_hash,
-                    scenario_snapshot=snapshot,
-                    scenario_ref=recorded_ref,
-                    label=label,
-                    chronon_seconds=snapshot["chronon_seconds"],
-                    current_turn=first_turn,
-                    replay_from=replay_from,
-                    replay_source=replay_source,
-                    seed=seed,
-                    branched_from_slug=point.parent.slug if point else "",
-                    branched_from_turn=first_turn if point else None,
-                    branch_parent=point.parent if point else None,
-                )
+                world.save(force_insert=True)
         except IntegrityError:
             # Two creates racing on one slug: the unique constraint decides.
             raise ConflictError(
                 "world_exists", f"slug: a world {slug!r} already exists", {"field": "slug"}
             ) from None
-        Turn.objects.create(
-            world=world,
-            number=first_turn,
-            simulation_time=start,
-            state=state.to_snapshot(),
-            state_hash=state.snapshot_hash(),
-        )
+        turn.world = world
+        turn.save(force_insert=True)
         if budget is not None:
             world_budget_record(world=world, limits=budget, set_by=created_by)
     return world
+
+
+@dataclass(frozen=True)
+class WorldStart:
+    """Where new worlds start: the scenario's frozen copy and the first turn's state, time and
+    number (turn 0, or a branch's turn) — computed once, shared by every world that starts
+    there (an experiment's arm)."""
+
+    scenario_hash: str
+    recorded_ref: dict[str, Any]
+    snapshot: dict[str, Any]
+    state: dict[str, Any]
+    state_hash: str
+    start: datetime
+    first_turn: int
+    point: BranchPoint | None
+
+    def starting_at(self, start: datetime) -> WorldStart:
+        """The same start at another simulation time (not for a branch: it has its parent's)."""
+        assert self.point is None
+        _check_room_to_run(start, self.snapshot["chronon_seconds"])
+        return dataclasses.replace(self, start=start)
+
+
+def world_start(
+    scenario_hash: str,
+    recorded_ref: dict[str, Any],
+    start: datetime,
+    point: BranchPoint | None,
+) -> WorldStart:
+    """The start of a world of ``scenario_hash`` at ``start``, or at a branch ``point`` (its
+    parent's turn and time; 400 ``branch_mismatch`` when the scenario does not fit it)."""
+    snapshot = scenario_snapshot(scenario_hash)
+    if point is not None:
+        state = branch_state(point, snapshot)
+        start, first_turn = point.turn.simulation_time, point.turn.number
+    else:
+        state, first_turn = WorldState.from_scenario(snapshot), 0
+    _check_room_to_run(start, snapshot["chronon_seconds"])
+    return WorldStart(
+        scenario_hash=scenario_hash,
+        recorded_ref=recorded_ref,
+        snapshot=snapshot,
+        state=state.to_snapshot(),
+        state_hash=state.snapshot_hash(),
+        start=start,
+        first_turn=first_turn,
+        point=point,
+    )
+
+
+def new_world_rows(
+    begin: WorldStart,
+    *,
+    slug: str,
+    name: str | None,
+    seed: int | None,
+    replay_source: World | None = None,
+    replay_from: ReplayFromInput | None = None,
+    **fields: Any,
+) -> tuple[World, Turn]:
+    """A world and its first turn, not yet saved (the caller saves them, one by one or in
+    bulk); ``fields``: more of the world's columns (an experiment's arm and replicate)."""
+    label = begin.snapshot["scenario_slug"]
+    point = begin.point
+    world = World(
+        slug=slug,
+        name=name or f"{label} #{slug}",
+        scenario_id=begin.scenario_hash,
+        scenario_snapshot=begin.snapshot,
+        scenario_ref=begin.recorded_ref,
+        label=label,
+        chronon_seconds=begin.snapshot["chronon_seconds"],
+        current_turn=begin.first_turn,
+        replay_from=replay_from,
+        replay_source=replay_source,
+        seed=seed,
+        branched_from_slug=point.parent.slug if point else "",
+        branched_from_turn=begin.first_turn if point else None,
+        branch_parent=point.parent if point else None,
+        **fields,
+    )
+    turn = Turn(
+        world=world,
+        number=begin.first_turn,
+        simulation_time=begin.start,
+        state=begin.state,
+        state_hash=begin.state_hash,
+    )
+    return world, turn
 
 
 def world_delete(*, slug: str, deleted_by: str = "") -> DeletedWorld:

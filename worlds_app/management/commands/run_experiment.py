@@ -18,6 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.urls import reverse
 from tqdm import tqdm
 
 from chukwa_core.errors import ChukwaError
@@ -66,7 +67,7 @@ def refusal(exc: ChukwaError) -> CommandError:
 
 
 def experiment_url(slug: str) -> str:
-    return f"{settings.CHUKWA_SITE_URL}/experiments/{slug}/"
+    return settings.CHUKWA_SITE_URL + reverse("page-experiment-detail", args=[slug])
 
 
 def cost_text(cost: Decimal | None, tokens: int) -> str:

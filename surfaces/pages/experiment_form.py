@@ -1,0 +1,172 @@
+"""Launching an experiment in the browser (operators): slug, name, arms (a label and a stored
+scenario each; add and remove rows), the control, replicates, turns, the metrics, a seed and a
+budget. "Estimate" shows what it could spend (``experiment_estimate``) before "Launch" creates it
+(``experiment_create``); both read the same design, and an error is shown next to its field with
+nothing written."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
+
+from chukwa_core.errors import ChukwaError, invalid
+from scenarios_app.pickers import metric_choices, scenario_choices
+from surfaces.pages.authoring.common import error_dict, forbidden_unless_operator
+from surfaces.pages.rendering import page, respond, wants_json
+from worlds_app.services.experiment_estimate import experiment_estimate
+from worlds_app.services.experiments import experiment_create
+
+PAGE = "experiments/experiment_form.html"
+ESTIMATE = "experiments/_estimate.html"
+MIN_ARMS = 2
+MAX_ARM_ROWS = 20
+TEXT_FIELDS = ("slug", "name", "description", "replicates", "turns", "seed")
+BUDGET_FIELDS = ("max_cost_total", "max_tokens_total")
+ARM_FIELD = re.compile(r"^arms\[(\d+)\]\.(label|scenario_ref)")
+
+
+def _form(data: QueryDict) -> dict[str, Any]:
+    """The form as typed: text fields, the arm rows (label, scenario), the control row, the
+    metrics ticked."""
+    labels = data.getlist("arm_label")
+    scenarios = data.getlist("arm_scenario")
+    count = max(len(labels), len(scenarios), MIN_ARMS)
+    arms = [
+        {
+            "label": (labels[i] if i < len(labels) else "").strip(),
+            "scenario": (scenarios[i] if i < len(scenarios) else "").strip(),
+        }
+        for i in range(min(count, MAX_ARM_ROWS))
+    ]
+    if not labels:  # a fresh form: the usual names
+        arms[0]["label"], arms[1]["label"] = "control", "treatment"
+    raw_control = data.get("control", "0")
+    control = int(raw_control) if raw_control.isdigit() and int(raw_control) < len(arms) else 0
+    form: dict[str, Any] = {name: data.get(name, "").strip() for name in TEXT_FIELDS}
+    form.update({name: data.get(name, "").strip() for name in BUDGET_FIELDS})
+    form["arms"] = arms
+    form["control"] = control
+    form["metrics"] = [h for h in data.getlist("metrics") if h]
+    if not data:
+        form.update(replicates="5", turns="3")
+    return form
+
+
+def _whole(raw: str, field: str) -> int:
+    if not raw.isdigit():
+        raise invalid("invalid_input", field, f"must be a whole number, got {raw!r}")
+    return int(raw)
+
+
+def _design(form: dict[str, Any]) -> dict[str, Any]:
+    """The API's design from the form: empty fields left out, numbers read as numbers; the
+    experiment service checks everything else, as for the API."""
+    arms = [
+        {"label": arm["label"], "scenario_ref": {"hash": arm["scenario"]}}
+        if arm["scenario"]
+        else {"label": arm["label"], "scenario_ref": {}}
+        for arm in form["arms"]
+    ]
+    design: dict[str, Any] = {
+        "slug": form["slug"],
+        "arms": arms,
+        "control": form["arms"][form["control"]]["label"],
+        "replicates": _whole(form["replicates"], "replicates"),
+        "turns": _whole(form["turns"], "turns"),
+        "metrics": [{"hash": h} for h in form["metrics"]],
+    }
+    for name in ("name", "description"):
+        if form[name]:
+            design[name] = form[name]
+    if form["seed"]:
+        design["seed"] = _whole(form["seed"], "seed")
+    budget: dict[str, Any] = {}
+    if form["max_cost_total"]:
+        budget["max_cost_total"] = form["max_cost_total"]
+    if form["max_tokens_total"]:
+        budget["max_tokens_total"] = _whole(form["max_tokens_total"], "budget.max_tokens_total")
+    if budget:
+        design["budget"] = budget
+    return design
+
+
+def field_key(field: str) -> str:
+    """Where on the form an error's field is shown: ``arms[1].label`` on the second arm row's
+    label, ``metrics[0]`` on the metrics, ``budget.max_cost_total`` on that budget field."""
+    match = ARM_FIELD.match(field)
+    if match:
+        which = "label" if match.group(2) == "label" else "scenario"
+        return f"arm-{match.group(1)}-{which}"
+    head = re.split(r"[.\[]", field, maxsplit=1)[0]
+    if head == "budget":
+        tail = field.removeprefix("budget.")
+        return tail if tail in BUDGET_FIELDS else "budget"
+    return head
+
+
+def _with_error(exc: ChukwaError) -> dict[str, Any]:
+    error = error_dict(exc)
+    error["key"] = field_key(str(error["field"]))
+    return error
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+@page
+def experiment_new_page(request: HttpRequest) -> HttpResponse:
+    forbidden_unless_operator(request, "Launching experiments")
+    posted = request.method == "POST"
+    form = _form(request.POST if posted else request.GET)
+    action = request.POST.get("action", "") if posted else ""
+    if action == "add_arm" and len(form["arms"]) < MAX_ARM_ROWS:
+        form["arms"].append({"label": "", "scenario": ""})
+    elif action.startswith("remove_arm_") and len(form["arms"]) > MIN_ARMS:
+        index = action.removeprefix("remove_arm_")
+        if index.isdigit() and int(index) < len(form["arms"]):
+            del form["arms"][int(index)]
+            if form["control"] >= len(form["arms"]) or form["control"] == int(index):
+                form["control"] = 0
+            elif form["control"] > int(index):
+                form["control"] -= 1
+    context: dict[str, Any] = {
+        "form": form,
+        "scenarios": scenario_choices(),
+        "metric_choices": metric_choices(),
+        "error": None,
+        "estimate_error": None,
+        "estimate": None,
+        "form_action": action,
+        "can_remove": len(form["arms"]) > MIN_ARMS,
+        "can_add": len(form["arms"]) < MAX_ARM_ROWS,
+    }
+    if action not in ("estimate", "launch"):
+        data = {"form": form, "scenarios": context["scenarios"]}
+        return respond(request, PAGE, context, data)
+    try:
+        design = _design(form)
+        if action == "estimate":
+            context["estimate"] = experiment_estimate(data=design)
+        else:
+            made = experiment_create(data=design, created_by=request.user.get_username())
+    except ChukwaError as exc:
+        if wants_json(request):
+            raise
+        context["error"] = _with_error(exc)
+        partial = action == "estimate" and getattr(request, "htmx", False)
+        if partial:
+            context["estimate_error"] = context["error"]
+        template = ESTIMATE if partial else PAGE
+        response = respond(request, template, context, {"error": context["error"]})
+        if not getattr(request, "htmx", False):
+            response.status_code = exc.status_code
+        return response
+    if action == "estimate":
+        if getattr(request, "htmx", False) and not wants_json(request):
+            return respond(request, ESTIMATE, context, context["estimate"])
+        return respond(request, PAGE, context, context["estimate"])
+    if wants_json(request):
+        return respond(request, "", {}, {"slug": made.slug})
+    return HttpResponseRedirect(reverse("page-experiment-detail", args=[made.slug]))
