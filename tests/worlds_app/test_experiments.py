@@ -195,6 +195,8 @@ def test_an_experiment_runs_paired_worlds_and_answers_with_its_uncertainty(
             "eta_seconds": None,
         }
         assert state["failed_worlds"] == [] and state["finished_at"] is not None
+        # every treated world's turn 1 applied its intervention
+        assert not Intervention.objects.filter(world__arm="treated", consumed_by=None).exists()
 
         results = http.get("/api/experiments/trial/results/").json()
         (treated_metric,) = results["results"]
