@@ -129,6 +129,8 @@ def paired_difference(
                 rng=np.random.default_rng(seed),
             )
         low, high = _finite(boot.confidence_interval.low), _finite(boot.confidence_interval.high)
+    if n < 2:  # scipy tests need two pairs; one pair has neither an interval nor a p-value
+        return PairedDifference(n, mean, None, None, BOOTSTRAP, None, p_method)
     test = stats.permutation_test(
         (x, y),
         mean_difference,

@@ -1,36 +1,189 @@
-"""The README demo: store the fixtures, then run a park world for three turns through a real
-Celery worker, on the embedded model (or on CHUKWA_LLM_BASE_URL when it is set).
+"""The README demo: store the fixtures, run a park world for three turns through a real Celery
+worker, on the embedded model (or on CHUKWA_LLM_BASE_URL when it is set), then answer a question
+with an experiment (docs/experiments.md) through ``manage.py run_experiment``.
 
-    python -m chukwa_site.demo [--turns 3]
+    python -m chukwa_site.demo [--turns 3] [--experiment picnic|park|none]
+
+The experiment's slug carries the time it started (``picnic-caution-<HHMMSS>``), like the
+world's, so running the demo again on the same data makes a new one beside the old; its seed is
+fixed, so the new one draws the same dice as the old.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import json
 import os
 import subprocess
 import sys
 import time
+from typing import Any
+
+import django
+from django.conf import settings
 
 from chukwa_site import embedded, stack
 
+PICNIC_QUESTION = (
+    "Does a cautious forager change how often the crumb is eaten within 5 turns? In picnic_rules "
+    "an ant that stands beside the crumb always eats it; in the cautious variant (a fork of it) "
+    "it eats it only with probability 0.5 each time it could, and otherwise wanders off to the "
+    "jam. 20 paired replicates per arm, on rule policies: no LLM, a few seconds."
+)
+PARK_QUESTION = (
+    "Does making Bob thirsty at turn 1 (an operator's intervention) make him drink from the "
+    "fountain within 2 turns? The park scenario on the LLM, 2 paired replicates per arm."
+)
+PARK_SLOW = (
+    "the park experiment runs the LLM: 8 park turns (2 arms by 2 replicates by 2 turns) on the "
+    "embedded model are slow on a laptop CPU, several minutes"
+)
+# The experiments' seed: fixed, not derived from the slug (which changes every run), so every run
+# of the demo draws the same dice and prints the same table.
+SEED = 29
+CAUTION = 0.5  # the cautious forager eats a crumb it stands beside with this probability
 
-def _run(*args: str, env: dict[str, str]) -> None:
+
+def _run(*args: str, env: dict[str, str], stdin: str | None = None) -> None:
     subprocess.run(
-        [sys.executable, "manage.py", *args], check=True, cwd=embedded.PROJECT_DIR, env=env
+        [sys.executable, "manage.py", *args],
+        check=True,
+        cwd=embedded.PROJECT_DIR,
+        env=env,
+        input=None if stdin is None else stdin.encode(),
     )
+
+
+def _picnic_design(slug: str) -> dict[str, Any]:
+    """The cautious forager (a fork of picnic_rules whose forager eats the crumb with a
+    probability) and the crumb_eaten metric, stored (again: both are content-addressed, so a
+    second run stores nothing new), and the experiment comparing the two."""
+    from scenarios_app.fixture_files import load_fixture
+    from scenarios_app.services import metric_put, scenario_fork
+
+    forager = copy.deepcopy(load_fixture("picnic_rules")["cognition_profiles"]["forager"])
+    for rule in forager["inline"]["workflow"]["inline"]["nodes"][0]["rules"]:
+        if rule["id"] == "eat_crumb":
+            rule["probability"] = CAUTION
+    cautious = scenario_fork(
+        data={
+            "primary_parent": {"name": "picnic_rules"},
+            "changes": {"cognition_profile_upserts": {"forager": forager}},
+            "name": "picnic_rules_cautious",
+            "operator": "demo",
+            "note": f"demo: the forager eats the crumb with probability {CAUTION}",
+        }
+    )["scenario_hash"]
+    metric = metric_put(
+        content={
+            "version": 1,
+            "label": "crumb_eaten",
+            "kind": "expression",
+            "aggregate": "any",
+            "expression": "contains(entities.crumb.state, 'eaten')",
+        }
+    )["hash"]
+    return {
+        "slug": slug,
+        "name": "A cautious forager and the crumb",
+        "description": PICNIC_QUESTION,
+        "arms": [
+            {"label": "control", "scenario_ref": {"name": "picnic_rules"}},
+            {"label": "cautious", "scenario_ref": {"hash": cautious}},
+        ],
+        "replicates": 20,
+        "turns": 5,
+        "metrics": [{"hash": metric}],
+        "seed": SEED,
+    }
+
+
+def _park_design(slug: str) -> dict[str, Any]:
+    """The park with and without a thirsty Bob, and the bob_drank metric (stored again)."""
+    from scenarios_app.services import metric_put
+
+    metric = metric_put(
+        content={
+            "version": 1,
+            "label": "bob_drank",
+            "kind": "expression",
+            "aggregate": "any",
+            "expression": (
+                "length(calls[?source=='use_drinking_fountain' && status=='succeeded']) > `0`"
+            ),
+        }
+    )["hash"]
+    thirst = {
+        "turn": 1,
+        "note": "Bob is parched",
+        "patch": {
+            "narration": "Bob has been running; his mouth is dry.",
+            "effects": [
+                {
+                    "op": "set_entity_state",
+                    "entity_id": "bob",
+                    "state": "very thirsty after a run, standing beside the vending machine",
+                }
+            ],
+        },
+    }
+    return {
+        "slug": slug,
+        "name": "A thirsty Bob",
+        "description": PARK_QUESTION,
+        "arms": [
+            {"label": "control", "scenario_ref": {"name": "park"}},
+            {"label": "thirsty", "scenario_ref": {"name": "park"}, "interventions": [thirst]},
+        ],
+        "replicates": 2,
+        "turns": 2,
+        "metrics": [{"hash": metric}],
+        "seed": SEED,
+    }
+
+
+def _experiment(kind: str, env: dict[str, str]) -> int:
+    """Print the question, then run the experiment through ``manage.py run_experiment``, which
+    prints the progress, the results table and the experiment's URL."""
+    stamp = time.strftime("%H%M%S")
+    if kind == "park":
+        question, design = PARK_QUESTION, _park_design(f"park-thirst-{stamp}")
+        print(f"[chukwa] {PARK_SLOW}", flush=True)
+    else:
+        question, design = PICNIC_QUESTION, _picnic_design(f"picnic-caution-{stamp}")
+    print(f"\n== experiment {design['slug']} ==\n{question}\n", flush=True)
+    started = time.monotonic()
+    try:
+        _run("run_experiment", "-", "--created-by", "demo", env=env, stdin=json.dumps(design))
+    except subprocess.CalledProcessError:
+        print("\n[chukwa] the experiment did not complete (see above)", flush=True)
+        return 1
+    print(f"[chukwa] the experiment took {time.monotonic() - started:.0f} s", flush=True)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chukwa_site.demo", description=__doc__)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--scenario", default="park")
+    parser.add_argument(
+        "--experiment",
+        choices=("picnic", "park", "none"),
+        default="picnic",
+        help="the experiment after the world: picnic (rule policies, seconds), park (the LLM, "
+        "minutes) or none",
+    )
     args = parser.parse_args(argv)
+    if args.experiment == "park":
+        print(f"[chukwa] {PARK_SLOW}", flush=True)
 
     for line in stack.services().values():
         print(f"[chukwa] {line}", flush=True)
     env = stack._env()
     _run("migrate", "--noinput", "-v", "0", env=env)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chukwa_site.settings")
+    django.setup()  # the experiment's scenario and metric are stored from this process
     print("\n== demo operator ==", flush=True)
     _run("create_operator", "demo", env=env)
     print("\n== fixture scenarios, stored through the assembly service ==", flush=True)
@@ -46,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[chukwa] error: {exc}", file=sys.stderr, flush=True)
             return 1
         hostname = f"demo-{os.getpid()}"
+        # turns and measurements (experiments measure every turn as it commits)
+        queues = [settings.CELERY_TASK_DEFAULT_QUEUE, settings.CHUKWA_MEASURE_QUEUE]
         log = (embedded.data_dir() / "demo-worker.log").open("ab")
         children.append(
             stack.Child(
@@ -60,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                         "worker",
                         "--pool",
                         "solo",
+                        "--queues",
+                        ",".join(queues),
                         "--hostname",
                         f"{hostname}@%h",
                         "--loglevel",
@@ -95,9 +252,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n[chukwa] some turns did not commit (see above; worker log: {log.name})")
             return 1
         print(
-            f"\nWorld: /worlds/{slug}/ — start ./bin/stack and sign in as demo to browse it.",
+            f"\nWorld: {settings.CHUKWA_SITE_URL}/worlds/{slug}/ — start ./bin/stack and sign in "
+            "as demo to browse it.",
             flush=True,
         )
+        if args.experiment != "none":
+            return _experiment(args.experiment, env)
     finally:
         stack.stop_children(children)
     return 0

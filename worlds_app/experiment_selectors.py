@@ -14,8 +14,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, F, IntegerField, Max, Q, Sum, Value
+from django.db.models import Count, F, IntegerField, Max, Min, Q, Sum, Value
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from chukwa_core.errors import NotFoundError
 from chukwa_core.experiment_stats import arm_summary, paired_difference
@@ -63,8 +64,18 @@ def _worlds(experiment: Experiment) -> list[dict[str, Any]]:
         .annotate(
             pending=Count("attempts", filter=pending),
             last_ended=Max("attempts__ended_at"),
+            first_started=Min("attempts__started_at"),
         )
-        .values("id", "slug", "arm", "replicate", "current_turn", "pending", "last_ended")
+        .values(
+            "id",
+            "slug",
+            "arm",
+            "replicate",
+            "current_turn",
+            "pending",
+            "last_ended",
+            "first_started",
+        )
     ]
 
 
@@ -91,6 +102,18 @@ def experiment_status(experiment: Experiment, worlds: list[dict[str, Any]]) -> s
     if any(w["pending"] for w in worlds):
         return RUNNING
     return FAILED if any(w["current_turn"] < last for w in worlds) else COMPLETED
+
+
+def eta_seconds(
+    *, status: str, committed: int, planned: int, first_started: datetime | None, now: datetime
+) -> int | None:
+    """Seconds until the remaining planned turns commit at the rate so far (turns committed
+    since the experiment's first turn started, by the time elapsed); None when nothing has
+    committed yet or the experiment is not running."""
+    if status != RUNNING or committed <= 0 or first_started is None:
+        return None
+    elapsed = max((now - first_started).total_seconds(), 0.0)
+    return round(max(planned - committed, 0) * elapsed / committed)
 
 
 def experiment_get(*, slug: str) -> dict[str, Any]:
@@ -123,6 +146,15 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
         ends = [w["last_ended"] for w in worlds if w["last_ended"] is not None]
         finished_at = max(ends) if ends else experiment.cancelled_at
     cost: Decimal | None = spent["spent_cost"]
+    starts = [w["first_started"] for w in worlds if w["first_started"] is not None]
+    planned = len(worlds) * turns
+    eta = eta_seconds(
+        status=status,
+        committed=committed,
+        planned=planned,
+        first_started=min(starts) if starts else None,
+        now=timezone.now(),
+    )
     return {
         "slug": experiment.slug,
         "name": experiment.name,
@@ -132,9 +164,10 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
         "progress": {
             "worlds": len(worlds),
             "turns_committed": committed,
-            "turns_planned": len(worlds) * turns,
+            "turns_planned": planned,
             "measurements_done": measured,
             "measurements_planned": len(worlds) * (turns + 1) * metrics,
+            "eta_seconds": eta,
         },
         "budget": _budget(experiment),
         "tokens": int(spent["spent_tokens"]),

@@ -184,6 +184,11 @@ class ProgressSerializer(serializers.Serializer):
     turns_planned = serializers.IntegerField()
     measurements_done = serializers.IntegerField()
     measurements_planned = serializers.IntegerField()
+    eta_seconds = serializers.IntegerField(
+        allow_null=True,
+        help_text="seconds until the remaining turns commit at the rate so far; "
+        "null when nothing has committed yet or the experiment is not running",
+    )
 
     class Meta:
         ref_name = "ExperimentProgress"

@@ -80,6 +80,9 @@ def test_a_pair_with_a_missing_side_is_left_out() -> None:
         paired_difference([1.0], [1.0, 2.0], seed=1)
     empty = paired_difference([None], [1.0], seed=1)
     assert (empty.n_pairs, empty.mean, empty.p_value) == (0, None, None)
+    # one replicate: a difference, but scipy needs two pairs for an interval or a test
+    single = paired_difference([0.0], [1.0], seed=1)
+    assert (single.n_pairs, single.mean, single.ci_low, single.p_value) == (1, 1.0, None, None)
 
 
 def test_beyond_16_pairs_the_test_is_monte_carlo_seeded_and_deterministic() -> None:

@@ -393,6 +393,9 @@ def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> 
                 arm=arm["label"],
                 replicate=replicate,
                 next_attempt_seq=1 + design["turns"],
+                # the counter a turn reads before it looks for its intervention
+                # (interventions.intervention_create keeps it one by one; here in bulk)
+                pending_interventions=len(arm["interventions"]),
                 **fields,
             )
             rows.append((world, turn))

@@ -11,16 +11,9 @@ from tqdm import tqdm
 from chukwa_core.errors import ChukwaError
 from cognition_app.selectors import CostTotals
 from worlds_app import selectors
+from worlds_app.management.workers import worker_names
 from worlds_app.models import AttemptStatus, TurnAttempt
 from worlds_app.services import turn_attempt_enqueue
-
-
-def _worker_names() -> list[str]:
-    # the project's Celery app, registered as current by chukwa_site on import
-    from celery import current_app as app
-
-    replies = app.control.ping(timeout=1.0) or []
-    return [name for reply in replies for name in reply]
 
 
 def cost_text(cost: CostTotals) -> str:
@@ -63,7 +56,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         slug, count = options["slug"], options["count"]
-        if not _worker_names():
+        if not worker_names():
             raise CommandError(
                 "no Celery worker answered: start the stack (./bin/stack) or a worker first"
             )
