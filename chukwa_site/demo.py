@@ -200,7 +200,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         hostname = f"demo-{os.getpid()}"
         # turns and measurements (experiments measure every turn as it commits)
-        queues = [settings.CELERY_TASK_DEFAULT_QUEUE, settings.CHUKWA_MEASURE_QUEUE]
+        queues = [
+            settings.CELERY_TASK_DEFAULT_QUEUE,
+            settings.CHUKWA_EXPERIMENT_QUEUE,
+            settings.CHUKWA_MEASURE_QUEUE,
+        ]
         log = (embedded.data_dir() / "demo-worker.log").open("ab")
         children.append(
             stack.Child(
