@@ -30,6 +30,7 @@ from cognition_app.subject_run import AttemptFailure, StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt, World
 from worlds_app.selectors import RETRYABLE_STATUSES, require_slug
 from worlds_app.services.attempt_recorder import AttemptRecorder
+from worlds_app.services.cancelling import cancel_queued_attempts
 from worlds_app.services.claims import Claim, Heartbeat, LeaseLost, claim_attempt
 from worlds_app.services.dispatch import export_on_commit, kick_on_commit, turn_messages_waiting
 from worlds_app.services.execution import turn_attempt_execute
@@ -165,32 +166,12 @@ def turn_attempt_claim(*, attempt_id: str, owner: str) -> TurnAttempt | None:
 
 
 def _cancel_rest_of_batch(attempt: TurnAttempt, reason: str) -> int:
-    rest = list(
-        TurnAttempt.objects.filter(
-            batch_id=attempt.batch_id,
-            status=AttemptStatus.QUEUED,
-            batch_index__gt=attempt.batch_index,
-        ).values_list("id", flat=True)
+    return cancel_queued_attempts(
+        TurnAttempt.objects.filter(batch_id=attempt.batch_id, batch_index__gt=attempt.batch_index),
+        step="batch",
+        reason=reason,
+        at=_now(),
     )
-    if not rest:
-        return 0
-    now = _now()
-    TurnAttempt.objects.filter(pk__in=rest, status=AttemptStatus.QUEUED).update(
-        status=AttemptStatus.CANCELLED, ended_at=now, failure_step="batch", failure_reason=reason
-    )
-    AttemptEvent.objects.bulk_create(
-        [
-            AttemptEvent(
-                attempt_id=pk,
-                seq=1,
-                kind="attempt_cancelled",
-                payload={"reason": reason},
-                created_at=now,
-            )
-            for pk in rest
-        ]
-    )
-    return len(rest)
 
 
 def _fail(

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from cognition_app.budgets import BudgetLedger, BudgetLimits, Reservation
 from worlds_app.models import Experiment
-from worlds_app.services.experiment_stop import cancel_queued
+from worlds_app.services.cancelling import cancel_queued
 
 
 @dataclass(frozen=True)

@@ -24,20 +24,20 @@ from chukwa_core.errors import ChukwaError, ConflictError, NotFoundError, invali
 from chukwa_core.ids import label_problem
 from chukwa_core.patching import PatchRejected, check_patch_shape
 from chukwa_core.seeds import experiment_seed, replicate_seed, seed_problem
-from cognition_app.sources import REPLAY_MODES
 from scenarios_app.services._store import reject_nul
 from worlds_app.models import Experiment, Intervention, Turn, TurnAttempt, World
 from worlds_app.selectors import require_slug
 from worlds_app.services.attempts import MAX_BATCH
 from worlds_app.services.branches import branch_point
 from worlds_app.services.budgets import parse_budget
+from worlds_app.services.cancelling import cancel_queued
 from worlds_app.services.dispatch import admit_on_commit, measure_on_commit
-from worlds_app.services.experiment_stop import cancel_queued
 from worlds_app.services.interventions import MAX_NOTE_CHARS
 from worlds_app.services.measurements import resolve_metric_refs
 from worlds_app.services.worlds import (
     new_world_rows,
     parse_start_time,
+    replay_ref,
     scenario_hash_from_ref,
     world_start,
 )
@@ -220,18 +220,7 @@ def _replay_from(
 ) -> tuple[dict[str, str], int]:
     """``{"experiment": slug, "mode": replay_strict | replay_then_live}``: an experiment with a
     world for every arm and replicate of this design (each new world replays its pair)."""
-    body = require_object(value, "replay_from", "invalid_replay_from")
-    check_keys(body, "replay_from", required=("experiment", "mode"), code="invalid_replay_from")
-    mode, slug = body["mode"], body["experiment"]
-    if mode not in REPLAY_MODES:
-        raise invalid(
-            "invalid_replay_from",
-            "replay_from.mode",
-            f"must be one of {', '.join(REPLAY_MODES)}, got {mode!r}",
-        )
-    problem = label_problem(slug) if isinstance(slug, str) else "is not a string"
-    if problem is not None:
-        raise invalid("invalid_replay_from", "replay_from.experiment", f"{slug!r} {problem}")
+    slug, mode = replay_ref(value, "experiment")
     old = Experiment.objects.filter(slug=slug).first()
     if old is None:
         raise invalid("invalid_replay_from", "replay_from.experiment", f"no experiment {slug!r}")

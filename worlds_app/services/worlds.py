@@ -117,11 +117,12 @@ class ReplayFromInput(TypedDict):
     mode: str  # replay_then_live | replay_strict
 
 
-def _replay_from(value: Any) -> tuple[World, ReplayFromInput]:
-    """Check ``{"world": slug, "mode": mode}``: an existing world, a known mode."""
+def replay_ref(value: Any, what: str) -> tuple[str, str]:
+    """Check ``{<what>: slug, "mode": mode}`` (what is replayed: a world or an experiment):
+    a well-formed slug, a known mode; 400 naming ``replay_from.<field>``."""
     body = require_object(value, "replay_from", "invalid_replay_from")
-    check_keys(body, "replay_from", required=("world", "mode"), code="invalid_replay_from")
-    slug, mode = body["world"], body["mode"]
+    check_keys(body, "replay_from", required=(what, "mode"), code="invalid_replay_from")
+    slug, mode = body[what], body["mode"]
     if mode not in REPLAY_MODES:
         raise invalid(
             "invalid_replay_from",
@@ -130,7 +131,13 @@ def _replay_from(value: Any) -> tuple[World, ReplayFromInput]:
         )
     problem = label_problem(slug) if isinstance(slug, str) else "is not a string"
     if problem is not None:
-        raise invalid("invalid_replay_from", "replay_from.world", f"{slug!r} {problem}")
+        raise invalid("invalid_replay_from", f"replay_from.{what}", f"{slug!r} {problem}")
+    return slug, mode
+
+
+def _replay_from(value: Any) -> tuple[World, ReplayFromInput]:
+    """Check ``{"world": slug, "mode": mode}``: an existing world, a known mode."""
+    slug, mode = replay_ref(value, "world")
     source = World.objects.filter(slug=slug).first()
     if source is None:
         raise invalid("invalid_replay_from", "replay_from.world", f"no world {slug!r}")
