@@ -275,16 +275,23 @@ class ExperimentCollectionApi(APIView):
         return Response(ExperimentSerializer(found).data, status=status.HTTP_201_CREATED)
 
 
+class ExperimentEstimateInputSerializer(ExperimentInputSerializer):
+    """The same design as creating it takes."""
+
+    class Meta:
+        ref_name = "ExperimentEstimateInput"
+
+
 class ExperimentEstimateApi(APIView):
     """POST a design: the most it could spend (calls, tokens, cost), nothing written."""
 
     @extend_schema(
         operation_id="experiment_estimate",
-        request=ExperimentInputSerializer,
+        request=ExperimentEstimateInputSerializer,
         responses={200: EstimateSerializer, **WRITE_ERRORS},
     )
     def post(self, request: Request) -> Response:
-        body = validate_body(ExperimentInputSerializer, request)
+        body = validate_body(ExperimentEstimateInputSerializer, request)
         return Response(EstimateSerializer(experiment_estimate(data=body)).data)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -35,17 +36,29 @@ API_KEY = "test-secret-key"
 TURNS, WORLDS = 4, 8
 
 
+# Replies are sent while this is set; cleared, every model call is held (a group killed then
+# is surely caught mid-attempt, whatever the machine's load).
+REPLYING = threading.Event()
+
+
 @pytest.fixture
 def llm() -> Iterator[ScriptedLLM]:
     with ScriptedLLM() as server:
-        # Every turn's one model call takes 0.4 s, so a killed group is caught mid-attempt.
+        # Every turn's one model call takes 0.4 s.
         final = {
             "kind": "final_patch",
             "tool_call": None,
             "patch": {"narration": "The ant waits.", "effects": []},
         }
-        server.route(lambda request: Reply(text=json.dumps(final), delay_s=0.4))
+
+        def reply(request: dict[str, Any]) -> Reply:
+            REPLYING.wait(timeout=30)
+            return Reply(text=json.dumps(final), delay_s=0.4)
+
+        REPLYING.set()
+        server.route(reply)
         yield server
+        REPLYING.set()
 
 
 def _scenario() -> str:
@@ -133,7 +146,14 @@ def test_two_worker_groups_run_an_experiment_and_losing_one_loses_nothing(
                 ):
                     assert time.monotonic() < deadline, "both groups did not get to run"
                     time.sleep(0.05)
+                # hold the model: b's running attempt waits for its reply, and cannot commit
+                REPLYING.clear()
+                while not on_b.filter(status=AttemptStatus.RUNNING).exists():
+                    assert time.monotonic() < deadline, "b did not start another attempt"
+                    time.sleep(0.05)
+                time.sleep(1.0)  # its call reaches the model (held there)
                 _kill_group(b)
+                REPLYING.set()
                 # What the control worker and beat do every period; then what an operator does
                 # with an interrupted turn (retry it: its turn and the rest of its batch).
                 deadline = time.monotonic() + 45
