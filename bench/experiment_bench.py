@@ -651,6 +651,8 @@ def main() -> int:
     if args.worlds_in_flight is not None:
         os.environ["CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT"] = str(args.worlds_in_flight)
     signal.signal(signal.SIGTERM, _sigterm)
+    # Ctrl-C even when started in the background of a script (which ignores SIGINT there)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     print(f"machine: {os.cpu_count()} CPUs, load average {_load()} (shared: treat as noisy)")
     llm = None
     if parts & {"3", "4"}:
