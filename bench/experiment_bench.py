@@ -616,14 +616,14 @@ def main() -> int:
     parser.add_argument("--llm-turns", type=int, default=5, help="part 3")
     parser.add_argument("--llm-workers", type=int, default=2, help="part 3: worker processes")
     parser.add_argument(
-        "--llm-concurrency", type=int, default=8, help="part 3: prefork children per worker"
+        "--llm-concurrency", type=int, default=5, help="part 3: prefork children per worker"
     )
     parser.add_argument(
         "--worlds-in-flight",
         type=int,
         default=None,
-        help="CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT for the bench and its workers (default: the "
-        "environment's, else the setting's default)",
+        help="CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT for the bench and its workers (default with "
+        "part 3: its worker children, --llm-workers x --llm-concurrency)",
     )
     parser.add_argument(
         "--py-spy", default=None, help="part 3: a py-spy binary to sample the workers with"
@@ -648,6 +648,11 @@ def main() -> int:
     if os.environ.get("DATABASE_URL"):
         print("refusing: DATABASE_URL is set (the bench makes its own database)")
         return 2
+    if args.worlds_in_flight is None and "3" in parts:
+        # As many worlds in flight as part 3 has worker children: no experiment message then
+        # waits in the queue, so each world's turns go on in the task that ran the one before
+        # (CHUKWA_BATCH_CONTINUE_SECONDS) instead of a broker round trip per turn.
+        args.worlds_in_flight = args.llm_workers * args.llm_concurrency
     if args.worlds_in_flight is not None:
         os.environ["CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT"] = str(args.worlds_in_flight)
     signal.signal(signal.SIGTERM, _sigterm)
