@@ -126,7 +126,14 @@ class Workers:
             benchdb.stop_worker(self.procs.pop())
 
 
+MAIN_PID = os.getpid()
+
+
 def _sigterm(signum: int, frame: FrameType | None) -> None:
+    if os.getpid() != MAIN_PID:  # a forked helper (the machine ratio's pool): just stop
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise KeyboardInterrupt  # the same clean-up as Ctrl-C
 
 
@@ -206,17 +213,34 @@ def _run_experiment(
 ACTIVE_OR_DONE = ("queued", "running", "committed")
 
 
-def _cpu_groups(workers: Workers) -> dict[str, list[Any]]:
+def _cpu_times() -> dict[int, float]:
+    """User + system CPU seconds so far of every process on the machine, by pid."""
     import psutil
 
+    out = {}
+    for proc in psutil.process_iter():
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        out[proc.pid] = t.user + t.system
+    return out
+
+
+def _cpu_by_group(before: dict[int, float], workers: Workers) -> dict[str, float]:
+    """CPU seconds since ``before`` by group, the groups listed now: PostgreSQL backends and
+    worker children opened during the run count too (from 0, as they were born in it)."""
+    after = _cpu_times()
     groups = {
-        "workers": workers.trees(),
-        "PostgreSQL": benchdb.postgres_processes(),
-        "bench (scripted model, polling)": [psutil.Process()],
+        "workers": {p.pid for p in workers.trees()},
+        "PostgreSQL": {p.pid for p in benchdb.postgres_processes()},
+        "bench (scripted model, polling)": {os.getpid()},
     }
-    known = {p.pid for procs in groups.values() for p in procs}
-    groups["other processes"] = [p for p in psutil.process_iter() if p.pid not in known]
-    return groups
+    used = {group: 0.0 for group in [*groups, "other processes"]}
+    for pid, seconds in after.items():
+        group = next((g for g, pids in groups.items() if pid in pids), "other processes")
+        used[group] += max(seconds - before.get(pid, 0.0), 0.0)
+    return used
 
 
 def _load() -> str:
@@ -334,6 +358,11 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
     scenario_hash = scenario_assemble(data=_input(scenario))["scenario_hash"]
     metrics = _metric_hashes(["patched"])
     llm.route(lambda body: patch_reply(body, MODEL_DELAY_S))
+    # As many worlds in flight as the workers have children (unless --worlds-in-flight): no
+    # experiment message then waits in the queue, so each world's turns go on in the task that
+    # ran the one before (CHUKWA_BATCH_CONTINUE_SECONDS) instead of a broker round trip a turn.
+    default_in_flight = _in_flight()
+    _set_in_flight(args.worlds_in_flight or args.llm_workers * args.llm_concurrency)
     print(
         f"   workers: {args.llm_workers} x prefork --concurrency {args.llm_concurrency}, "
         f"queues {BENCH_QUEUE},{EXPERIMENT_QUEUE}; CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT "
@@ -352,12 +381,11 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
     llm.route(lambda body: patch_reply(body, MODEL_DELAY_S))
     design = _design("llm", scenario_hash, args.llm_replicates, args.llm_turns, metrics)
     spies = _spy_on(workers, args.py_spy)
-    groups = _cpu_groups(workers)
-    before = benchdb.cpu_sample(groups)
+    before = _cpu_times()
     try:
         began, created, attempts = _run_experiment(design, workers, poll_s=0.25)
     finally:
-        cpu = benchdb.cpu_used(before, benchdb.cpu_sample(groups))
+        cpu = _cpu_by_group(before, workers)
         _spies_stop(spies)
     last = max(_seconds(a.ended_at) for a in attempts)
     first = min(_seconds(a.started_at) for a in attempts)
@@ -418,6 +446,7 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
         f"3. limit fidelity (peak ≤ {MODEL_LIMIT} at the model): {fidelity} (peak {peak})",
     ]
     workers.stop()
+    _set_in_flight(default_in_flight)
     return summary, with_creation
 
 
@@ -459,6 +488,14 @@ def _in_flight() -> int:
     from django.conf import settings
 
     return int(settings.CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT)
+
+
+def _set_in_flight(count: int) -> None:
+    """CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT here and in the workers started after (both admit)."""
+    from django.conf import settings
+
+    settings.CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT = count
+    os.environ["CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT"] = str(count)
 
 
 CONCORDIA_PYTHONS = ("python3.12", "python3.13", "python3.14")
@@ -581,11 +618,11 @@ def part_5(args: argparse.Namespace, workers: Workers) -> list[str]:
         workers.start(count, pool="solo")
         # each process's first turn imports and connects: one turn per process first
         _run_experiment(_design(f"rules-warm-{count}", scenario, count, 1, metrics), workers)
-        groups = _cpu_groups(workers)
-        before = benchdb.cpu_sample(groups)
+        before = _cpu_times()
         design = _design(f"rules-{count}", scenario, replicates, turns, metrics)
         began, created, attempts = _run_experiment(design, workers, poll_s=0.5)
-        cpu = benchdb.cpu_used(before, benchdb.cpu_sample(groups))
+        cpu = _cpu_by_group(before, workers)
+        window = time.time() - began
         workers.stop()
         first = min(_seconds(a.started_at) for a in attempts)
         last = max(_seconds(a.ended_at) for a in attempts)
@@ -597,6 +634,7 @@ def part_5(args: argparse.Namespace, workers: Workers) -> list[str]:
             + ", ".join(
                 f"{group} {seconds / len(attempts) * 1000:.1f} ms" for group, seconds in cpu.items()
             )
+            + f"; cores busy {sum(cpu.values()) / window:.2f}"
         )
     speedup = rates[2] / rates[1]
     verdict = "met" if speedup >= TARGET_SPEEDUP else "NOT met"
@@ -622,8 +660,8 @@ def main() -> int:
         "--worlds-in-flight",
         type=int,
         default=None,
-        help="CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT for the bench and its workers (default with "
-        "part 3: its worker children, --llm-workers x --llm-concurrency)",
+        help="part 3: CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT (default: its worker children, "
+        "--llm-workers x --llm-concurrency); the other parts keep the setting's",
     )
     parser.add_argument(
         "--py-spy", default=None, help="part 3: a py-spy binary to sample the workers with"
@@ -648,13 +686,6 @@ def main() -> int:
     if os.environ.get("DATABASE_URL"):
         print("refusing: DATABASE_URL is set (the bench makes its own database)")
         return 2
-    if args.worlds_in_flight is None and "3" in parts:
-        # As many worlds in flight as part 3 has worker children: no experiment message then
-        # waits in the queue, so each world's turns go on in the task that ran the one before
-        # (CHUKWA_BATCH_CONTINUE_SECONDS) instead of a broker round trip per turn.
-        args.worlds_in_flight = args.llm_workers * args.llm_concurrency
-    if args.worlds_in_flight is not None:
-        os.environ["CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT"] = str(args.worlds_in_flight)
     signal.signal(signal.SIGTERM, _sigterm)
     # Ctrl-C even when started in the background of a script (which ignores SIGINT there)
     signal.signal(signal.SIGINT, signal.default_int_handler)
