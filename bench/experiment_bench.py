@@ -16,16 +16,18 @@ processes it started, also on Ctrl-C or an error. Parts:
    and the whole export, streamed, timed (target ≤ 2 s each). Needs part 1's worlds.
 3. An LLM experiment at the model's limit: 2 arms x 20 replicates x 5 turns of two LLM agents
    in ``concurrent`` mode, the scripted model answering every request after 100 ms, its
-   source declaring ``limits: {"concurrency": 16}``, run by ``--llm-workers`` prefork workers
-   of ``--llm-concurrency`` children consuming both turn queues. The model's limit (calls x
-   0.1 s / 16) over the wall time, from creation to the last commit (target ≥ 0.8), and the
-   peak concurrency the scripted server saw (≤ 16, always); CPU per attempt of each process
-   group.
-4. The same work in Concordia (gdm-concordia's simultaneous engine, 40 simulations of 5 steps
-   one after another): needs Python ≥ 3.12; skipped, saying so, when there is none.
+   source declaring ``limits: {"concurrency": 16}``, run by ``--llm-workers`` (2) prefork
+   workers of ``--llm-concurrency`` (5) children consuming both turn queues, with as many
+   experiment worlds in flight as children. The model's limit (calls x 0.1 s / 16) over the
+   wall time, from the experiment's commit to its last commit (target ≥ 0.8), the peak
+   concurrency the scripted server saw (≤ 16, always), CPU per attempt of each process group;
+   ``--py-spy <binary>`` samples the workers meanwhile.
+4. The same work in Concordia (gdm-concordia's Simultaneous engine, 40 simulations one after
+   another, ``bench/concordia_column.py``): needs a Python ≥ 3.12 with gdm-concordia (found on
+   PATH, by pyenv or uv, or ``--concordia-python``); skipped, saying why, without one.
 5. Rule-policy throughput: 2 arms x 50 replicates (100 worlds) x 20 turns x 50 agents over 1
-   and over 2 solo-pool worker processes: turns per second from the attempt rows, and the
-   ratio (target ≥ 1.7x).
+   and over 2 solo-pool worker processes, as many worlds in flight as processes: turns per
+   second from the attempt rows, and the ratio (target ≥ 1.7x).
 
 Targets are reported as met or not; the exit status is 0 unless something errors.
 """
@@ -502,20 +504,28 @@ CONCORDIA_PYTHONS = ("python3.12", "python3.13", "python3.14")
 
 
 def _python_312() -> str | None:
-    """A Python ≥ 3.12: on PATH, installed by pyenv, or found by uv."""
+    """A Python ≥ 3.12, one with gdm-concordia first: the venv the performance guide makes
+    (var/concordia-venv), then on PATH, installed by pyenv, or found by uv."""
+    found: list[str] = []
+    venv = PROJECT_DIR / "var" / "concordia-venv" / "bin" / "python"
+    if venv.exists():
+        found.append(str(venv))
     for name in CONCORDIA_PYTHONS:
         path = shutil.which(name)
         if path and subprocess.run([path, "--version"], capture_output=True).returncode == 0:
-            return path
+            found.append(path)
     pyenv = Path.home() / ".pyenv" / "versions"
     for version in sorted(pyenv.glob("3.1[2-9]*"), reverse=True):
         if (version / "bin" / "python").exists():
-            return str(version / "bin" / "python")
+            found.append(str(version / "bin" / "python"))
     if shutil.which("uv"):
-        found = subprocess.run(["uv", "python", "find", ">=3.12"], capture_output=True, text=True)
-        if found.returncode == 0 and found.stdout.strip():
-            return found.stdout.strip()
-    return None
+        uv = subprocess.run(["uv", "python", "find", ">=3.12"], capture_output=True, text=True)
+        if uv.returncode == 0 and uv.stdout.strip():
+            found.append(uv.stdout.strip())
+    for python in found:
+        if subprocess.run([python, "-c", "import concordia"], capture_output=True).returncode == 0:
+            return python
+    return found[0] if found else None
 
 
 def concordia_reply(body: dict[str, Any]) -> Any:
