@@ -58,13 +58,20 @@ def queue_delete(queue: str) -> None:
 
 
 def start_worker(
-    *, queue: str, name: str, concurrency: int, log: IO[bytes]
+    *,
+    queue: str,
+    name: str,
+    concurrency: int,
+    log: IO[bytes],
+    pool: str = "prefork",
+    extra_queues: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
-    """A prefork Celery worker on ``queue``, its output in ``log``."""
-    command = [
-        *(sys.executable, "-m", "celery", "-A", "chukwa_site", "worker"),
-        *("--pool", "prefork", "--concurrency", str(concurrency), "-Q", queue, "-n", name),
-    ]
+    """A Celery worker (prefork with ``concurrency`` children, or solo) on ``queue`` and
+    ``extra_queues``, its output in ``log``."""
+    command = [sys.executable, "-m", "celery", "-A", "chukwa_site", "worker", "--pool", pool]
+    if pool == "prefork":
+        command += ["--concurrency", str(concurrency)]
+    command += ["-Q", ",".join((queue, *extra_queues)), "-n", name]
     # A session of its own, so that a worker that ignores SIGTERM can be killed with its
     # children (and only those).
     return subprocess.Popen(

@@ -1,30 +1,58 @@
-"""Experiment overhead: creating a 2 x 500 design, and the results and the export of 1,000 worlds x
-20 turns x 3 metrics.
+"""Experiments: their overhead (creation, results, export) and their throughput through real
+Celery worker processes.
 
-Run with ``.venv/bin/python bench/experiment_bench.py [--replicates 500] [--turns 20]`` from the
-project folder; DATABASE_URL must be unset. It (re)creates the throwaway database
-``chukwa_experiment_bench`` on the embedded PostgreSQL server, migrates it and drops it at the
-end; its Celery messages (the kicks of the queued turns, the measurements asked for turn 0) go to
-queues of its own (``bench-<pid>``, ``bench-<pid>-measure``), which no worker reads and which are
-deleted at the end. Part 1 times ``POST /api/experiments/``'s service on a two-arm design of a
-small rule-policy scenario (every world made, its turns queued, in one transaction). Part 2 writes
-the measurements a finished run of it would have (3 metrics on turns 0…T of every world, as rows)
-and times the results (per arm and metric the summaries with their intervals, per turn, and the
-paired effects: scipy's bootstrap and sign-flip test) and the whole CSV export, streamed. Targets
-(≤ 2 s each for part 2) are reported as met or not; the exit status is 0 unless something errors.
+Run with ``.venv/bin/python bench/experiment_bench.py [--parts 1,2,3,4,5]`` from the project
+folder, the embedded services up; DATABASE_URL must be unset. It (re)creates the throwaway
+database ``chukwa_experiment_bench`` on the embedded PostgreSQL server, migrates it and drops it
+at the end; its Celery messages go to queues of its own (``bench-<pid>`` and its
+``-experiments``, ``-measure`` and ``-control`` queues), deleted at the end with the worker
+processes it started, also on Ctrl-C or an error. Parts:
+
+1. Creating a 2 x 500 design of a small rule-policy scenario (``--replicates``, ``--turns``):
+   ``POST /api/experiments/``'s service, every world made and its turns queued in one
+   transaction; no worker reads the queues.
+2. The results and the CSV export of that design after a finished run: 3 metrics on turns
+   0…T of every world written as rows, then the results (summaries, intervals, paired effects)
+   and the whole export, streamed, timed (target ≤ 2 s each). Needs part 1's worlds.
+3. An LLM experiment at the model's limit: 2 arms x 20 replicates x 5 turns of two LLM agents
+   in ``concurrent`` mode, the scripted model answering every request after 100 ms, its
+   source declaring ``limits: {"concurrency": 16}``, run by ``--llm-workers`` (2) prefork
+   workers of ``--llm-concurrency`` (5) children consuming both turn queues, with as many
+   experiment worlds in flight as children. The model's limit (calls x 0.1 s / 16) over the
+   wall time, from the experiment's commit to its last commit (target ≥ 0.8), the peak
+   concurrency the scripted server saw (≤ 16, always), CPU per attempt of each process group;
+   ``--py-spy <binary>`` samples the workers meanwhile.
+4. The same work in Concordia (gdm-concordia's Simultaneous engine, 40 simulations one after
+   another, ``bench/concordia_column.py``): needs a Python ≥ 3.12 with gdm-concordia (found on
+   PATH, by pyenv or uv, or ``--concordia-python``); skipped, saying why, without one.
+5. Rule-policy throughput: 2 arms x 50 replicates (100 worlds) x 20 turns x 50 agents over 1
+   and over 2 solo-pool worker processes, as many worlds in flight as processes: turns per
+   second from the attempt rows, and the ratio (target ≥ 1.7x).
+
+Targets are reported as met or not; the exit status is 0 unless something errors.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
+from types import FrameType
+from typing import IO, Any, cast
 
 import benchdb  # bench/ is the script's own folder, first on sys.path
-from scale_worlds import rule_scenario
+from scale_worlds import llm_scenario, patch_reply, rule_scenario
 
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 if str(PROJECT_DIR) not in sys.path:
@@ -35,8 +63,19 @@ BENCH_QUEUE = f"bench-{os.getpid()}"
 os.environ["DJANGO_SETTINGS_MODULE"] = "chukwa_site.settings"
 os.environ["CHUKWA_DB_NAME"] = BENCH_DB_NAME
 os.environ["CHUKWA_CELERY_QUEUE"] = BENCH_QUEUE
-os.environ["CHUKWA_CELERY_MEASURE_QUEUE"] = f"{BENCH_QUEUE}-measure"
+EXPERIMENT_QUEUE = f"{BENCH_QUEUE}-experiments"
+MEASURE_QUEUE = f"{BENCH_QUEUE}-measure"
+CONTROL_QUEUE = f"{BENCH_QUEUE}-control"
+os.environ["CHUKWA_CELERY_EXPERIMENT_QUEUE"] = EXPERIMENT_QUEUE
+os.environ["CHUKWA_CELERY_MEASURE_QUEUE"] = MEASURE_QUEUE
+os.environ["CHUKWA_CELERY_CONTROL_QUEUE"] = CONTROL_QUEUE
+os.environ["CHUKWA_LLM_API_KEY"] = "bench-key"
 TARGET_S = 2.0
+MODEL_DELAY_S = 0.1  # the scripted model's answer time, every request
+MODEL_LIMIT = 16  # the source's limits.concurrency
+TARGET_LIMIT_RATIO = 0.8
+TARGET_SPEEDUP = 1.7
+RUN_TIMEOUT_S = 900.0
 METRICS = {
     "patched": "length(patches) > `0`",
     "tokens": "tokens",
@@ -44,123 +83,685 @@ METRICS = {
 }
 
 
+# --- worker processes ------------------------------------------------------------------------
+
+
+class Workers:
+    """The Celery worker processes the bench started (and only those), consuming both turn
+    queues as every turn worker does; their output goes to one temporary log."""
+
+    def __init__(self, log: IO[bytes]) -> None:
+        self.log = log
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.started = 0
+
+    def start(self, count: int, *, pool: str, concurrency: int = 1) -> None:
+        self.stop()
+        names = []
+        for _ in range(count):
+            self.started += 1
+            name = f"bench-{os.getpid()}-{self.started}@{socket.gethostname()}"
+            self.procs.append(
+                benchdb.start_worker(
+                    queue=BENCH_QUEUE,
+                    extra_queues=(EXPERIMENT_QUEUE,),
+                    name=name,
+                    concurrency=concurrency,
+                    log=self.log,
+                    pool=pool,
+                )
+            )
+            names.append(name)
+        for proc, name in zip(self.procs, names, strict=True):
+            benchdb.wait_for_worker(proc, name=name, log=self.log)
+
+    def check(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"a worker exited:\n{benchdb.log_tail(self.log)}")
+
+    def trees(self) -> list[Any]:
+        return [p for proc in self.procs for p in benchdb.process_tree(proc.pid)]
+
+    def stop(self) -> None:
+        while self.procs:
+            benchdb.stop_worker(self.procs.pop())
+
+
+MAIN_PID = os.getpid()
+
+
+def _sigterm(signum: int, frame: FrameType | None) -> None:
+    if os.getpid() != MAIN_PID:  # a forked helper (the machine ratio's pool): just stop
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    raise KeyboardInterrupt  # the same clean-up as Ctrl-C
+
+
+def _input(scenario: dict[str, Any]) -> Any:
+    """A scenario built as plain JSON, as ``POST /api/scenarios/`` receives it."""
+    from scenarios_app.services.manifest import ScenarioAssembleInput
+
+    return cast(ScenarioAssembleInput, scenario)
+
+
+def _metric_hashes(labels: list[str]) -> list[str]:
+    from scenarios_app.services import metric_put
+
+    return [
+        metric_put(
+            content={
+                "version": 1,
+                "label": label,
+                "kind": "expression",
+                "aggregate": "mean",
+                "expression": METRICS[label],
+            }
+        )["hash"]
+        for label in labels
+    ]
+
+
+def _design(
+    slug: str, scenario: str, replicates: int, turns: int, metrics: list[str]
+) -> dict[str, Any]:
+    return {
+        "slug": slug,
+        "arms": [
+            {"label": "control", "scenario_ref": {"hash": scenario}},
+            {"label": "treated", "scenario_ref": {"hash": scenario}},
+        ],
+        "replicates": replicates,
+        "turns": turns,
+        "metrics": [{"hash": h} for h in metrics],
+    }
+
+
+def _run_experiment(
+    design: dict[str, Any], workers: Workers, poll_s: float = 0.1
+) -> tuple[float, float, list[Any]]:
+    """Create the experiment (the workers already listening) and wait until every turn of it
+    committed. Returns when creation began and ended (epoch seconds) and its attempt rows."""
+    from django.db.models import Count
+
+    from worlds_app.models import AttemptStatus, TurnAttempt
+    from worlds_app.services.experiments import experiment_create
+
+    began = time.time()
+    experiment_create(data=design, created_by="bench")
+    created = time.time()
+    attempts = TurnAttempt.objects.filter(world__experiment__slug=design["slug"])
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        counts = dict(attempts.values_list("status").annotate(n=Count("pk")))
+        bad = {s: n for s, n in counts.items() if s not in ACTIVE_OR_DONE}
+        if bad:
+            reasons = list(
+                attempts.exclude(failure_reason="").values_list("failure_step", "failure_reason")[
+                    :3
+                ]
+            )
+            raise RuntimeError(f"turns did not commit: {bad}; {reasons}")
+        if counts and set(counts) == {AttemptStatus.COMMITTED}:
+            break
+        workers.check()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the experiment did not finish in {RUN_TIMEOUT_S:.0f} s: {counts}")
+        time.sleep(poll_s)
+    return began, created, list(attempts)
+
+
+ACTIVE_OR_DONE = ("queued", "running", "committed")
+
+
+def _cpu_times() -> dict[int, float]:
+    """User + system CPU seconds so far of every process on the machine, by pid."""
+    import psutil
+
+    out = {}
+    for proc in psutil.process_iter():
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        out[proc.pid] = t.user + t.system
+    return out
+
+
+def _cpu_by_group(before: dict[int, float], workers: Workers) -> dict[str, float]:
+    """CPU seconds since ``before`` by group, the groups listed now: PostgreSQL backends and
+    worker children opened during the run count too (from 0, as they were born in it)."""
+    after = _cpu_times()
+    groups = {
+        "workers": {p.pid for p in workers.trees()},
+        "PostgreSQL": {p.pid for p in benchdb.postgres_processes()},
+        "bench (scripted model, polling)": {os.getpid()},
+    }
+    used = {group: 0.0 for group in [*groups, "other processes"]}
+    for pid, seconds in after.items():
+        group = next((g for g, pids in groups.items() if pid in pids), "other processes")
+        used[group] += max(seconds - before.get(pid, 0.0), 0.0)
+    return used
+
+
+def _load() -> str:
+    return ", ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+# --- parts -----------------------------------------------------------------------------------
+
+
+def parts_1_2(args: argparse.Namespace, parts: set[str]) -> list[str]:
+    from django.db import connection
+
+    from scenarios_app.services import scenario_assemble
+    from worlds_app.experiment_selectors import experiment_results, export_rows
+    from worlds_app.models import Measurement, World
+    from worlds_app.services.experiments import experiment_create
+
+    summary: list[str] = []
+    scenario = scenario_assemble(data=_input(rule_scenario(2, "experiment_bench")))["scenario_hash"]
+    hashes = _metric_hashes(list(METRICS))
+    design = _design("bench", scenario, args.replicates, args.turns, hashes)
+    started = time.perf_counter()
+    experiment_create(data=design, created_by="bench")
+    created = time.perf_counter() - started
+    worlds = list(World.objects.filter(experiment__slug="bench").values_list("pk", "arm"))
+    print(
+        f"1. creating a 2 by {args.replicates} design ({len(worlds)} worlds, "
+        f"{args.turns} turns queued on each): {created * 1000:.0f} ms "
+        f"({created * 1000 / len(worlds):.1f} ms per world)"
+    )
+    # no worker reads the queues in parts 1-2: drop the kicks and the measuring asked for
+    for queue in (EXPERIMENT_QUEUE, MEASURE_QUEUE):
+        benchdb.queue_purge(queue)
+    if "2" not in parts:
+        return summary
+
+    rng = random.Random(7)
+    rows = [
+        Measurement(
+            world_id=pk,
+            turn_number=turn,
+            metric_id=metric,
+            value=rng.gauss(1.0 if arm == "treated" else 0.8, 0.3),
+        )
+        for pk, arm in worlds
+        for turn in range(args.turns + 1)
+        for metric in hashes
+    ]
+    Measurement.objects.bulk_create(rows, batch_size=5000)
+    print(
+        f"2. {len(rows):,} measurements written "
+        f"({len(worlds)} worlds × {args.turns + 1} turns × {len(hashes)} metrics)"
+    )
+    started = time.perf_counter()
+    import scipy.stats  # noqa: F401 - loaded once per process; the first results load it
+
+    print(
+        f"   importing scipy.stats (once per web or worker process): {time.perf_counter() - started:.2f} s"
+    )
+    profile = None
+    if os.environ.get("BENCH_PROFILE"):
+        import cProfile
+
+        profile = cProfile.Profile()
+        profile.enable()
+    started = time.perf_counter()
+    results = experiment_results(slug="bench")
+    results_s = time.perf_counter() - started
+    if profile is not None:
+        import pstats
+
+        profile.disable()
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(18)
+    effect = results["results"][0]["effects"][0]
+    print(
+        f"   results: {results_s:.2f} s (first metric: difference {effect['difference']:.3f}, "
+        f"95% CI [{effect['ci_low']:.3f}, {effect['ci_high']:.3f}], p {effect['p_value']:.4f}, "
+        f"{effect['n_pairs']} pairs)"
+    )
+    from surfaces.api.experiments import _csv_lines
+
+    started = time.perf_counter()
+    _, stream = export_rows(slug="bench")
+    size = sum(len(piece) for piece in _csv_lines(stream))
+    export_s = time.perf_counter() - started
+    print(f"   CSV export, streamed whole: {export_s:.2f} s ({size / 1e6:.1f} MB)")
+    for name, seconds in (("results", results_s), ("export", export_s)):
+        verdict = "met" if seconds <= TARGET_S else "NOT met"
+        summary.append(f"2. target ≤ {TARGET_S} s for the {name}: {verdict} ({seconds:.2f} s)")
+    connection.close()
+    return summary
+
+
+def _seconds(t: datetime) -> float:
+    return t.timestamp()
+
+
+def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[str], float]:
+    from cognition_app.models import SourceInvocation
+    from scenarios_app.services import scenario_assemble
+
+    print(
+        f"\n3. LLM experiment at the model's limit: 2 arms x {args.llm_replicates} replicates x "
+        f"{args.llm_turns} turns x 2 agents, concurrent, model at {MODEL_DELAY_S * 1000:.0f} ms, "
+        f"limits.concurrency {MODEL_LIMIT}"
+    )
+    scenario = llm_scenario(
+        agents=2,
+        props=2,
+        rooms=1,
+        execution="concurrent",
+        slug="experiment_bench_llm",
+        limits={"concurrency": MODEL_LIMIT},
+    )
+    scenario_hash = scenario_assemble(data=_input(scenario))["scenario_hash"]
+    metrics = _metric_hashes(["patched"])
+    llm.route(lambda body: patch_reply(body, MODEL_DELAY_S))
+    # As many worlds in flight as the workers have children (unless --worlds-in-flight): no
+    # experiment message then waits in the queue, so each world's turns go on in the task that
+    # ran the one before (CHUKWA_BATCH_CONTINUE_SECONDS) instead of a broker round trip a turn.
+    default_in_flight = _in_flight()
+    _set_in_flight(args.worlds_in_flight or args.llm_workers * args.llm_concurrency)
+    print(
+        f"   workers: {args.llm_workers} x prefork --concurrency {args.llm_concurrency}, "
+        f"queues {BENCH_QUEUE},{EXPERIMENT_QUEUE}; CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT "
+        f"{_in_flight()}; load average {_load()}"
+    )
+    t0 = time.perf_counter()
+    workers.start(args.llm_workers, pool="prefork", concurrency=args.llm_concurrency)
+    print(f"   workers up in {time.perf_counter() - t0:.1f} s")
+    # Every child's first task imports, connects and (once per source) the conformance probe
+    # runs: a warm-up experiment of one turn per world, as on workers that have run a while.
+    _run_experiment(
+        _design("llm-warm", scenario_hash, args.llm_concurrency * args.llm_workers, 1, metrics),
+        workers,
+    )
+    llm.reset()
+    llm.route(lambda body: patch_reply(body, MODEL_DELAY_S))
+    design = _design("llm", scenario_hash, args.llm_replicates, args.llm_turns, metrics)
+    spies = _spy_on(workers, args.py_spy)
+    before = _cpu_times()
+    try:
+        began, created, attempts = _run_experiment(design, workers, poll_s=0.25)
+    finally:
+        cpu = _cpu_by_group(before, workers)
+        _spies_stop(spies)
+    last = max(_seconds(a.ended_at) for a in attempts)
+    first = min(_seconds(a.started_at) for a in attempts)
+    # the kicks go out on commit, inside experiment_create: its first claim can come first
+    start = min(created, first)
+    wall = last - start
+    with_creation = last - began
+    generations = list(
+        SourceInvocation.objects.filter(
+            attempt_id__in=[a.pk for a in attempts], kind="llm_generation"
+        ).values_list("started_at", "ended_at", "limit_wait_ms")
+    )
+    calls = len(generations)
+    limit = calls * MODEL_DELAY_S / MODEL_LIMIT
+    peak = llm.max_in_flight
+    ratio = limit / wall
+    print(
+        f"   {len(attempts)} turns, {calls} calls ({len(llm.requests)} requests at the model); "
+        f"creation {created - began:.2f} s"
+    )
+    print(
+        f"   wall, the experiment created (committed, its first turns claimed) → its last "
+        f"commit: {wall:.2f} s; with its creation: {with_creation:.2f} s"
+    )
+    print(
+        f"   the model's limit: {calls} x {MODEL_DELAY_S} s / {MODEL_LIMIT} = {limit:.2f} s; "
+        f"limit / wall = {ratio:.2f} (with the creation: {limit / with_creation:.2f})"
+    )
+    fidelity = "held" if peak <= MODEL_LIMIT else "BROKEN"
+    print(
+        f"   peak concurrency at the scripted model: {peak} (limit {MODEL_LIMIT}): limit fidelity: {fidelity}"
+    )
+    busy = sum((e - s).total_seconds() for s, e, _ in generations if e)
+    waits = [w or 0 for _, _, w in generations]
+    durations = [(e - s).total_seconds() * 1000 for s, e, _ in generations if e]
+    turns = [(a.ended_at - a.started_at).total_seconds() * 1000 for a in attempts]
+    print(
+        f"   slots busy on average (generation rows open / wall): {busy / wall:.1f} of "
+        f"{MODEL_LIMIT}; generation row open {statistics.median(durations):.0f} ms median; "
+        f"waited for a slot: {sum(1 for w in waits if w)} of {calls} calls, "
+        f"{statistics.median(waits):.0f} ms median, {max(waits)} ms max"
+    )
+    print(
+        f"   attempt claim → commit: {statistics.median(turns):.0f} ms median "
+        f"({min(turns):.0f}–{max(turns):.0f})"
+    )
+    cores = sum(cpu.values()) / (last - began)
+    print(
+        "   CPU per attempt: "
+        + ", ".join(
+            f"{group} {seconds / len(attempts) * 1000:.1f} ms" for group, seconds in cpu.items()
+        )
+        + f"; cores busy {cores:.2f} of {os.cpu_count()}"
+    )
+    summary = [
+        f"3. limit / wall ≥ {TARGET_LIMIT_RATIO}: {'met' if ratio >= TARGET_LIMIT_RATIO else 'NOT met'} "
+        f"({ratio:.2f}; moonshot 0.9 {'met' if ratio >= 0.9 else 'not met'})",
+        f"3. limit fidelity (peak ≤ {MODEL_LIMIT} at the model): {fidelity} (peak {peak})",
+    ]
+    workers.stop()
+    _set_in_flight(default_in_flight)
+    return summary, with_creation
+
+
+def _spy_on(workers: Workers, py_spy: str | None) -> list[subprocess.Popen[bytes]]:
+    """``--py-spy``: sample every worker process and its pool children (py-spy's ``raw``
+    format, collapsed stacks, one file per worker in var/) while the measured run lasts."""
+    if not py_spy:
+        return []
+    spies = []
+    for index, proc in enumerate(workers.procs):
+        out = PROJECT_DIR / "var" / f"experiment_bench_spy_{index}.txt"
+        spies.append(
+            subprocess.Popen(
+                [
+                    *(py_spy, "record", "--pid", str(proc.pid), "--subprocesses", "--threads"),
+                    *("--gil", "--rate", "200", "--format", "raw", "--output", str(out)),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        print(f"   py-spy samples worker {index + 1} into {out}")
+    time.sleep(1.0)  # py-spy attaches
+    return spies
+
+
+def _spies_stop(spies: list[subprocess.Popen[bytes]]) -> None:
+    for spy in spies:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+    for spy in spies:
+        try:
+            spy.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait(timeout=10)
+
+
+def _in_flight() -> int:
+    from django.conf import settings
+
+    return int(settings.CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT)
+
+
+def _set_in_flight(count: int) -> None:
+    """CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT here and in the workers started after (both admit)."""
+    from django.conf import settings
+
+    settings.CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT = count
+    os.environ["CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT"] = str(count)
+
+
+CONCORDIA_PYTHONS = ("python3.12", "python3.13", "python3.14")
+
+
+def _python_312() -> str | None:
+    """A Python ≥ 3.12, one with gdm-concordia first: the venv the performance guide makes
+    (var/concordia-venv), then on PATH, installed by pyenv, or found by uv."""
+    found: list[str] = []
+    venv = PROJECT_DIR / "var" / "concordia-venv" / "bin" / "python"
+    if venv.exists():
+        found.append(str(venv))
+    for name in CONCORDIA_PYTHONS:
+        path = shutil.which(name)
+        if path and subprocess.run([path, "--version"], capture_output=True).returncode == 0:
+            found.append(path)
+    pyenv = Path.home() / ".pyenv" / "versions"
+    for version in sorted(pyenv.glob("3.1[2-9]*"), reverse=True):
+        if (version / "bin" / "python").exists():
+            found.append(str(version / "bin" / "python"))
+    if shutil.which("uv"):
+        uv = subprocess.run(["uv", "python", "find", ">=3.12"], capture_output=True, text=True)
+        if uv.returncode == 0 and uv.stdout.strip():
+            found.append(uv.stdout.strip())
+    for python in found:
+        if subprocess.run([python, "-c", "import concordia"], capture_output=True).returncode == 0:
+            return python
+    return found[0] if found else None
+
+
+def concordia_reply(body: dict[str, Any]) -> Any:
+    """The scripted model's answer to a Concordia request after the same 100 ms: an action spec
+    where the game master asks for one (it parses the answer as JSON), else a plain sentence."""
+    from tests.support.scripted_llm import Reply
+
+    prompt = body["messages"][-1]["content"]
+    if "In what action spec format should" in prompt:
+        spec = {"call_to_action": "What does {name} do next?", "output_type": "free"}
+        return Reply(
+            text=json.dumps({**spec, "options": [], "tag": "action"}), delay_s=MODEL_DELAY_S
+        )
+    text = "walks to the rim of the plate and finds a bread crumb."
+    return Reply(text=text, delay_s=MODEL_DELAY_S)
+
+
+def part_4(args: argparse.Namespace, llm: Any, chukwa_wall: float | None) -> list[str]:
+    sims, turns = args.concordia_simulations, args.llm_turns
+    print(
+        f"\n4. Concordia column: gdm-concordia's generic prefab simulation (2 agents, a game "
+        f"master) on its Simultaneous engine, {sims} simulations of {turns} actions per agent "
+        f"one after another, the model at {MODEL_DELAY_S * 1000:.0f} ms"
+    )
+    python = args.concordia_python or _python_312()
+    if python is None:
+        print(
+            "   skipped: gdm-concordia needs Python ≥ 3.12 and there is none on this machine "
+            f"(the project runs on {sys.version.split()[0]})"
+        )
+        return ["4. Concordia column: skipped (no Python ≥ 3.12 here)"]
+    probe = subprocess.run(
+        [python, "-c", "import concordia"], capture_output=True, text=True, check=False
+    )
+    if probe.returncode != 0:
+        print(
+            f"   skipped: {python} has no gdm-concordia (install it into a venv of that Python, "
+            "e.g. var/concordia-venv, and pass --concordia-python)"
+        )
+        return [f"4. Concordia column: skipped (gdm-concordia not installed for {python})"]
+    llm.reset()
+    llm.route(concordia_reply)
+    started = time.perf_counter()
+    run = subprocess.run(
+        [
+            *(python, str(PROJECT_DIR / "bench" / "concordia_column.py")),
+            *("--base-url", llm.base_url, "--simulations", str(sims), "--turns", str(turns)),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=RUN_TIMEOUT_S * 4,
+    )
+    if run.returncode != 0:
+        raise RuntimeError(f"the Concordia run failed:\n{run.stderr[-3000:]}")
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    wall = float(result["wall_s"])
+    print(
+        f"   {python}: {sims} simulations x {result['steps']} steps (one agent acting per "
+        f"step): {wall:.1f} s ({wall / sims:.2f} s per simulation, process start included: "
+        f"{time.perf_counter() - started:.1f} s); {result['calls']} model calls "
+        f"({result['calls'] / sims:.0f} per simulation, {result['calls'] / (sims * turns * 2):.1f} "
+        f"per agent action); peak concurrency at the model {llm.max_in_flight}"
+    )
+    line = f"4. Concordia: {sims} simulations in {wall:.1f} s"
+    if sims != 2 * args.llm_replicates:
+        total = wall / sims * 2 * args.llm_replicates
+        print(
+            f"   {2 * args.llm_replicates} simulations one after another: {total:.0f} s "
+            f"(from {sims}: they run one after another)"
+        )
+        line += f" ({2 * args.llm_replicates}: {total:.0f} s from {sims})"
+        wall = total
+    if chukwa_wall:
+        print(
+            f"   Chukwa (part 3) did the same in {chukwa_wall:.2f} s: {wall / chukwa_wall:.0f}x less time"
+        )
+        line += f"; Chukwa {chukwa_wall:.2f} s"
+    return [line]
+
+
+def part_5(args: argparse.Namespace, workers: Workers) -> list[str]:
+    from scenarios_app.services import scenario_assemble
+
+    agents, replicates, turns = args.rule_agents, args.rule_replicates, args.rule_turns
+    print(
+        f"\n5. rule-policy throughput: 2 arms x {replicates} replicates x {turns} turns x "
+        f"{agents} agents, over 1 and 2 solo-pool worker processes"
+    )
+    scenario = scenario_assemble(data=_input(rule_scenario(agents, "experiment_bench_rules")))[
+        "scenario_hash"
+    ]
+    metrics = _metric_hashes(["patched"])
+    rates: dict[int, float] = {}
+    default_in_flight = _in_flight()
+    for count in (1, 2):
+        print(
+            f"   the machine gives two pure-Python loops at once "
+            f"{benchdb.machine_parallel_ratio():.2f}x the work of one; load average {_load()}"
+        )
+        # As many worlds in flight as processes (unless --rule-worlds-in-flight): with more, a
+        # message always waits, so every turn goes back to the queue (the fair-queue rule),
+        # and two solo workers then sat idle half the time here (1.1 cores busy of 2).
+        _set_in_flight(args.rule_worlds_in_flight or count)
+        print(f"   CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT {_in_flight()}")
+        workers.start(count, pool="solo")
+        # each process's first turn imports and connects: one turn per process first
+        _run_experiment(_design(f"rules-warm-{count}", scenario, count, 1, metrics), workers)
+        before = _cpu_times()
+        design = _design(f"rules-{count}", scenario, replicates, turns, metrics)
+        began, created, attempts = _run_experiment(design, workers, poll_s=0.5)
+        cpu = _cpu_by_group(before, workers)
+        window = time.time() - began
+        workers.stop()
+        first = min(_seconds(a.started_at) for a in attempts)
+        last = max(_seconds(a.ended_at) for a in attempts)
+        rates[count] = len(attempts) / (last - first)
+        print(
+            f"   {count} process{'es' if count > 1 else ''}: {len(attempts)} turns in "
+            f"{last - first:.1f} s (first claim → last commit) → {rates[count]:.1f} turns/s "
+            f"(creation {created - began:.1f} s before it); CPU per turn: "
+            + ", ".join(
+                f"{group} {seconds / len(attempts) * 1000:.1f} ms" for group, seconds in cpu.items()
+            )
+            + f"; cores busy {sum(cpu.values()) / window:.2f}"
+        )
+    _set_in_flight(default_in_flight)
+    speedup = rates[2] / rates[1]
+    verdict = "met" if speedup >= TARGET_SPEEDUP else "NOT met"
+    print(f"   2 processes over 1: {speedup:.2f}x")
+    return [f"5. 2 processes over 1 ≥ {TARGET_SPEEDUP}x: {verdict} ({speedup:.2f}x)"]
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--replicates", type=int, default=500)
-    parser.add_argument("--turns", type=int, default=20)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--parts", default="1,2,3,4,5", help="comma-separated: 1,2,3,4,5")
+    parser.add_argument("--replicates", type=int, default=500, help="parts 1-2")
+    parser.add_argument("--turns", type=int, default=20, help="parts 1-2")
+    parser.add_argument("--llm-replicates", type=int, default=20, help="part 3")
+    parser.add_argument("--llm-turns", type=int, default=5, help="part 3")
+    parser.add_argument("--llm-workers", type=int, default=2, help="part 3: worker processes")
+    parser.add_argument(
+        "--llm-concurrency", type=int, default=5, help="part 3: prefork children per worker"
+    )
+    parser.add_argument(
+        "--worlds-in-flight",
+        type=int,
+        default=None,
+        help="part 3: CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT (default: its worker children, "
+        "--llm-workers x --llm-concurrency); the other parts keep the setting's",
+    )
+    parser.add_argument(
+        "--py-spy", default=None, help="part 3: a py-spy binary to sample the workers with"
+    )
+    parser.add_argument(
+        "--concordia-simulations", type=int, default=40, help="part 4 (run one after another)"
+    )
+    parser.add_argument(
+        "--concordia-python",
+        default=None,
+        help="part 4: a Python ≥ 3.12 with gdm-concordia (default: the first found)",
+    )
+    parser.add_argument("--rule-replicates", type=int, default=50, help="part 5")
+    parser.add_argument("--rule-turns", type=int, default=20, help="part 5")
+    parser.add_argument("--rule-agents", type=int, default=50, help="part 5")
+    parser.add_argument(
+        "--rule-worlds-in-flight",
+        type=int,
+        default=None,
+        help="part 5: CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT (default: the worker processes, 1 then 2)",
+    )
     args = parser.parse_args()
+    parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    if not parts <= {"1", "2", "3", "4", "5"}:
+        parser.error(f"unknown parts: {sorted(parts - {'1', '2', '3', '4', '5'})}")
+    if "2" in parts:
+        parts.add("1")  # part 2 reads part 1's worlds
     if os.environ.get("DATABASE_URL"):
         print("refusing: DATABASE_URL is set (the bench makes its own database)")
         return 2
+    signal.signal(signal.SIGTERM, _sigterm)
+    # Ctrl-C even when started in the background of a script (which ignores SIGINT there)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    print(f"machine: {os.cpu_count()} CPUs, load average {_load()} (shared: treat as noisy)")
+    llm = None
+    if parts & {"3", "4"}:
+        from tests.support.scripted_llm import ScriptedLLM, _Handler
+
+        _Handler.disable_nagle_algorithm = True
+        llm = ScriptedLLM().start()
+        os.environ["CHUKWA_LLM_BASE_URL"] = llm.base_url  # the workers inherit it
+    log = tempfile.TemporaryFile(mode="a+b")
+    workers = Workers(log)
+    summary: list[str] = []
     benchdb.recreate_database(BENCH_DB_NAME, create=True)
     try:
         import django
 
         django.setup()
+        from django.conf import settings
         from django.core.management import call_command
-        from django.db import connection
 
-        from scenarios_app.services import metric_put, scenario_assemble
-        from worlds_app.experiment_selectors import experiment_results, export_rows
-        from worlds_app.models import Measurement, World
-        from worlds_app.services.experiments import experiment_create
-
+        if settings.DATABASES["default"]["NAME"] != BENCH_DB_NAME:
+            raise RuntimeError("settings do not point at the bench database")
         call_command("migrate", verbosity=0)
-        scenario = scenario_assemble(data=rule_scenario(2, "experiment_bench"))["scenario_hash"]
-        hashes = [
-            metric_put(
-                content={
-                    "version": 1,
-                    "label": label,
-                    "kind": "expression",
-                    "aggregate": "mean",
-                    "expression": text,
-                }
-            )["hash"]
-            for label, text in METRICS.items()
-        ]
-        design = {
-            "slug": "bench",
-            "arms": [
-                {"label": "control", "scenario_ref": {"hash": scenario}},
-                {"label": "treated", "scenario_ref": {"hash": scenario}},
-            ],
-            "replicates": args.replicates,
-            "turns": args.turns,
-            "metrics": [{"hash": h} for h in hashes],
-        }
-        started = time.perf_counter()
-        experiment_create(data=design, created_by="bench")
-        created = time.perf_counter() - started
-        worlds = list(World.objects.filter(experiment__slug="bench").values_list("pk", "arm"))
-        print(
-            f"1. creating a 2 by {args.replicates} design ({len(worlds)} worlds, "
-            f"{args.turns} turns queued on each): {created * 1000:.0f} ms "
-            f"({created * 1000 / len(worlds):.1f} ms per world)"
-        )
-
-        rng = random.Random(7)
-        rows = [
-            Measurement(
-                world_id=pk,
-                turn_number=turn,
-                metric_id=metric,
-                value=rng.gauss(1.0 if arm == "treated" else 0.8, 0.3),
-            )
-            for pk, arm in worlds
-            for turn in range(args.turns + 1)
-            for metric in hashes
-        ]
-        Measurement.objects.bulk_create(rows, batch_size=5000)
-        print(
-            f"2. {len(rows):,} measurements written "
-            f"({len(worlds)} worlds × {args.turns + 1} turns × {len(hashes)} metrics)"
-        )
-        started = time.perf_counter()
-        import scipy.stats  # noqa: F401 - loaded once per process; the first results load it
-
-        print(
-            f"   importing scipy.stats (once per web or worker process): {time.perf_counter() - started:.2f} s"
-        )
-        profile = None
-        if os.environ.get("BENCH_PROFILE"):
-            import cProfile
-
-            profile = cProfile.Profile()
-            profile.enable()
-        started = time.perf_counter()
-        results = experiment_results(slug="bench")
-        results_s = time.perf_counter() - started
-        if profile is not None:
-            import pstats
-
-            profile.disable()
-            pstats.Stats(profile).sort_stats("cumulative").print_stats(18)
-        effect = results["results"][0]["effects"][0]
-        print(
-            f"   results: {results_s:.2f} s (first metric: difference {effect['difference']:.3f}, "
-            f"95% CI [{effect['ci_low']:.3f}, {effect['ci_high']:.3f}], p {effect['p_value']:.4f}, "
-            f"{effect['n_pairs']} pairs)"
-        )
-        from surfaces.api.experiments import _csv_lines
-
-        started = time.perf_counter()
-        _, stream = export_rows(slug="bench")
-        size = sum(len(piece) for piece in _csv_lines(stream))
-        export_s = time.perf_counter() - started
-        print(f"   CSV export, streamed whole: {export_s:.2f} s ({size / 1e6:.1f} MB)")
-        for name, seconds in (("results", results_s), ("export", export_s)):
-            verdict = "met" if seconds <= TARGET_S else "NOT met"
-            print(f"target ≤ {TARGET_S} s for the {name}: {verdict} ({seconds:.2f} s)")
-        connection.close()
+        if "1" in parts:
+            summary += parts_1_2(args, parts)
+        chukwa_wall = None
+        if "3" in parts:
+            lines, chukwa_wall = part_3(args, workers, llm)
+            summary += lines
+        if "4" in parts:
+            summary += part_4(args, llm, chukwa_wall)
+        if "5" in parts:
+            summary += part_5(args, workers)
+        print("\ntargets:")
+        for line in summary:
+            print(f"  {line}")
         return 0
     finally:
-        from django.db import connections
+        try:
+            workers.stop()
+            log.close()
+            if llm is not None:
+                llm.stop()
+            for queue in (BENCH_QUEUE, EXPERIMENT_QUEUE, MEASURE_QUEUE, CONTROL_QUEUE):
+                benchdb.queue_delete(queue)
+        finally:
+            from django.db import connections
 
-        connections.close_all()
-        benchdb.recreate_database(BENCH_DB_NAME, create=False)
-        for queue in (BENCH_QUEUE, f"{BENCH_QUEUE}-measure"):
-            benchdb.queue_delete(queue)
+            connections.close_all()
+            benchdb.recreate_database(BENCH_DB_NAME, create=False)
+            print(f"dropped bench database {BENCH_DB_NAME!r} and queues {BENCH_QUEUE}*")
 
 
 if __name__ == "__main__":

@@ -30,13 +30,23 @@ def fixture_act_node() -> dict[str, Any]:
 
 
 def llm_scenario(
-    *, agents: int, props: int, rooms: int, execution: str, slug: str
+    *,
+    agents: int,
+    props: int,
+    rooms: int,
+    execution: str,
+    slug: str,
+    limits: dict[str, int] | None = None,
 ) -> dict[str, Any]:
+    """``limits``: the LLM source's cluster-wide ``interface.limits`` (none by default)."""
+    node = fixture_act_node()
+    if limits is not None:
+        node["llm_source_ref"]["inline"]["interface"]["limits"] = dict(limits)
     workflow = {
         "version": 1,
         "execution": execution,
         "ambient_sources": [],
-        "nodes": [fixture_act_node()],
+        "nodes": [node],
         "apply": {"from": "act.final"},
     }
     entities: list[dict[str, Any]] = []
@@ -94,18 +104,24 @@ def auto_llm() -> Any:
         def _reply_for(self, body: dict[str, Any], headers: dict[str, str]) -> Any:
             if scripted_llm._is_probe(body):
                 return super()._reply_for(body, headers)
-            found = ACTING.search(body["messages"][-1]["content"])
-            subject = found.group(1) if found else ""
-            patch = {
-                "narration": f"{subject} looks around the plate.",
-                "effects": [
-                    {"op": "set_entity_state", "entity_id": subject, "state": "looking around."}
-                ],
-            }
-            text = json.dumps({"kind": "final_patch", "patch": patch})
-            return scripted_llm.Reply(text=text, chunk_size=16, delay_s=self.delay_s)
+            return patch_reply(body, self.delay_s)
 
     return AutoLLM().start()
+
+
+def patch_reply(body: dict[str, Any], delay_s: float) -> Any:
+    """The answer to one generation request, after ``delay_s``: a valid final patch setting the
+    state of the acting subject that the prompt's "Acting subject:" line names."""
+    from tests.support import scripted_llm
+
+    found = ACTING.search(body["messages"][-1]["content"])
+    subject = found.group(1) if found else ""
+    patch = {
+        "narration": f"{subject} looks around the plate.",
+        "effects": [{"op": "set_entity_state", "entity_id": subject, "state": "looking around."}],
+    }
+    text = json.dumps({"kind": "final_patch", "patch": patch})
+    return scripted_llm.Reply(text=text, chunk_size=16, delay_s=delay_s)
 
 
 # --- rule-policy worlds: rooms of a fixed size, so a bigger world is more rooms --------------
