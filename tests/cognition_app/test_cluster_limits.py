@@ -124,10 +124,18 @@ def test_a_requests_per_minute_limit_spaces_the_requests(scripted_llm: ScriptedL
 
 @pytest.mark.django_db
 def test_a_429_with_retry_after_is_waited_out_and_the_attempt_commits(
-    scripted_llm: ScriptedLLM,
+    scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No retry policy: a 429 is the endpoint asking to slow down, not a fault; the source's
     limits make every worker pause for its Retry-After."""
+    paused: list[tuple[str, float]] = []
+    pause_for = cluster_limits.pause_for
+
+    def spy(source_hash: str, seconds: float) -> None:
+        paused.append((source_hash, seconds))
+        pause_for(source_hash, seconds)
+
+    monkeypatch.setattr(cluster_limits, "pause_for", spy)
     scripted_llm.script(Reply(status=429, headers=(("Retry-After", "1"),)), OK)
     started = time.monotonic()
     (attempt,) = _turns("throttled", _scenario({"concurrency": 4}), 1)
@@ -136,9 +144,8 @@ def test_a_429_with_retry_after_is_waited_out_and_the_attempt_commits(
     assert (first.status, first.failure_class, first.http_status) == ("failed", "transport", 429)
     assert (second.status, second.retry_of_id) == ("succeeded", first.pk)
     assert attempt.status == "committed"
-    # the pause is the source's, cluster-wide: a call starting now would wait for it
-    pause = cluster_limits.client().pttl(cluster_limits._keys(first.source_hash)[3])
-    assert pause == -2  # expired by now (a second after the 429), set while it lasted
+    # the 429 paused the source cluster-wide for its Retry-After (and the 200 did not)
+    assert paused == [(first.source_hash, 1.0)]
 
 
 @pytest.mark.django_db

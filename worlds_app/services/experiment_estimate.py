@@ -29,8 +29,9 @@ from cognition_app.costs import price_at, worst_case_cost
 from cognition_app.sources.retry import retry_policy
 from scenarios_app.models import ResponseSource
 from scenarios_app.selectors import metric_rows
+from worlds_app.services.branches import branch_point
 from worlds_app.services.experiments import design_of
-from worlds_app.services.worlds import scenario_snapshot
+from worlds_app.services.worlds import parse_start_time, world_start
 
 METHOD = (
     "upper bound on calls and completion tokens (every generation a node or judge may make, "
@@ -136,8 +137,13 @@ def experiment_estimate(*, data: Any) -> Estimate:
     design = design_of(data)
     replicates, turns = design["replicates"], design["turns"]
     tally = _Tally()
+    point = branch_point(design["branch_from"]) if "branch_from" in design else None
+    start = parse_start_time(design.get("start_time"))
     for arm in design["arms"]:
-        snapshot = scenario_snapshot(arm["scenario_ref"]["hash"])
+        # the arm's start, checked as creating it would (a branch that does not fit, a start
+        # time with no room for a turn: the same 400)
+        scenario_hash = arm["scenario_ref"]["hash"]
+        snapshot = world_start(scenario_hash, {"hash": scenario_hash}, start, point).snapshot
         world = _world_chars(snapshot)
         profiles = snapshot["cognition_profiles"]
         for entity in snapshot["entities"]:

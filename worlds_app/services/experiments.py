@@ -201,6 +201,7 @@ def design_of(data: Any) -> dict[str, Any]:
         "seed": seed,
     }
     if body.get("start_time") is not None:
+        parse_start_time(body["start_time"])  # a 400 before anything is written or estimated
         design["start_time"] = body["start_time"]
     elif branch is None and replay is None:
         # one start for every world: paired worlds see the same simulation time
