@@ -53,15 +53,12 @@ class EnqueueResult(TypedDict):
     attempt_ids: list[str]
 
 
-def turn_attempt_enqueue(
-    *, slug: str, count: int = 1, requested_by: str = "", durable: bool = True
-) -> EnqueueResult:
-    """Queue ``count`` (1…100) attempts that run strictly in order; returns their ids.
-    ``durable`` False: inside the caller's transaction (an experiment's creation)."""
+def turn_attempt_enqueue(*, slug: str, count: int = 1, requested_by: str = "") -> EnqueueResult:
+    """Queue ``count`` (1…100) attempts that run strictly in order; returns their ids."""
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_BATCH:
         raise invalid("invalid_count", "count", f"must be an integer 1…{MAX_BATCH}, got {count!r}")
     require_slug(slug)
-    with transaction.atomic(durable=durable):
+    with transaction.atomic(durable=True):
         world = World.objects.select_for_update().filter(slug=slug).first()
         if world is None:
             raise NotFoundError("world_not_found", f"slug: no world {slug!r}", {"field": "slug"})

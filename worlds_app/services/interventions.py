@@ -46,9 +46,7 @@ def _started_turn(world: World) -> int | None:
     )
 
 
-def intervention_create(
-    *, slug: str, data: InterventionInput, created_by: str, durable: bool = True
-) -> Intervention:
+def intervention_create(*, slug: str, data: InterventionInput, created_by: str) -> Intervention:
     """Add an intervention to turn ``turn`` (default: the next turn that has not started)."""
     body = require_object(data, "body", "invalid_input")
     check_keys(body, "", required=("patch",), optional=("note", "turn"), code="invalid_input")
@@ -65,7 +63,7 @@ def intervention_create(
     turn = body.get("turn")
     if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or turn < 1):
         raise invalid("invalid_turn", "turn", f"must be an integer ≥ 1, got {turn!r}")
-    with transaction.atomic(durable=durable):
+    with transaction.atomic(durable=True):
         world = _world_locked(slug)  # enqueues and claims lock it too: no turn starts meanwhile
         started = _started_turn(world)
         next_free = world.current_turn + 1

@@ -173,11 +173,11 @@ def _seed(value: Any) -> int:
     return value
 
 
-def world_create(*, data: WorldCreateInput, created_by: str = "", durable: bool = True) -> World:
+def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
     """Create a world and its first turn from ``{"slug", "scenario_ref"?, "name"?,
     "start_time"?, "replay_from"?, "budget"?, "seed"?, "branch_from"?}``: turn 0 from the
-    scenario, or, for a branch, the parent's turn n copied as this world's turn n. ``durable``
-    False: inside the caller's transaction (an experiment creates its worlds in one)."""
+    scenario, or, for a branch, the parent's turn n copied as this world's turn n (an
+    experiment makes its worlds in bulk from the same pieces: world_start, new_world_rows)."""
     body = require_object(data, "body", "invalid_input")
     check_keys(body, "", required=CREATE_FIELDS, optional=CREATE_OPTIONAL, code="invalid_input")
     slug = body["slug"]
@@ -204,7 +204,7 @@ def world_create(*, data: WorldCreateInput, created_by: str = "", durable: bool 
     start = parse_start_time(body.get("start_time"))
     seed = _seed(body["seed"]) if body.get("seed") is not None else None
     budget = parse_budget(body["budget"]) if body.get("budget") is not None else None
-    with transaction.atomic(durable=durable):
+    with transaction.atomic(durable=True):
         if World.objects.filter(slug=slug).exists():
             raise ConflictError(
                 "world_exists", f"slug: a world {slug!r} already exists", {"field": "slug"}
