@@ -256,7 +256,7 @@ def parts_1_2(args: argparse.Namespace, parts: set[str]) -> list[str]:
     from django.db import connection
 
     from scenarios_app.services import scenario_assemble
-    from worlds_app.experiment_selectors import experiment_results, export_rows
+    from worlds_app.experiment_results import experiment_results, export_rows
     from worlds_app.models import Measurement, World
     from worlds_app.services.experiments import experiment_create
 

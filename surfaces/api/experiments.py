@@ -32,6 +32,7 @@ from surfaces.api.contract import (
     validate_body,
 )
 from surfaces.api.measurements import METRIC_REF_SCHEMA
+from worlds_app import experiment_results
 from worlds_app import experiment_selectors as selectors
 from worlds_app.services import experiments as services
 from worlds_app.services.experiment_estimate import experiment_estimate
@@ -396,12 +397,12 @@ class ExperimentResultsApi(APIView):
         responses={200: OutputSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, slug: str) -> Response:
-        return Response(self.OutputSerializer(selectors.experiment_results(slug=slug)).data)
+        return Response(self.OutputSerializer(experiment_results.experiment_results(slug=slug)).data)
 
 
 def _csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=selectors.EXPORT_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=experiment_results.EXPORT_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in rows:
         writer.writerow({k: "" if v is None else v for k, v in row.items()})
@@ -429,7 +430,7 @@ class ExperimentExportApi(APIView):
         exclude=True,
     )
     def get(self, request: Request, slug: str) -> StreamingHttpResponse:
-        experiment, rows = selectors.export_rows(slug=slug)
+        experiment, rows = experiment_results.export_rows(slug=slug)
         if self.format_name == "csv":
             response = StreamingHttpResponse(_csv_lines(rows), content_type="text/csv")
         else:

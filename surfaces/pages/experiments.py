@@ -18,6 +18,7 @@ from surfaces.pages.live import stop_polling_when
 from surfaces.pages.metric_strip import value_text
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
+from worlds_app import experiment_results
 from worlds_app import experiment_selectors as selectors
 from worlds_app.services import experiments as services
 
@@ -152,7 +153,7 @@ def _world_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _detail_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], dict[str, Any]]:
     data = selectors.experiment_get(slug=slug)
-    results = selectors.experiment_results(slug=slug)
+    results = experiment_results.experiment_results(slug=slug)
     design = data["design"]
     labels = {r["metric"]["hash"]: r["metric"]["label"] for r in results["results"]}
     context = {

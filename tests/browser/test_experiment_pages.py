@@ -30,7 +30,7 @@ from tests.surfaces.pages.test_experiment_pages import (
     run_experiment,
     stored_scenario,
 )
-from worlds_app.experiment_selectors import experiment_results
+from worlds_app.experiment_results import experiment_results
 from worlds_app.models import TurnAttempt
 from worlds_app.services import turn_attempt_run
 from worlds_app.services.experiments import experiment_create

@@ -23,7 +23,8 @@ from scenarios_app.services import metric_put, scenario_assemble
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worker import routed_to, worker_process
 from tests.support.worlds import fixture_body, workflow_of
-from worlds_app.experiment_selectors import experiment_get, experiment_results, export_rows
+from worlds_app.experiment_results import experiment_results, export_rows
+from worlds_app.experiment_selectors import experiment_get
 from worlds_app.models import Experiment, Turn, TurnAttempt, World
 from worlds_app.services import turn_attempt_enqueue, world_create
 from worlds_app.services.experiments import experiment_create

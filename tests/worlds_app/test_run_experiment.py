@@ -18,7 +18,7 @@ from django.core.management.base import CommandError
 from chukwa_core.experiment_table import interval, number, p_value
 from scenarios_app.services import metric_put, scenario_assemble
 from tests.support.worlds import fixture_body
-from worlds_app.experiment_selectors import experiment_results
+from worlds_app.experiment_results import experiment_results
 from worlds_app.management.commands import run_experiment
 from worlds_app.models import Experiment, World
 from worlds_app.services.experiments import experiment_cancel, experiment_create

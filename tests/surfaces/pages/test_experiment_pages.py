@@ -19,7 +19,8 @@ from scenarios_app.services import metric_put, scenario_assemble
 from surfaces.pages.metric_strip import value_text
 from tests.support.worlds import fixture_body
 from worlds_app import experiment_selectors
-from worlds_app.experiment_selectors import experiment_get, experiment_results
+from worlds_app.experiment_results import experiment_results
+from worlds_app.experiment_selectors import experiment_get
 from worlds_app.models import Experiment, TurnAttempt, World
 from worlds_app.services import turn_attempt_run
 from worlds_app.services.experiment_estimate import experiment_estimate

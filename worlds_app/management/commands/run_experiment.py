@@ -23,12 +23,8 @@ from tqdm import tqdm
 
 from chukwa_core.errors import ChukwaError
 from chukwa_core.experiment_table import results_table
-from worlds_app.experiment_selectors import (
-    COMPLETED,
-    RUNNING,
-    experiment_get,
-    experiment_results,
-)
+from worlds_app.experiment_results import experiment_results
+from worlds_app.experiment_selectors import COMPLETED, RUNNING, experiment_get
 from worlds_app.management.workers import worker_names
 from worlds_app.services.experiment_estimate import Estimate, experiment_estimate
 from worlds_app.services.experiments import design_of, experiment_create
