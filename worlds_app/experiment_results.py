@@ -11,7 +11,7 @@ from typing import Any
 from chukwa_core.experiment_stats import arm_summary, paired_difference
 from chukwa_core.metric_values import aggregate
 from scenarios_app.models import Metric
-from worlds_app.experiment_selectors import experiment_row, first_turn
+from worlds_app.experiment_selectors import experiment_row
 from worlds_app.models import Experiment, Measurement, World
 
 EXPORT_COLUMNS = (
@@ -39,7 +39,7 @@ def experiment_results(*, slug: str) -> dict[str, Any]:
     design = experiment.design
     arms = [a["label"] for a in design["arms"]]
     control, replicates = design["control"], design["replicates"]
-    start = first_turn(design)
+    start = experiment.typed_design.first_turn
     worlds = {
         w["id"]: w
         for w in World.objects.filter(experiment=experiment).values(
@@ -147,7 +147,7 @@ def export_rows(*, slug: str) -> tuple[Experiment, Iterator[dict[str, Any]]]:
             Measurement.objects.filter(
                 world__experiment=experiment,
                 metric_id__in=experiment.design["metrics"],
-                turn_number__gte=first_turn(experiment.design),
+                turn_number__gte=experiment.typed_design.first_turn,
             )
             .order_by("world__arm", "world__replicate", "turn_number", "metric__label")
             .values_list(

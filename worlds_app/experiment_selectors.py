@@ -9,7 +9,6 @@ running; else ``failed`` when some world stopped short of its turns (the others 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -19,16 +18,18 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from chukwa_core.errors import NotFoundError
+from chukwa_core.experiment_design import (
+    COMPLETED,
+    RUNNING,
+    ExperimentDesign,
+    Progress,
+    WorldProgress,
+)
 from cognition_app.models import LlmCall
 from worlds_app.models import AttemptStatus, Experiment, Measurement, World
 from worlds_app.selectors import require_slug
 
-RUNNING, COMPLETED, FAILED, CANCELLED = "running", "completed", "failed", "cancelled"
-
-
-def first_turn(design: Mapping[str, Any]) -> int:
-    """The turn the experiment's worlds start from: 0, or a branch's turn."""
-    return int(design.get("first_turn", 0))
+__all__ = ["COMPLETED", "RUNNING", "experiment_get", "experiment_list", "experiment_row"]
 
 
 def experiment_row(slug: str) -> Experiment:
@@ -82,13 +83,14 @@ def _budget(experiment: Experiment) -> dict[str, Any] | None:
     }
 
 
-def experiment_status(experiment: Experiment, worlds: list[dict[str, Any]]) -> str:
-    last = first_turn(experiment.design) + experiment.design["turns"]
-    if experiment.cancelled_at is not None:
-        return CANCELLED
-    if any(w["pending"] for w in worlds):
-        return RUNNING
-    return FAILED if any(w["current_turn"] < last for w in worlds) else COMPLETED
+def _progress(
+    experiment: Experiment, design: ExperimentDesign, worlds: list[dict[str, Any]], measured: int
+) -> Progress:
+    return design.progress(
+        (WorldProgress(w["current_turn"], bool(w["pending"])) for w in worlds),
+        measured=measured,
+        cancelled=experiment.cancelled_at is not None,
+    )
 
 
 def eta_seconds(
@@ -103,42 +105,50 @@ def eta_seconds(
     return round(max(planned - committed, 0) * elapsed / committed)
 
 
+def _totals() -> dict[str, Any]:
+    """What LLM calls spent: tokens, cost, and how many have no price."""
+    tokens = Coalesce(F("prompt_tokens"), 0) + Coalesce(F("completion_tokens"), 0)
+    return {
+        "spent_tokens": Coalesce(Sum(tokens, output_field=IntegerField()), Value(0)),
+        "spent_cost": Sum("cost"),
+        "unpriced": Count("pk", filter=Q(cost__isnull=True)),
+    }
+
+
+def _cost(paid: dict[str, Any] | None) -> Decimal | None:
+    """What the calls cost; None when some call has no price."""
+    if paid is None:
+        return Decimal(0)
+    return None if paid["unpriced"] else (paid["spent_cost"] or Decimal(0))
+
+
 def experiment_get(*, slug: str) -> dict[str, Any]:
     """Design, status, progress (worlds, turns, measurements), tokens, cost, failed worlds."""
     experiment = experiment_row(slug)
-    design = experiment.design
+    design = experiment.typed_design
     worlds = _worlds(experiment)
-    status = experiment_status(experiment, worlds)
-    turns = design["turns"]
     world_ids = [w["id"] for w in worlds]
-    metrics = len(design["metrics"])
-    start = first_turn(design)
     measured = Measurement.objects.filter(
-        world_id__in=world_ids, metric_id__in=design["metrics"], turn_number__gte=start
+        world_id__in=world_ids,
+        metric_id__in=list(design.metrics),
+        turn_number__gte=design.first_turn,
     ).count()
-    tokens = Coalesce(F("prompt_tokens"), 0) + Coalesce(F("completion_tokens"), 0)
-    spent = LlmCall.objects.filter(invocation__world_id__in=world_ids).aggregate(
-        spent_tokens=Coalesce(Sum(tokens, output_field=IntegerField()), Value(0)),
-        spent_cost=Sum("cost"),
-        unpriced=Count("pk", filter=Q(cost__isnull=True)),
-    )
-    committed = sum(w["current_turn"] - start for w in worlds)
+    progress = _progress(experiment, design, worlds, measured)
+    spent = LlmCall.objects.filter(invocation__world_id__in=world_ids).aggregate(**_totals())
     failed = [
         {"slug": w["slug"], "arm": w["arm"], "replicate": w["replicate"], "turn": w["current_turn"]}
         for w in worlds
-        if not w["pending"] and w["current_turn"] < start + turns
+        if not w["pending"] and not design.world_finished(w["current_turn"])
     ]
     finished_at: datetime | None = None
-    if status != RUNNING:
+    if progress.status != RUNNING:
         ends = [w["last_ended"] for w in worlds if w["last_ended"] is not None]
         finished_at = max(ends) if ends else experiment.cancelled_at
-    cost: Decimal | None = spent["spent_cost"]
     starts = [w["first_started"] for w in worlds if w["first_started"] is not None]
-    planned = len(worlds) * turns
     eta = eta_seconds(
-        status=status,
-        committed=committed,
-        planned=planned,
+        status=progress.status,
+        committed=progress.turns_committed,
+        planned=progress.turns_planned,
         first_started=min(starts) if starts else None,
         now=timezone.now(),
     )
@@ -147,18 +157,11 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
         "name": experiment.name,
         "description": experiment.description,
         "design": design,
-        "status": status,
-        "progress": {
-            "worlds": len(worlds),
-            "turns_committed": committed,
-            "turns_planned": planned,
-            "measurements_done": measured,
-            "measurements_planned": len(worlds) * (turns + 1) * metrics,
-            "eta_seconds": eta,
-        },
+        "status": progress.status,
+        "progress": {**_progress_fields(progress), "eta_seconds": eta},
         "budget": _budget(experiment),
         "tokens": int(spent["spent_tokens"]),
-        "cost": None if spent["unpriced"] else (cost or Decimal(0)),
+        "cost": _cost(spent),
         "failed_worlds": failed,
         "worlds": [
             {
@@ -175,9 +178,20 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
     }
 
 
+def _progress_fields(progress: Progress) -> dict[str, int]:
+    return {
+        "worlds": progress.worlds,
+        "turns_committed": progress.turns_committed,
+        "turns_planned": progress.turns_planned,
+        "measurements_done": progress.measurements_done,
+        "measurements_planned": progress.measurements_planned,
+    }
+
+
 def experiment_list() -> list[dict[str, Any]]:
-    """Every experiment, newest first, with its status, progress, tokens and cost (four queries
-    whatever the number of experiments)."""
+    """Every experiment, newest first, with its status, progress, failed-world count, tokens
+    and cost — the same progress as the experiment's own read — in four queries whatever the
+    number of experiments."""
     experiments = list(Experiment.objects.all())
     ids = [e.pk for e in experiments]
     pending = Q(attempts__status__in=[AttemptStatus.QUEUED, AttemptStatus.RUNNING])
@@ -188,58 +202,44 @@ def experiment_list() -> list[dict[str, Any]]:
         .values("experiment_id", "current_turn", "pending")
     ):
         worlds[row["experiment_id"]].append(dict(row))
-    measured: dict[tuple[int, str], int] = {
-        (row["world__experiment_id"], row["metric_id"]): row["n"]
+    measured: dict[tuple[int, str, int], int] = {
+        (row["world__experiment_id"], row["metric_id"], row["turn_number"]): row["n"]
         for row in Measurement.objects.filter(world__experiment_id__in=ids)
-        .values("world__experiment_id", "metric_id")
+        .values("world__experiment_id", "metric_id", "turn_number")
         .annotate(n=Count("pk"))
     }
-    tokens = Coalesce(F("prompt_tokens"), 0) + Coalesce(F("completion_tokens"), 0)
+    key = "invocation__world__experiment_id"
     spent = {
-        row["invocation__world__experiment_id"]: row
+        row[key]: row
         for row in LlmCall.objects.filter(invocation__world__experiment_id__in=ids)
-        .values("invocation__world__experiment_id")
-        .annotate(
-            spent_tokens=Sum(tokens, output_field=IntegerField()),
-            spent_cost=Sum("cost"),
-            unpriced=Count("pk", filter=Q(cost__isnull=True)),
-        )
+        .values(key)
+        .annotate(**_totals())
     }
     found = []
     for experiment in experiments:
-        design = experiment.design
+        design = experiment.typed_design
         rows = worlds[experiment.pk]
-        turns = design["turns"]
+        done = sum(
+            n
+            for (owner, metric, turn), n in measured.items()
+            if owner == experiment.pk and metric in design.metrics and turn >= design.first_turn
+        )
+        progress = _progress(experiment, design, rows, done)
         paid = spent.get(experiment.pk)
         found.append(
             {
                 "slug": experiment.slug,
                 "name": experiment.name,
-                "status": experiment_status(experiment, rows),
-                "worlds": len(rows),
-                "arms": [a["label"] for a in design["arms"]],
-                "replicates": design["replicates"],
-                "turns": turns,
-                "progress": {
-                    "worlds": len(rows),
-                    "turns_committed": sum(w["current_turn"] for w in rows),
-                    "turns_planned": len(rows) * turns,
-                    "measurements_done": sum(
-                        measured.get((experiment.pk, m), 0) for m in design["metrics"]
-                    ),
-                    "measurements_planned": len(rows) * (turns + 1) * len(design["metrics"]),
-                },
-                "failed_worlds": sum(
-                    1 for w in rows if not w["pending"] and w["current_turn"] < turns
-                ),
-                "tokens": int(paid["spent_tokens"] or 0) if paid else 0,
-                "cost": (
-                    Decimal(0)
-                    if paid is None
-                    else None
-                    if paid["unpriced"]
-                    else (paid["spent_cost"] or Decimal(0))
-                ),
+                "status": progress.status,
+                "worlds": progress.worlds,
+                "arms": list(design.arm_labels),
+                "replicates": design.replicates,
+                "turns": design.turns,
+                "first_turn": design.first_turn,
+                "progress": _progress_fields(progress),
+                "failed_worlds": progress.failed_worlds,
+                "tokens": int(paid["spent_tokens"]) if paid else 0,
+                "cost": _cost(paid),
                 "created_by": experiment.created_by,
                 "started_at": experiment.created_at,
             }

@@ -17,6 +17,7 @@ from django.db.models import Q
 from django.db.models.functions import Length
 from django.db.models.lookups import LessThanOrEqual
 
+from chukwa_core.experiment_design import ExperimentDesign
 from chukwa_core.ids import HASH_PATTERN, LABEL_PATTERN
 from scenarios_app.models import Scenario
 
@@ -24,7 +25,8 @@ from scenarios_app.models import Scenario
 class Experiment(models.Model):
     """Paired worlds answering one question (docs/experiments.md): arms by replicates ordinary
     worlds ``<slug>--<arm>--<i>``, replicate i seeded alike in every arm, measured every turn.
-    ``design`` is the validated request with every reference resolved to a hash. Its status is
+    ``design`` is the validated request with every reference resolved to a hash, stored as
+    ``ExperimentDesign.to_json`` writes it; code reads it typed (``typed_design``). Its status is
     read from its worlds' attempts (a cancelled experiment records when)."""
 
     slug = models.CharField(max_length=64, unique=True)
@@ -56,6 +58,12 @@ class Experiment(models.Model):
     @property
     def has_budget(self) -> bool:
         return self.max_tokens_total is not None or self.max_cost_total is not None
+
+    @property
+    def typed_design(self) -> ExperimentDesign:
+        """The design as its one typed value (parsed from the stored JSON on each read, so a
+        saved change is never hidden behind a stale copy)."""
+        return ExperimentDesign.from_json(self.design)
 
 
 class World(models.Model):

@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from chukwa_core.experiment_design import STATUSES, ExperimentDesign
 from surfaces.api.contract import (
     LABEL_SCHEMA,
     READ_ERRORS,
@@ -62,7 +63,6 @@ ARM_SCHEMA: dict[str, Any] = {
     "required": ["label", "scenario_ref"],
     "additionalProperties": False,
 }
-STATUSES = ["running", "completed", "failed", "cancelled"]
 EXPERIMENT_BUDGET_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -81,6 +81,11 @@ class ExperimentInputSerializer(StrictInputSerializer):
         "turns": "invalid_turns",
         "metrics": "invalid_metrics",
         "seed": "invalid_seed",
+        "control": "invalid_control",
+        "start_time": "invalid_start_time",
+        "budget": "invalid_budget",
+        "branch_from": "invalid_branch_from",
+        "replay_from": "invalid_replay_from",
     }
     slug = StrictCharField(help_text="the experiment; its worlds are <slug>--<arm>--<i>")
     name = StrictCharField(required=False, allow_blank=True)
@@ -180,11 +185,19 @@ class ExperimentBudgetSerializer(serializers.Serializer):
 
 
 class ProgressSerializer(serializers.Serializer):
+    """Counted from the first turn (a branch's earlier turns are not the experiment's)."""
+
     worlds = serializers.IntegerField()
     turns_committed = serializers.IntegerField()
     turns_planned = serializers.IntegerField()
     measurements_done = serializers.IntegerField()
     measurements_planned = serializers.IntegerField()
+
+    class Meta:
+        ref_name = "ExperimentIndexProgress"
+
+
+class DetailProgressSerializer(ProgressSerializer):
     eta_seconds = serializers.IntegerField(
         allow_null=True,
         help_text="seconds until the remaining turns commit at the rate so far; "
@@ -215,13 +228,98 @@ class FailedWorldSerializer(serializers.Serializer):
         ref_name = "ExperimentFailedWorld"
 
 
+class DesignInterventionSerializer(serializers.Serializer):
+    turn = serializers.IntegerField()
+    patch = JSONObjectField(help_text="a WorldPatch")
+    note = serializers.CharField()
+
+    class Meta:
+        ref_name = "ExperimentDesignIntervention"
+
+
+class DesignArmSerializer(serializers.Serializer):
+    class ScenarioRef(serializers.Serializer):
+        hash = serializers.CharField()
+
+        class Meta:
+            ref_name = "ExperimentDesignScenarioRef"
+
+    label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
+    scenario_ref = ScenarioRef()
+    interventions = DesignInterventionSerializer(many=True)
+
+    class Meta:
+        ref_name = "ExperimentDesignArm"
+
+
+class DesignBranchSerializer(serializers.Serializer):
+    world = LabelOutField()
+    turn = serializers.IntegerField()
+
+    class Meta:
+        ref_name = "ExperimentDesignBranch"
+
+
+class DesignReplaySerializer(serializers.Serializer):
+    experiment = LabelOutField()
+    mode = serializers.ChoiceField(choices=["replay_strict", "replay_then_live"])
+
+    class Meta:
+        ref_name = "ExperimentDesignReplay"
+
+
+class DesignBudgetSerializer(serializers.Serializer):
+    max_cost_total = serializers.CharField(allow_null=True, help_text="a decimal")
+    max_tokens_total = serializers.IntegerField(allow_null=True)
+
+    class Meta:
+        ref_name = "ExperimentDesignBudget"
+
+
+class ExperimentDesignSerializer(serializers.Serializer):
+    """The design as validated (``ExperimentDesign``): every reference a hash, every optional
+    part null when not given."""
+
+    slug = LabelOutField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    arms = DesignArmSerializer(many=True)
+    control = LabelOutField()
+    replicates = serializers.IntegerField()
+    turns = serializers.IntegerField(help_text="turns each world runs after its first turn")
+    first_turn = serializers.IntegerField(help_text="the baseline: 0, or the branch's turn")
+    metrics = serializers.ListField(child=serializers.CharField(), help_text="metric hashes")
+    seed = serializers.IntegerField()
+    start_time = serializers.CharField(allow_null=True)
+    budget = DesignBudgetSerializer(allow_null=True)
+    branch_from = DesignBranchSerializer(allow_null=True)
+    replay_from = DesignReplaySerializer(allow_null=True)
+
+    class Meta:
+        ref_name = "ExperimentDesign"
+
+    def to_representation(self, instance: Any) -> Any:
+        design = instance if isinstance(instance, ExperimentDesign) else None
+        if design is None:
+            raise TypeError("an ExperimentDesign is serialized")
+        data: dict[str, Any] = {
+            "start_time": None,
+            "budget": None,
+            "branch_from": None,
+            "replay_from": None,
+            **design.to_json(),
+            "first_turn": design.first_turn,
+        }
+        return super().to_representation(data)
+
+
 class ExperimentSerializer(serializers.Serializer):
     slug = LabelOutField()
     name = serializers.CharField()
     description = serializers.CharField()
-    design = JSONObjectField(help_text="the design as validated, every reference a hash")
+    design = ExperimentDesignSerializer()
     status = serializers.ChoiceField(choices=STATUSES)
-    progress = ProgressSerializer()
+    progress = DetailProgressSerializer()
     budget = ExperimentBudgetSerializer(allow_null=True, help_text="null: no budget")
     tokens = serializers.IntegerField()
     cost = serializers.DecimalField(
@@ -245,6 +343,14 @@ class ExperimentSummarySerializer(serializers.Serializer):
     arms = serializers.ListField(child=serializers.CharField())
     replicates = serializers.IntegerField()
     turns = serializers.IntegerField()
+    first_turn = serializers.IntegerField(help_text="the baseline: 0, or the branch's turn")
+    progress = ProgressSerializer()
+    failed_worlds = serializers.IntegerField(help_text="worlds that stopped short of their turns")
+    tokens = serializers.IntegerField()
+    cost = serializers.DecimalField(
+        max_digits=20, decimal_places=10, allow_null=True, help_text="null when a call has no price"
+    )
+    created_by = serializers.CharField()
     started_at = InstantField()
 
     class Meta:
@@ -397,12 +503,16 @@ class ExperimentResultsApi(APIView):
         responses={200: OutputSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, slug: str) -> Response:
-        return Response(self.OutputSerializer(experiment_results.experiment_results(slug=slug)).data)
+        return Response(
+            self.OutputSerializer(experiment_results.experiment_results(slug=slug)).data
+        )
 
 
 def _csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=experiment_results.EXPORT_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(
+        buffer, fieldnames=experiment_results.EXPORT_COLUMNS, lineterminator="\n"
+    )
     writer.writeheader()
     for row in rows:
         writer.writerow({k: "" if v is None else v for k, v in row.items()})

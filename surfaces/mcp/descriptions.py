@@ -267,7 +267,10 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         "(estimated), the cost at today's prices, and whether it fits its budget. Writes "
         "nothing."
     ),
-    "experiment_list": "Every experiment, newest first: status, arms, replicates, turns.",
+    "experiment_list": (
+        "Every experiment, newest first: status, progress and failed worlds (as "
+        "experiment_get counts them), arms, replicates, turns, tokens and cost."
+    ),
     "experiment_get": (
         "An experiment (slug): its design, status (running, completed, failed: some world "
         "stopped short, cancelled), progress (worlds, turns and measurements done of planned), "

@@ -14,6 +14,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from chukwa_core.errors import ChukwaError, invalid
+from chukwa_core.experiment_design import BUDGET_LIMITS
 from scenarios_app.pickers import metric_choices, scenario_choices
 from surfaces.pages.authoring.common import error_dict, forbidden_unless_operator
 from surfaces.pages.rendering import page, respond, wants_json
@@ -25,7 +26,7 @@ ESTIMATE = "experiments/_estimate.html"
 MIN_ARMS = 2
 MAX_ARM_ROWS = 20
 TEXT_FIELDS = ("slug", "name", "description", "replicates", "turns", "seed")
-BUDGET_FIELDS = ("max_cost_total", "max_tokens_total")
+BUDGET_FIELDS = BUDGET_LIMITS
 ARM_FIELD = re.compile(r"^arms\[(\d+)\]\.(label|scenario_ref)")
 
 

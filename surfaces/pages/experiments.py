@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from chukwa_core.errors import ChukwaError, NotFoundError
+from chukwa_core.experiment_design import ExperimentDesign
 from scenarios_app.pickers import metric_choices
 from surfaces.pages.authoring.common import error_dict, forbidden_unless_operator
 from surfaces.pages.live import stop_polling_when
@@ -25,6 +26,12 @@ from worlds_app.services import experiments as services
 PAGE = "experiments/experiment_detail.html"
 PROGRESS = "experiments/_progress.html"
 WORLDS_OPEN = 40  # the worlds table starts folded beyond this many worlds
+
+
+def _public(data: dict[str, Any]) -> dict[str, Any]:
+    """The experiment's read as ``?format=json`` gives it: the design in its stored form."""
+    design: ExperimentDesign = data["design"]
+    return {**data, "design": {**design.to_json(), "first_turn": design.first_turn}}
 
 
 def _percent(done: int, planned: int) -> int:
@@ -56,7 +63,7 @@ def _live(data: dict[str, Any]) -> bool:
 
 def _progress_context(request: HttpRequest, data: dict[str, Any]) -> dict[str, Any]:
     progress = data["progress"]
-    budget = data["design"].get("budget") or {}
+    budget = data["design"].budget
     return {
         "experiment": data,
         "progress": progress,
@@ -136,15 +143,15 @@ def _results_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _world_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
-    design = data["design"]
-    control, turns = design["control"], design["turns"]
+    design: ExperimentDesign = data["design"]
+    control = design.control
     failed = {w["slug"] for w in data["failed_worlds"]}
     pairs = {w["replicate"]: w["slug"] for w in data["worlds"] if w["arm"] == control}
     return [
         {
             **w,
             "failed": w["slug"] in failed,
-            "done": w["current_turn"] >= turns,
+            "done": design.world_finished(w["current_turn"]),
             "pair": pairs.get(w["replicate"]) if w["arm"] != control else None,
         }
         for w in data["worlds"]
@@ -154,27 +161,27 @@ def _world_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 def _detail_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], dict[str, Any]]:
     data = selectors.experiment_get(slug=slug)
     results = experiment_results.experiment_results(slug=slug)
-    design = data["design"]
+    design: ExperimentDesign = data["design"]
     labels = {r["metric"]["hash"]: r["metric"]["label"] for r in results["results"]}
     context = {
         **_progress_context(request, data),
         "design": design,
-        "metrics": [{"hash": h, "label": labels.get(h, h[:12])} for h in design["metrics"]],
+        "metrics": [{"hash": h, "label": labels.get(h, h[:12])} for h in design.metrics],
         "results": _results_rows(results),
         "plot_data": {
             "control": results["control"],
-            "arms": [a["label"] for a in design["arms"]],
+            "arms": list(design.arm_labels),
             "metrics": results["results"],
         },
         "world_rows": _world_rows(data),
         "worlds_open": len(data["worlds"]) <= WORLDS_OPEN,
-        "addable_metrics": [m for m in metric_choices() if m["hash"] not in design["metrics"]]
+        "addable_metrics": [m for m in metric_choices() if m["hash"] not in design.metrics]
         if is_operator(request.user)
         else [],
         "action_error": None,
         "action": "",
     }
-    return context, {**data, "results": results["results"]}
+    return context, {**_public(data), "results": results["results"]}
 
 
 @page
@@ -202,7 +209,7 @@ def experiment_page(request: HttpRequest, slug: str) -> HttpResponse:
         # a poll: the progress alone (the results are read once the page reloads)
         data = selectors.experiment_get(slug=slug)
         context = _progress_context(request, data)
-        response = respond(request, PROGRESS, context, data, partial=PROGRESS)
+        response = respond(request, PROGRESS, context, _public(data), partial=PROGRESS)
         if not context["live"]:
             # finished while watched: reload once, so the results and worlds are current too
             response["HX-Refresh"] = "true"
@@ -229,7 +236,7 @@ def _action(request: HttpRequest, slug: str, action: str, work: Any, **values: s
         response.status_code = 400 if exc.status_code < 500 else exc.status_code
         return response
     if wants_json(request):
-        return respond(request, "", {}, selectors.experiment_get(slug=slug))
+        return respond(request, "", {}, _public(selectors.experiment_get(slug=slug)))
     return HttpResponseRedirect(reverse("page-experiment-detail", args=[slug]))
 
 

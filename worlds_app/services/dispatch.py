@@ -189,14 +189,13 @@ def measure_on_commit(world_ids: int | list[int], experiment_id: int) -> None:
     def send() -> None:
         from worlds_app.models import Experiment
 
-        design = (
-            Experiment.objects.filter(pk=experiment_id).values_list("design", flat=True).first()
-        )
-        if not design or not design.get("metrics"):
+        experiment = Experiment.objects.filter(pk=experiment_id).only("design").first()
+        metrics = list(experiment.typed_design.metrics) if experiment is not None else []
+        if not metrics:
             return
         for world_id in worlds:
             try:
-                send_measure(world_id, list(design["metrics"]))
+                send_measure(world_id, metrics)
             except BROKER_ERRORS as exc:
                 logger.warning(
                     "world %s: not measured now, broker unavailable (%s: %s)",

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import asdict
 from decimal import Decimal
 from typing import Any, TypedDict
 
@@ -30,7 +31,7 @@ from cognition_app.sources.retry import retry_policy
 from scenarios_app.models import ResponseSource
 from scenarios_app.selectors import metric_rows
 from worlds_app.services.branches import branch_point
-from worlds_app.services.experiments import design_of
+from worlds_app.services.experiment_design import design_of
 from worlds_app.services.worlds import parse_start_time, world_start
 
 METHOD = (
@@ -135,14 +136,15 @@ def experiment_estimate(*, data: Any) -> Estimate:
     """The most the design could spend (calls, tokens, cost at today's prices), and whether it
     fits its budget; the design is validated as for creating it (400 naming the field)."""
     design = design_of(data)
-    replicates, turns = design["replicates"], design["turns"]
+    replicates, turns = design.replicates, design.turns
     tally = _Tally()
-    point = branch_point(design["branch_from"]) if "branch_from" in design else None
-    start = parse_start_time(design.get("start_time"))
-    for arm in design["arms"]:
+    branch = design.branch_from
+    point = branch_point({"world": branch.world, "turn": branch.turn}) if branch else None
+    start = parse_start_time(design.start_time)
+    for arm in design.arms:
         # the arm's start, checked as creating it would (a branch that does not fit, a start
         # time with no room for a turn: the same 400)
-        scenario_hash = arm["scenario_ref"]["hash"]
+        scenario_hash = arm.scenario_hash
         snapshot = world_start(scenario_hash, {"hash": scenario_hash}, start, point).snapshot
         world = _world_chars(snapshot)
         profiles = snapshot["cognition_profiles"]
@@ -165,8 +167,8 @@ def experiment_estimate(*, data: Any) -> Estimate:
                     prompt=_tokens(_chars(node.get("prompt_template", "")) + _chars(node) + world),
                     growing=looping,
                 )
-        judged_turns = turns + 1  # the baseline, turn 0, is measured too
-        for metric in metric_rows(hashes=design["metrics"]):
+        judged_turns = len(design.measured_turns)  # the baseline is measured too
+        for metric in metric_rows(hashes=list(design.metrics)):
             content = metric["content"]
             if metric["kind"] != "llm_judge":
                 continue
@@ -180,28 +182,28 @@ def experiment_estimate(*, data: Any) -> Estimate:
                 ),
                 growing=False,
             )
-    budget = design.get("budget")
+    budget = design.budget
     total_tokens = tally.prompt + tally.completion
     cost = None if tally.unpriced else tally.cost
     within: bool | None = None
     if budget is not None and not tally.unbounded:
         checks: list[bool] = []
-        if budget.get("max_tokens_total") is not None:
-            checks.append(total_tokens <= budget["max_tokens_total"])
-        if budget.get("max_cost_total") is not None and cost is not None:
-            checks.append(cost <= Decimal(budget["max_cost_total"]))
-        elif budget.get("max_cost_total") is not None:
+        if budget.max_tokens_total is not None:
+            checks.append(total_tokens <= budget.max_tokens_total)
+        if budget.max_cost_total is not None and cost is not None:
+            checks.append(cost <= Decimal(budget.max_cost_total))
+        elif budget.max_cost_total is not None:
             checks = []  # unpriced: whether it fits the cost budget is unknown
         within = all(checks) if checks else None
     return {
-        "worlds": len(design["arms"]) * replicates,
+        "worlds": design.worlds_planned,
         "turns_per_world": turns,
         "calls": {**tally.calls, "total": sum(tally.calls.values())},  # type: ignore[typeddict-item]
         "tokens": {"prompt": tally.prompt, "completion": tally.completion, "total": total_tokens},
         "cost": None if cost is None else format(cost.quantize(Decimal("1e-6")), "f"),
         "unpriced": sorted(tally.unpriced),
         "unbounded": sorted(tally.unbounded),
-        "budget": budget,
+        "budget": None if budget is None else asdict(budget),
         "within_budget": within,
         "method": METHOD,
     }

@@ -13,14 +13,10 @@ from typing import Any, TypedDict
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from chukwa_core.component_validation import check_keys, require_object
-from chukwa_core.errors import ConflictError, NotFoundError, invalid
-from chukwa_core.patching import PatchRejected, check_patch_shape
-from scenarios_app.services._store import reject_nul
+from chukwa_core.errors import ConflictError, NotFoundError
 from worlds_app.models import AttemptStatus, Intervention, TurnAttempt, World
 from worlds_app.selectors import require_slug
-
-MAX_NOTE_CHARS = 2000
+from worlds_app.services.world_inputs import intervention_fields
 
 
 class InterventionInput(TypedDict, total=False):
@@ -48,21 +44,8 @@ def _started_turn(world: World) -> int | None:
 
 def intervention_create(*, slug: str, data: InterventionInput, created_by: str) -> Intervention:
     """Add an intervention to turn ``turn`` (default: the next turn that has not started)."""
-    body = require_object(data, "body", "invalid_input")
-    check_keys(body, "", required=("patch",), optional=("note", "turn"), code="invalid_input")
-    try:
-        check_patch_shape(body["patch"])
-    except PatchRejected as exc:
-        raise invalid("invalid_patch", "patch", exc.message, pointer=exc.pointer) from None
-    note = body.get("note", "")
-    if note is None:
-        note = ""
-    if not isinstance(note, str) or len(note) > MAX_NOTE_CHARS:
-        raise invalid("invalid_input", "note", f"must be a string ≤ {MAX_NOTE_CHARS} chars")
-    reject_nul(note, "note")
-    turn = body.get("turn")
-    if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or turn < 1):
-        raise invalid("invalid_turn", "turn", f"must be an integer ≥ 1, got {turn!r}")
+    found = intervention_fields(data)
+    note, turn = found.note, found.turn
     with transaction.atomic(durable=True):
         world = _world_locked(slug)  # enqueues and claims lock it too: no turn starts meanwhile
         started = _started_turn(world)
@@ -97,7 +80,7 @@ def intervention_create(*, slug: str, data: InterventionInput, created_by: str) 
                 made = Intervention.objects.create(
                     world=world,
                     turn=turn,
-                    patch=body["patch"],
+                    patch=found.patch,
                     note=note,
                     created_by=created_by,
                 )

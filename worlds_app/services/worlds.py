@@ -23,6 +23,7 @@ from worlds_app.models import AttemptStatus, DeletedWorld, Turn, TurnAttempt, Wo
 from worlds_app.selectors import require_slug
 from worlds_app.services.branches import BranchPoint, branch_point, branch_state
 from worlds_app.services.budgets import BudgetInput, parse_budget, world_budget_record
+from worlds_app.services.world_inputs import no_start_time_on_branch
 
 CREATE_FIELDS = ("slug",)
 CREATE_OPTIONAL = (
@@ -195,12 +196,8 @@ def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
         )
     if name is not None:
         reject_nul(name, "name")
-    if "branch_from" in body and body.get("start_time") is not None:
-        raise invalid(
-            "invalid_start_time",
-            "start_time",
-            "a branch starts at its parent's simulation time; leave start_time out",
-        )
+    if "branch_from" in body:
+        no_start_time_on_branch(body.get("start_time"))
     start = parse_start_time(body.get("start_time"))
     seed = _seed(body["seed"]) if body.get("seed") is not None else None
     budget = parse_budget(body["budget"]) if body.get("budget") is not None else None

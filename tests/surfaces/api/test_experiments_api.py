@@ -343,3 +343,14 @@ def test_progress_carries_an_eta_from_the_attempts_times() -> None:
     assert state["progress"]["eta_seconds"] in (120, 121)
     experiment_cancel(slug="trial")
     assert experiment_get(slug="trial")["progress"]["eta_seconds"] is None
+
+
+def test_the_api_input_declares_exactly_the_designs_fields() -> None:
+    """A design's fields are listed once (chukwa_core.experiment_design); the API's input
+    serializer, which only checks shape, declares the same ones, required as they are."""
+    from chukwa_core.experiment_design import INPUT_OPTIONAL, INPUT_REQUIRED
+    from surfaces.api.experiments import ExperimentInputSerializer
+
+    fields = ExperimentInputSerializer().fields
+    assert {name for name, f in fields.items() if f.required} == set(INPUT_REQUIRED)
+    assert {name for name, f in fields.items() if not f.required} == set(INPUT_OPTIONAL)

@@ -30,39 +30,107 @@ def test_hostile_experiment_input_is_a_4xx_and_writes_nothing(operator_client: A
         "turns": 1,
         "metrics": [{"hash": m}],
     }
-    bads = [
-        {"budget": {"max_cost_total": "1e400"}},
-        {"budget": []},
-        {"budget": {"max_tokens_total": True}},
-        {"branch_from": {"world": "nope", "turn": 1}},
-        {"branch_from": []},
-        {"branch_from": {"world": 5, "turn": "x"}},
-        {"replay_from": []},
-        {"replay_from": {"experiment": None, "mode": "replay_strict"}},
-        {"start_time": "garbage"},
-        {"start_time": 12},
-        {"start_time": "9999-12-31T23:59:59Z"},
-        {
-            "arms": [
-                {
-                    "label": "a",
-                    "scenario_ref": {"hash": sc},
-                    "interventions": [{"turn": 1, "patch": {"effects": "x"}}],
-                }
-            ]
-        },
-        {"arms": [{"label": "a", "scenario_ref": {"hash": sc}, "interventions": "x"}]},
-        {"name": "\x00"},
-        {"description": 5},
-        {"seed": 2**70},
-        {"slug": "estimate"},
-        {"metrics": "x"},
-        {"arms": [{"label": "a", "scenario_ref": {"name": "\x00"}}]},
+    # each hostile part of a design, with the error code and the field its 400 must name
+    bads: list[tuple[dict[str, Any], str, str]] = [
+        ({"budget": {"max_cost_total": "1e400"}}, "invalid_budget", "budget.max_cost_total"),
+        ({"budget": []}, "invalid_budget", "budget"),
+        ({"budget": {"max_tokens_total": True}}, "invalid_budget", "budget.max_tokens_total"),
+        ({"budget": {"max_tokens_per_turn": 5}}, "invalid_budget", "budget.max_tokens_per_turn"),
+        ({"branch_from": {"world": "nope", "turn": 1}}, "invalid_branch_from", "branch_from.world"),
+        ({"branch_from": []}, "invalid_branch_from", "branch_from"),
+        ({"branch_from": {"world": 5, "turn": "x"}}, "invalid_branch_from", "branch_from.world"),
+        ({"replay_from": []}, "invalid_replay_from", "replay_from"),
+        (
+            {"replay_from": {"experiment": None, "mode": "replay_strict"}},
+            "invalid_replay_from",
+            "replay_from.experiment",
+        ),
+        ({"start_time": "garbage"}, "invalid_start_time", "start_time"),
+        ({"start_time": 12}, "invalid_start_time", "start_time"),
+        ({"start_time": "9999-12-31T23:59:59Z"}, "invalid_start_time", "start_time"),
+        (
+            {
+                "arms": [
+                    {
+                        "label": "a",
+                        "scenario_ref": {"hash": sc},
+                        "interventions": [{"turn": 1, "patch": {"effects": "x"}}],
+                    }
+                ]
+            },
+            "invalid_patch",
+            "arms[0].interventions[0].patch",
+        ),
+        (
+            {
+                "arms": [
+                    {
+                        "label": "a",
+                        "scenario_ref": {"hash": sc},
+                        "interventions": [{"turn": 2, "patch": {"narration": "x", "effects": []}}],
+                    }
+                ]
+            },
+            "invalid_turn",
+            "arms[0].interventions[0].turn",
+        ),
+        (
+            {
+                "arms": [
+                    {
+                        "label": "a",
+                        "scenario_ref": {"hash": sc},
+                        "interventions": [
+                            {"turn": 1, "patch": {"narration": "x", "effects": []}, "note": 5}
+                        ],
+                    }
+                ]
+            },
+            "invalid_input",
+            "arms[0].interventions[0].note",
+        ),
+        (
+            {"arms": [{"label": "a", "scenario_ref": {"hash": sc}, "interventions": "x"}]},
+            "invalid_interventions",
+            "arms[0].interventions",
+        ),
+        (
+            {
+                "arms": [
+                    {"label": "a", "scenario_ref": {"hash": sc}},
+                    {"label": "a", "scenario_ref": {"hash": sc}},
+                ]
+            },
+            "duplicate_arm",
+            "arms[1].label",
+        ),
+        ({"control": "b"}, "invalid_control", "control"),
+        ({"name": "\x00"}, "invalid_character", "name"),
+        ({"description": 5}, "invalid_input", "description"),
+        ({"seed": 2**70}, "invalid_seed", "seed"),
+        ({"slug": "estimate"}, "invalid_slug", "slug"),
+        ({"replicates": 0}, "invalid_replicates", "replicates"),
+        ({"replicates": 1001}, "invalid_replicates", "replicates"),
+        ({"turns": True}, "invalid_turns", "turns"),
+        ({"metrics": "x"}, "invalid_metrics", "metrics"),
+        ({"extra": 1}, "invalid_input", "extra"),
+        (
+            {"arms": [{"label": "a", "scenario_ref": {"name": "\x00"}}]},
+            "invalid_name",
+            "arms[0].scenario_ref.name",
+        ),
     ]
     for url in ("/api/experiments/", "/api/experiments/estimate/"):
-        for bad in bads:
+        for bad, code, field in bads:
             r = operator_client.post(url, {**base, **bad}, format="json")
-            assert r.status_code in (400, 409), (url, bad, r.status_code, r.content[:300])
+            assert r.status_code == 400, (url, bad, r.status_code, r.content[:300])
+            error = r.json()["error"]
+            assert (error["code"], error["details"].get("field")) == (code, field), (
+                url,
+                bad,
+                error,
+            )
+            assert field in error["message"], error
             assert not Experiment.objects.exists() and not World.objects.exists()
     for path in (
         "/api/experiments/nope/",

@@ -26,8 +26,9 @@ from chukwa_core.experiment_table import results_table
 from worlds_app.experiment_results import experiment_results
 from worlds_app.experiment_selectors import COMPLETED, RUNNING, experiment_get
 from worlds_app.management.workers import worker_names
+from worlds_app.services.experiment_design import design_of
 from worlds_app.services.experiment_estimate import Estimate, experiment_estimate
-from worlds_app.services.experiments import design_of, experiment_create
+from worlds_app.services.experiments import experiment_create
 
 # After the last turn, measuring can trail (an LLM judge takes seconds per turn). A failed or
 # cancelled experiment never reaches its planned count, so waiting for it stops once
