@@ -1,6 +1,7 @@
 """Seeds (docs/determinism.md): every random draw of a seeded world comes from its seed.
 
-A world's seed is an integer in [0, 2⁶³). From it, one function derives each number a turn
+A world's seed is an integer in [0, 2⁵³): I-JSON's safe range, which every JSON client (a
+JavaScript one included) reads exactly, so a seed shown or sent back is never rounded. From it, one function derives each number a turn
 needs, by hashing the seed with where the number is used, so two worlds with the same seed draw
 the same numbers in the same places and a change in one place moves nothing elsewhere:
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Protocol
 
-SEED_LIMIT = 2**63  # a world's seed is 0 ≤ seed < 2⁶³ (a PostgreSQL bigint, never negative)
+SEED_LIMIT = 2**53  # a world's seed is 0 ≤ seed < 2⁵³ (exact in every JSON client, never negative)
 CALL_SEED_LIMIT = 2**31
 
 
@@ -67,7 +68,10 @@ def seed_problem(value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return f"must be an integer, got {type(value).__name__}"
     if not 0 <= value < SEED_LIMIT:
-        return f"must be 0 ≤ seed < 2^63 ({SEED_LIMIT}), got {value}"
+        return (
+            f"must be 0 ≤ seed < 2^53 ({SEED_LIMIT}: larger integers are rounded by JSON "
+            f"clients), got {value}"
+        )
     return None
 
 

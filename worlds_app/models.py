@@ -126,7 +126,8 @@ class World(models.Model):
                 condition=Q(replay_source__isnull=True) | Q(replay_from__isnull=False),
                 name="world_replay_source_has_replay_from",
             ),
-            # Rule: a seed is 0 ≤ seed < 2^63 (the bigint's upper bound holds by itself).
+            # Rule: a seed is never negative (the services also keep it < 2^53, exact in every JSON
+            # client; rows written before that rule may hold larger ones).
             models.CheckConstraint(
                 condition=Q(seed__isnull=True) | Q(seed__gte=0), name="world_seed_gte_0"
             ),

@@ -95,7 +95,9 @@ class ExperimentInputSerializer(StrictInputSerializer):
     replicates = StrictIntegerField(min_value=1, help_text="worlds per arm, paired by seed")
     turns = StrictIntegerField(min_value=1, help_text="turns each world runs")
     metrics = StrictListField(child=described(METRIC_REF_SCHEMA), min_length=1)
-    seed = StrictIntegerField(required=False, min_value=0, help_text="default: from the slug")
+    seed = StrictIntegerField(
+        required=False, min_value=0, max_value=2**53 - 1, help_text="default: from the slug"
+    )
     start_time = StrictCharField(required=False, help_text="every world's simulation start")
     budget = described(
         EXPERIMENT_BUDGET_SCHEMA,

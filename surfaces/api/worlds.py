@@ -105,7 +105,7 @@ class WorldSummarySerializer(serializers.Serializer):
         allow_null=True, help_text="the world whose recordings it replays, if any"
     )
     seed = serializers.IntegerField(
-        allow_null=True, help_text="the world's seed (0 ≤ seed < 2^63); null: unseeded"
+        allow_null=True, help_text="the world's seed (0 ≤ seed < 2^53); null: unseeded"
     )
     branched_from = BranchFromSerializer(
         allow_null=True, help_text="the world and turn this branch started from; null: none"
@@ -234,8 +234,8 @@ class WorldCreateInputSerializer(StrictInputSerializer):
         required=False,
         allow_null=True,
         min_value=0,
-        max_value=2**63 - 1,
-        help_text="0 ≤ seed < 2^63: rule-policy draws and the seed each LLM call sends come "
+        max_value=2**53 - 1,
+        help_text="0 ≤ seed < 2^53: rule-policy draws and the seed each LLM call sends come "
         "from it; a replay without one takes the replayed world's",
     )
     branch_from = BranchFromInputSerializer(

@@ -184,7 +184,7 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         "Create a world (a running copy of a scenario) at turn 0. slug (label, unique), "
         'scenario_ref {"name": N} | {"hash": H} | {"data": <scenario_assemble input>}; '
         "optional name, start_time (ISO 8601 with offset; default now), budget, replay_from "
-        "{world, mode}, seed (0 ≤ seed < 2^63: the same scenario, start time and seed on a "
+        "{world, mode}, seed (0 ≤ seed < 2^53: the same scenario, start time and seed on a "
         "deterministic backend give the same run), branch_from {world, turn} (start at a "
         "committed turn of another world with a copy of its state; scenario_ref then defaults "
         "to that world's and must have its entity ids, kinds and environment labels). Returns "

@@ -463,6 +463,7 @@ def _counts() -> tuple[int, int, int]:
     [
         ({"seed": -1}, 400, "invalid_seed", "seed"),
         ({"seed": 2**63}, 400, "invalid_seed", "seed"),
+        ({"seed": 2**53}, 400, "invalid_seed", "seed"),
         ({"seed": "7"}, 400, "invalid_seed", "seed"),
         ({"seed": 1.5}, 400, "invalid_seed", "seed"),
         ({"seed": True}, 400, "invalid_seed", "seed"),

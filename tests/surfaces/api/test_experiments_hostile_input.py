@@ -108,6 +108,7 @@ def test_hostile_experiment_input_is_a_4xx_and_writes_nothing(operator_client: A
         ({"name": "\x00"}, "invalid_character", "name"),
         ({"description": 5}, "invalid_input", "description"),
         ({"seed": 2**70}, "invalid_seed", "seed"),
+        ({"seed": 2**53}, "invalid_seed", "seed"),  # JSON clients would round it
         ({"slug": "estimate"}, "invalid_slug", "slug"),
         ({"replicates": 0}, "invalid_replicates", "replicates"),
         ({"replicates": 1001}, "invalid_replicates", "replicates"),

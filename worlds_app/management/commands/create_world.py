@@ -42,7 +42,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--seed",
             type=int,
-            help="0 ≤ SEED < 2^63: rule-policy draws and each LLM call's seed come from it",
+            help="0 ≤ SEED < 2^53: rule-policy draws and each LLM call's seed come from it",
         )
         parser.add_argument(
             "--branch-from",
