@@ -16,7 +16,6 @@ import jmespath
 from jmespath.exceptions import JMESPathError
 
 from chukwa_core.component_validation import (
-    LLM_INTERFACE,
     check_keys,
     is_int,
     require_label,
@@ -26,6 +25,7 @@ from chukwa_core.component_validation import (
 )
 from chukwa_core.errors import invalid
 from chukwa_core.ids import ENTITY_ID_PATTERN
+from chukwa_core.source_validation import LLM_INTERFACE
 from chukwa_core.workflow_refs import RESPONSE_SOURCE, RefLookup, check_interface, check_ref
 
 EXPRESSION = "expression"

@@ -18,12 +18,12 @@ from chukwa_core.component_validation import (
     type_name,
     validate_environment_content,
     validate_json_schema_content,
-    validate_response_source_content,
 )
 from chukwa_core.errors import ChukwaError, invalid
 from chukwa_core.ids import is_hash
 from chukwa_core.metric_validation import validate_metric_content
 from chukwa_core.patch_schema import world_patch_schema_hash
+from chukwa_core.source_validation import validate_response_source_content
 from chukwa_core.workflow_refs import (
     JSON_SCHEMA,
     OPAQUE_KEYS,
