@@ -161,7 +161,7 @@ def main() -> int:
         from django.core.management import call_command
         from django.db import connection
 
-        from chukwa_core.metric_validation import compile_expression
+        from chukwa_core.metric_expression import compile_expression
         from chukwa_core.metric_values import evaluate
         from scenarios_app.services import scenario_assemble
         from worlds_app.models import Measurement, World

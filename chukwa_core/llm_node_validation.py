@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chukwa_core.component_validation import LLM_INTERFACE, check_keys
+from chukwa_core.component_validation import check_keys
 from chukwa_core.errors import invalid
 from chukwa_core.prompt_templates import validate_prompt
+from chukwa_core.source_validation import LLM_INTERFACE
 from chukwa_core.workflow_refs import (
     JSON_SCHEMA,
     RESPONSE_SOURCE,

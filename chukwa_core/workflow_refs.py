@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from chukwa_core.component_validation import (
-    TOOL_INTERFACES,
     check_keys,
     is_int,
     require_label,
@@ -18,6 +17,7 @@ from chukwa_core.component_validation import (
 )
 from chukwa_core.errors import invalid
 from chukwa_core.ids import is_hash
+from chukwa_core.source_validation import TOOL_INTERFACES
 
 JSON_SCHEMA = "json_schema"
 RESPONSE_SOURCE = "response_source"

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from chukwa_core.component_validation import (
-    HTTP_JSON_INTERFACE,
     check_keys,
     is_int,
     require_label,
@@ -19,6 +18,7 @@ from chukwa_core.component_validation import (
 from chukwa_core.errors import invalid
 from chukwa_core.ids import is_entity_id
 from chukwa_core.node_types import NODE_TYPES, PATCH_NODE_TYPES
+from chukwa_core.source_validation import HTTP_JSON_INTERFACE
 from chukwa_core.workflow_refs import (
     JSON_SCHEMA,
     REF_KINDS,

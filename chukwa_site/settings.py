@@ -205,7 +205,7 @@ SPECTACULAR_SETTINGS = {
         "InvocationKindEnum": "surfaces.api.indexes.INVOCATION_KINDS",
         "InvocationStatusEnum": "surfaces.api.indexes.INVOCATION_STATUSES",
         "InterventionStatusEnum": "surfaces.api.interventions.INTERVENTION_STATUSES",
-        "MetricKindEnum": "chukwa_core.metric_validation.METRIC_KINDS",
+        "MetricKindEnum": "chukwa_core.metric_kinds.BUILT_IN_METRIC_KINDS",
         "ExperimentStatusEnum": "surfaces.api.experiments.STATUSES",
     },
 }

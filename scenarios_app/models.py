@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models import Q
 
 from chukwa_core.ids import ENTITY_ID_PATTERN, HASH_PATTERN, LABEL_PATTERN
+from chukwa_core.metric_kind import METRIC_KIND_PATTERN
 
 
 def _hash_check(field: str, name: str) -> models.CheckConstraint:
@@ -230,11 +231,6 @@ class Entity(models.Model):
         return f"/store/entities/{self.pk}/"
 
 
-class MetricKind(models.TextChoices):
-    EXPRESSION = "expression"
-    LLM_JUDGE = "llm_judge"
-
-
 class Metric(models.Model):
     """A measure of a committed turn (docs/measurement.md): a JMESPath expression or an LLM judge
     over the turn view, and how a world's per-turn values aggregate."""
@@ -244,8 +240,11 @@ class Metric(models.Model):
     content = models.JSONField()
     # Denormalized from content for listing, filtering by label and "uses".
     label = models.CharField(max_length=64, db_index=True)
-    kind = models.CharField(max_length=16, choices=MetricKind.choices)
-    # A judge's LLM source (null for an expression): a real edge, so "uses" needs no JSON scan.
+    # A registered metric kind (chukwa_core/metric_kinds.py): the registry, not the database,
+    # knows the kinds, so a new kind needs no migration.
+    kind = models.CharField(max_length=16)
+    # The LLM source the metric's kind calls (a judge's; null for an expression): a real edge,
+    # so "uses" needs no JSON scan. Which kinds name one is the registry's ``source_key``.
     source = models.ForeignKey(
         ResponseSource, null=True, blank=True, on_delete=models.PROTECT, related_name="metrics"
     )
@@ -256,11 +255,10 @@ class Metric(models.Model):
         constraints = [
             _hash_check("hash", "metric_hash_grammar"),
             _label_check("label", "metric_label_grammar"),
-            # Rule: a judge names its LLM source; an expression calls none.
+            # Rule: a kind is a registry name (lower case, digits, "_"); which kinds exist and
+            # which name a source is the registry's, checked at put.
             models.CheckConstraint(
-                condition=Q(kind="expression", source__isnull=True)
-                | Q(kind="llm_judge", source__isnull=False),
-                name="metric_source_iff_judge",
+                condition=Q(kind__regex=METRIC_KIND_PATTERN), name="metric_kind_grammar"
             ),
         ]
 

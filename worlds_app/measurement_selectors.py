@@ -195,9 +195,7 @@ def metric_agreement(*, metric_hash: str, annotation: str) -> AgreementResult:
     ).order_by("created_at", "id"):
         metric_values.append(metric_value)
         labels.append(number if kind == AnnotationValueKind.NUMBER else float(bool(boolean)))
-    scale: tuple[int, int] | None = None
-    if integer_scale(content):
-        scale = (content["scale"]["min"], content["scale"]["max"])
+    scale = integer_scale(content)
     found = agreement(metric_values, labels, integer_scale=scale)
     return {
         "metric": {"hash": metric_hash, "label": content["label"], "kind": content["kind"]},

@@ -21,8 +21,8 @@ from contextlib import contextmanager
 
 from django.db import connection
 
-from chukwa_core.component_validation import MAX_SOURCE_CONCURRENCY
 from chukwa_core.ids import bound_concurrency_env_name
+from chukwa_core.source_validation import MAX_SOURCE_CONCURRENCY
 from cognition_app.failures import SourceFailure
 from cognition_app.sources.cancel import CancelScope
 

@@ -18,12 +18,13 @@ from chukwa_core.component_validation import (
     type_name,
     validate_environment_content,
     validate_json_schema_content,
-    validate_response_source_content,
 )
 from chukwa_core.errors import ChukwaError, invalid
 from chukwa_core.ids import is_hash
+from chukwa_core.metric_kinds import registered_kind
 from chukwa_core.metric_validation import validate_metric_content
 from chukwa_core.patch_schema import world_patch_schema_hash
+from chukwa_core.source_validation import validate_response_source_content
 from chukwa_core.workflow_refs import (
     JSON_SCHEMA,
     OPAQUE_KEYS,
@@ -392,17 +393,14 @@ class Resolver:
             )
         metric = copy.deepcopy(content)
         lookup: dict[str, StoredRef] = {}
-        source = metric.get("source")
-        if (
-            metric.get("kind") == "llm_judge"
-            and isinstance(source, dict)
-            and set(source) == {"inline"}
-        ):
-            source_hash, _ = self.put_response_source(
-                source["inline"], f"{fieldname}.source.inline"
-            )
-            metric["source"] = {"hash": source_hash}
-        source = metric.get("source")
+        # the content key naming the LLM source its kind calls (a judge's "source"), if any; an
+        # unknown kind is refused by the validation below, in its order of fields
+        kind = registered_kind(metric.get("kind"))
+        key = kind.source_key if kind is not None else None
+        source = metric.get(key) if key is not None else None
+        if key is not None and isinstance(source, dict) and set(source) == {"inline"}:
+            source_hash, _ = self.put_response_source(source["inline"], f"{fieldname}.{key}.inline")
+            metric[key] = source = {"hash": source_hash}
         if isinstance(source, dict) and is_hash(source.get("hash")):
             for h, iface in ResponseSource.objects.filter(pk=source["hash"]).values_list(
                 "pk", "interface"
@@ -410,7 +408,7 @@ class Resolver:
                 lookup[h] = StoredRef(RESPONSE_SOURCE, iface)
         metric = validate_metric_content(metric, lookup, fieldname)
         metric_hash = hashing.metric_hash(metric)
-        judge_source = metric["source"]["hash"] if metric["kind"] == "llm_judge" else None
+        source_edge = metric[key]["hash"] if key is not None else None
         inserted = insert_missing(
             Metric,
             [
@@ -419,7 +417,7 @@ class Resolver:
                     "content": metric,
                     "label": metric["label"],
                     "kind": metric["kind"],
-                    "source": judge_source,
+                    "source": source_edge,
                 }
             ],
         )

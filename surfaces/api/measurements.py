@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from chukwa_core.metric_validation import METRIC_KINDS
+from chukwa_core.metric_kinds import BUILT_IN_METRIC_KINDS
 from surfaces.api.contract import (
     HASH_PATH,
     HASH_SCHEMA,
@@ -54,7 +54,7 @@ METRIC_REF_SCHEMA: dict[str, Any] = {
 class MetricSummarySerializer(serializers.Serializer):
     hash = HashOutField()
     label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
-    kind = serializers.ChoiceField(choices=list(METRIC_KINDS))
+    kind = serializers.ChoiceField(choices=list(BUILT_IN_METRIC_KINDS))
 
     class Meta:
         ref_name = "MetricSummary"

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chukwa_core.component_validation import CHRONON_MAX_SECONDS
-from chukwa_core.metric_validation import METRIC_KINDS
+from chukwa_core.metric_kinds import BUILT_IN_METRIC_KINDS
 from chukwa_core.patch_schema import WORLD_PATCH_SCHEMA, world_patch_schema_hash
 from scenarios_app import selectors, services
 from scenarios_app.models import COLLECTION_SEGMENTS, ComponentKind
@@ -186,7 +186,7 @@ def _component_output(kind: ComponentKind, name: str) -> type[serializers.Serial
         fields["interface"] = JSONObjectField()
     if kind == ComponentKind.METRIC:
         fields["label"] = LabelOutField()
-        fields["metric_kind"] = serializers.ChoiceField(choices=list(METRIC_KINDS))
+        fields["metric_kind"] = serializers.ChoiceField(choices=list(BUILT_IN_METRIC_KINDS))
     fields["Meta"] = type("Meta", (), {"ref_name": name})
     return type(f"{name}Serializer", (serializers.Serializer,), fields)
 

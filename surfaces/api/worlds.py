@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chukwa_core.errors import invalid
-from chukwa_core.metric_validation import METRIC_KINDS
+from chukwa_core.metric_kinds import BUILT_IN_METRIC_KINDS
 from cognition_app.sources import REPLAY_MODES
 from surfaces.api.branches import (
     BranchFromInputSerializer,
@@ -147,7 +147,7 @@ class RecentAttemptSerializer(serializers.Serializer):
 class MeasuredMetricSerializer(serializers.Serializer):
     hash = HashOutField()
     label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
-    kind = serializers.ChoiceField(choices=list(METRIC_KINDS))
+    kind = serializers.ChoiceField(choices=list(BUILT_IN_METRIC_KINDS))
     turns = serializers.IntegerField(help_text="turns measured (values and errors)")
     error_turns = serializers.IntegerField(help_text="of them, turns whose measurement is an error")
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.template.loader import select_template
 from django.utils.safestring import mark_safe
 
 from chukwa_core.errors import NotFoundError
+from chukwa_core.metric_kinds import registered_kind
 from chukwa_core.workflow_refs import REF_KINDS
 from scenarios_app import selectors
 from scenarios_app.selectors import COLLECTION_SEGMENTS, SCENARIO_KINDS, ComponentKind
@@ -139,11 +142,27 @@ def _touched_rows(touched: Any) -> list[dict[str, Any]]:
     return rows
 
 
+# What every metric has, shown alike whatever its kind.
+_METRIC_COMMON_FIELDS = frozenset({"version", "label", "kind", "aggregate"})
+
+
 def _metric_summary(metric_hash: str, content: dict[str, Any]) -> dict[str, Any]:
-    """A metric's page: the worlds it measured and its agreement with each annotation name
-    reviewers gave numbers or flags to on the turns it measured."""
+    """A metric's page: its kind's own fields (the kind's partial, or each field as JSON), the
+    worlds it measured and its agreement with each annotation name reviewers gave numbers or
+    flags to on the turns it measured."""
     source = content.get("source")
+    kind = registered_kind(content["kind"])
+    fields = select_template(
+        [f"scenarios_app/_metric_{content['kind']}.html", "scenarios_app/_metric_fields.html"]
+    )
     return {
+        "kind_summary": kind.summary if kind is not None else "",
+        "fields_template": fields.template.name,
+        "own_fields": [
+            (key, json.dumps(value, indent=2, ensure_ascii=False))
+            for key, value in content.items()
+            if key not in _METRIC_COMMON_FIELDS
+        ],
         "source_url": (
             component_url(ComponentKind.RESPONSE_SOURCE, source["hash"])
             if isinstance(source, dict)

@@ -15,16 +15,15 @@ from chukwa_core.component_validation import (
     CHRONON_MAX_SECONDS,
     ENVIRONMENT_MAX_BYTES,
     SCENARIO_MAX_BYTES,
-    TIMEOUT_MS_MAX,
     check_scenario_size,
     normalize_entity_content,
     validate_environment_content,
     validate_json_schema_content,
-    validate_response_source_content,
     validate_scenario_bindings,
     validate_scenario_scalars,
 )
 from chukwa_core.errors import ChukwaError
+from chukwa_core.source_validation import TIMEOUT_MS_MAX, validate_response_source_content
 
 LLM_SOURCE: dict[str, Any] = {
     "version": 1,

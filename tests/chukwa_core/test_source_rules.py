@@ -15,10 +15,10 @@ from referencing.exceptions import Unresolvable
 from chukwa_core.component_validation import (
     schema_validator_for,
     validate_json_schema_content,
-    validate_response_source_content,
 )
 from chukwa_core.errors import ChukwaError
 from chukwa_core.ids import bound_key_env_name
+from chukwa_core.source_validation import validate_response_source_content
 from tests.chukwa_core.test_component_validation import HTTP_SOURCE, LLM_SOURCE
 
 LLM = LLM_SOURCE

@@ -25,6 +25,7 @@ from typing import Any, TypedDict
 
 from django.utils import timezone
 
+from chukwa_core.metric_kinds import METRIC_KINDS
 from cognition_app.budgets import TOKENS_PER_MESSAGE, completion_cap
 from cognition_app.costs import price_at, worst_case_cost
 from cognition_app.sources.retry import retry_policy
@@ -148,9 +149,12 @@ def experiment_estimate(*, data: Any) -> Estimate:
         snapshot = world_start(scenario_hash, {"hash": scenario_hash}, start, point).snapshot
         world = _world_chars(snapshot)
         profiles = snapshot["cognition_profiles"]
+        agents = 0
         for entity in snapshot["entities"]:
             kind = entity.get("kind")
             agent = kind.get("agent") if isinstance(kind, dict) else None
+            if isinstance(agent, dict):
+                agents += 1  # what a kind that asks each agent (a survey) multiplies by
             if not isinstance(agent, dict) or agent.get("cognition_profile") not in profiles:
                 continue
             workflow = profiles[agent["cognition_profile"]]["workflow"]
@@ -169,17 +173,15 @@ def experiment_estimate(*, data: Any) -> Estimate:
                 )
         judged_turns = len(design.measured_turns)  # the baseline is measured too
         for metric in metric_rows(hashes=list(design.metrics)):
-            content = metric["content"]
-            if metric["kind"] != "llm_judge":
+            calls = METRIC_KINDS[metric["kind"]].llm_calls(metric["content"], agents)
+            if calls is None:  # a kind that calls no model (an expression)
                 continue
             tally.add(
                 who="judges",
-                source_hash=content["source"]["hash"],
-                per_run=content["max_generation_attempts"],
+                source_hash=calls.source_hash,
+                per_run=calls.calls,
                 runs=judged_turns * replicates,
-                prompt=_tokens(
-                    _chars(content["system"]) + _chars(content["user_template"]) + world
-                ),
+                prompt=_tokens(calls.prompt_chars + world),
                 growing=False,
             )
     budget = design.budget

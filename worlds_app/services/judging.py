@@ -78,10 +78,11 @@ def _judge_replay(world: World) -> Replay | None:
 
 def judged(
     *, world: World, metric: Mapping[str, Any], views: Mapping[int, TurnView], turns: list[int]
-) -> Iterator[tuple[int, Outcome]]:
+) -> Iterator[dict[int, Outcome]]:
     """Score each of ``turns`` with the metric's judge, yielding each turn's outcome as soon as
-    it is judged; a turn the judge could not score has its error (``judge_output``, or the
-    source's failure class) and the last generation."""
+    it is judged (one turn a batch: a judging cut short keeps what it judged); a turn the judge
+    could not score has its error (``judge_output``, or the source's failure class) and the last
+    generation. The ``llm_judge`` kind's evaluator (``metric_evaluators``)."""
     content = metric["content"]
     subject = content.get("subject")
     states = turn_states(world=world, numbers=turns) if subject is not None else {}
@@ -113,13 +114,12 @@ def judged(
                 max_generation_attempts=content["max_generation_attempts"],
             )
         except JudgeFailed as exc:
-            yield (
-                number,
-                Outcome(
+            yield {
+                number: Outcome(
                     error_code=exc.code,
                     error_message=exc.message[:MAX_ERROR_MESSAGE],
                     llm_call_id=exc.llm_call_id,
-                ),
-            )
+                )
+            }
         else:
-            yield number, Outcome(value=score.score, llm_call_id=score.llm_call_id)
+            yield {number: Outcome(value=score.score, llm_call_id=score.llm_call_id)}

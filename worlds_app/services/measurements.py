@@ -7,21 +7,21 @@ turn: it reads committed turns only, on workers of its own queue.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
 from django.db import transaction
 
 from chukwa_core.errors import invalid
 from chukwa_core.ids import is_hash, label_problem
-from chukwa_core.metric_validation import EXPRESSION, LLM_JUDGE, compile_expression
-from chukwa_core.metric_values import SUBJECT_NOT_AGENT, Outcome, evaluate
+from chukwa_core.metric_kinds import METRIC_KINDS
+from chukwa_core.metric_values import SUBJECT_NOT_AGENT, Outcome
 from scenarios_app.selectors import metric_rows
 from worlds_app.history import first_turn, history_owners
 from worlds_app.models import Measurement, World
 from worlds_app.selectors import world_row
 from worlds_app.services.dispatch import send_measure
-from worlds_app.services.judging import judged
+from worlds_app.services.metric_evaluators import evaluator
 from worlds_app.turn_view import TurnView, turn_views
 
 logger = logging.getLogger(__name__)
@@ -85,30 +85,33 @@ def resolve_metric_refs(refs: Any, field: str = "metrics") -> list[MetricSummary
 
 
 def _check_subjects(world: World, found: list[MetricSummary]) -> None:
-    """A judge that interviews a ``subject`` asks about an agent of this world (its entities are
-    the same on every turn): 400 naming the metric otherwise."""
+    """A metric that asks about agents (a judge's ``subject``) asks about agents of this world
+    (its entities are the same on every turn): 400 naming the metric otherwise."""
     subjects = {
-        row["hash"]: row["content"]["subject"]
-        for row in metric_rows(hashes=[m["hash"] for m in found if m["kind"] == LLM_JUDGE])
-        if "subject" in row["content"]
+        row["hash"]: METRIC_KINDS[row["kind"]].subjects(row["content"])
+        for row in metric_rows(hashes=[m["hash"] for m in found])
     }
-    if not subjects:
+    if not any(subjects.values()):
         return
     entities = turn_views(world=world, numbers=[world.current_turn])[world.current_turn]["entities"]
     for index, metric in enumerate(found):
-        subject = subjects.get(metric["hash"])
-        if subject is None:
-            continue
-        entity = entities.get(subject)
-        kind = entity["kind"] if entity is not None else None
-        if kind != "agent":
-            what = "no entity" if kind is None else f"a {kind}, not an agent"
-            raise invalid(
-                SUBJECT_NOT_AGENT,
-                f"metrics[{index}]",
-                f"metric {metric['label']!r} interviews {subject!r}, which is {what} of world "
-                f"{world.slug!r}",
-            )
+        for subject in subjects.get(metric["hash"], ()):
+            _check_subject(world, metric, index, subject, entities)
+
+
+def _check_subject(
+    world: World, metric: MetricSummary, index: int, subject: str, entities: Mapping[str, Any]
+) -> None:
+    entity = entities.get(subject)
+    kind = entity["kind"] if entity is not None else None
+    if kind != "agent":
+        what = "no entity" if kind is None else f"a {kind}, not an agent"
+        raise invalid(
+            SUBJECT_NOT_AGENT,
+            f"metrics[{index}]",
+            f"metric {metric['label']!r} interviews {subject!r}, which is {what} of world "
+            f"{world.slug!r}",
+        )
 
 
 def measurement_request(*, slug: str, metrics: Any) -> MeasureRequestResult:
@@ -137,18 +140,21 @@ class MeasureResult(TypedDict):
 
 
 def _subject_problem(metric: Mapping[str, Any], views: Mapping[int, TurnView]) -> Outcome | None:
-    """A judge's ``subject`` must be an agent of the world (which no turn changes)."""
-    subject = metric.get("subject")
-    if subject is None or not views:
+    """Every agent a metric asks about (a judge's ``subject``) must be an agent of the world
+    (which no turn changes)."""
+    if not views:
         return None
-    entity = next(iter(views.values()))["entities"].get(subject)
-    if entity is not None and entity["kind"] == "agent":
-        return None
-    what = "no entity" if entity is None else f"a {entity['kind']}, not an agent"
-    return Outcome(
-        error_code=SUBJECT_NOT_AGENT,
-        error_message=f"subject: {subject!r} is {what} of this world",
-    )
+    entities = next(iter(views.values()))["entities"]
+    for subject in METRIC_KINDS[metric["kind"]].subjects(metric["content"]):
+        entity = entities.get(subject)
+        if entity is not None and entity["kind"] == "agent":
+            continue
+        what = "no entity" if entity is None else f"a {entity['kind']}, not an agent"
+        return Outcome(
+            error_code=SUBJECT_NOT_AGENT,
+            error_message=f"subject: {subject!r} is {what} of this world",
+        )
+    return None
 
 
 def world_measure(*, world_id: int, metric_hashes: list[str]) -> MeasureResult:
@@ -175,25 +181,21 @@ def world_measure(*, world_id: int, metric_hashes: list[str]) -> MeasureResult:
     if not wanted:
         return result
     views = turn_views(world=world, numbers=wanted)
-    outcomes: dict[int, Outcome]
     for metric in metrics:
         turns = [n for n in missing[metric["hash"]] if n in views]
-        content = metric["content"]
-        if metric["kind"] == EXPRESSION:
-            compiled = compile_expression(content["expression"], "expression")
-            outcomes = {n: evaluate(compiled, views[n]) for n in turns}
-        elif metric["kind"] == LLM_JUDGE:
-            problem = _subject_problem(content, views)
-            if problem is None:
-                # one turn at a time, each row written as soon as its turn is judged: a judging
-                # cut short (a worker killed) keeps what it measured and asks again only the rest
-                for number, outcome in judged(world=world, metric=metric, views=views, turns=turns):
-                    _write(world, metric, {number: outcome})
-                    result["written"] += 1
-                continue
-            outcomes = {n: problem for n in turns}
-        _write(world, metric, outcomes)
-        result["written"] += len(outcomes)
+        if not turns:
+            continue
+        problem = _subject_problem(metric, views)
+        # each batch is written as soon as it is measured (a judge's: one turn), so a measuring
+        # cut short (a worker killed) keeps what it measured and asks again only the rest
+        batches: Iterable[Mapping[int, Outcome]] = (
+            [{n: problem for n in turns}]
+            if problem is not None
+            else evaluator(metric["kind"])(world=world, metric=metric, views=views, turns=turns)
+        )
+        for outcomes in batches:
+            _write(world, metric, outcomes)
+            result["written"] += len(outcomes)
     return result
 
 
