@@ -350,7 +350,7 @@ def validate_response_source_content(content: object, field: str = "content") ->
         )
     if name == LLM_INTERFACE:
         if "max_concurrency" in interface:
-            # One concurrency setting per source (SPEC §13 "Scale"): the old spelling is named
+            # One concurrency setting per source (docs/workflows.md): the old spelling is named
             # with its successor rather than refused as an unknown key.
             raise invalid(
                 code,
