@@ -187,6 +187,15 @@ def validate_response_source_content(content: object, field: str = "content") ->
             f"unknown interface {name!r}; known interfaces: {', '.join(sorted(EXECUTABLE_INTERFACES))}",
         )
     if name == LLM_INTERFACE:
+        if "max_concurrency" in interface:
+            # One concurrency setting per source (docs/workflows.md): the old spelling is named
+            # with its successor rather than refused as an unknown key.
+            raise invalid(
+                code,
+                f"{iface_field}.max_concurrency",
+                f"is no longer accepted: a source's one concurrency setting is "
+                f'{iface_field}.limits.concurrency (write "limits": {{"concurrency": n}})',
+            )
         check_keys(
             interface,
             iface_field,
@@ -195,7 +204,6 @@ def validate_response_source_content(content: object, field: str = "content") ->
                 "api_key_env",
                 "params",
                 "max_string_length",
-                "max_concurrency",
                 "provider",
                 "retry",
                 "limits",
@@ -240,16 +248,6 @@ def validate_response_source_content(content: object, field: str = "content") ->
                     code,
                     f"{iface_field}.max_string_length",
                     f"must be an integer 16…4000, got {bound!r}",
-                )
-        if "max_concurrency" in interface:
-            # At most this many generations of the source in flight at once, per worker
-            # process (a provider's rate limit); concurrent subjects wait for a free slot.
-            limit = interface["max_concurrency"]
-            if not is_int(limit) or not 1 <= limit <= MAX_SOURCE_CONCURRENCY:
-                raise invalid(
-                    code,
-                    f"{iface_field}.max_concurrency",
-                    f"must be an integer 1…{MAX_SOURCE_CONCURRENCY}, got {limit!r}",
                 )
         params = require_object(interface.get("params", {}), f"{iface_field}.params", code)
         _check_limits(interface, iface_field, params)

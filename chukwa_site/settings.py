@@ -282,7 +282,7 @@ CELERY_TASK_ROUTES = {
 }
 # How often the reaper/re-drive runs: a lost dispatch delays an attempt by at most this long.
 CHUKWA_REAPER_PERIOD_SECONDS = env.float("CHUKWA_REAPER_PERIOD_SECONDS", 15)
-# Cluster-wide LLM source limits (cognition_app/sources/cluster_limits.py): how long a
+# Cluster-wide LLM source limits (cognition_app/sources/admission/cluster.py): how long a
 # concurrency slot outlives a worker that died holding it, and the window the per-minute limits
 # count over (60 s; shorter only in tests).
 CHUKWA_LIMIT_LEASE_SECONDS = env.float("CHUKWA_LIMIT_LEASE_SECONDS", 15.0)

@@ -190,7 +190,7 @@ def start_aux(env: dict[str, str], children: list[Child]) -> list[str]:
         env["CHUKWA_LLM_BASE_URL"] = f"{base}/v1"
         env["CHUKWA_EMBEDDED_MODEL"] = "true"  # the pages say replies come from a toy model
         # It generates one reply at a time: every worker's calls wait for it before their
-        # timeout_ms starts (cognition_app/sources/endpoint_slots.py), not in its queue.
+        # timeout_ms starts (cognition_app/sources/admission/endpoint.py), not in its queue.
         env["CHUKWA_LLM_MAX_CONCURRENCY"] = "1"
         # Sources may name an API key variable; the local server needs none.
         env.setdefault("CHUKWA_LLM_API_KEY", "embedded-model-needs-no-key")

@@ -21,15 +21,14 @@ from cognition_app.failures import SourceFailure
 from cognition_app.models import InvocationKind, InvocationStatus, ModelPrice
 from cognition_app.recording import GenerationRecord
 from cognition_app.redaction import redact_headers, scrub
+from cognition_app.sources.admission import CallRequest, admitted
+from cognition_app.sources.admission.cluster import note_rate_headers
 from cognition_app.sources.cancel import CANCELLED, CancelScope
-from cognition_app.sources.cluster_limits import cluster_slot, note_rate_headers
 from cognition_app.sources.components import source_content
 from cognition_app.sources.conformance import ensure_schema_enforced
 from cognition_app.sources.context import CallContext
 from cognition_app.sources.deadline import bounded
-from cognition_app.sources.endpoint_slots import endpoint_slot
 from cognition_app.sources.generation import Generation, Judge, verdict_fields
-from cognition_app.sources.limits import source_slot
 from cognition_app.sources.llm_replay import replayed_generation
 from cognition_app.sources.replay import fail_miss, request_key_of
 from cognition_app.sources.retry import with_retries
@@ -151,31 +150,22 @@ def invoke_llm(
         output_schema_hash=output_schema_hash,
         judge=judge,
         kind=kind,
+        what=what,
     )
-    # Free slots first (the source's max_concurrency, the endpoint's bound over every worker),
-    # then each try (a call of its own): a call waiting for a slot reserves and times nothing.
-    # The cluster-wide limits count what the call could spend (prompt estimate + max_tokens).
-    could = prompt_estimate(payload["messages"], response_format) + (completion_cap(params) or 0)
-    with (
-        source_slot(source_hash, iface.get("max_concurrency"), ctx.cancel, what),
-        cluster_slot(source_hash, iface.get("limits"), could, ctx.cancel, what) as waited,
-        endpoint_slot(iface["base_url_env"], ctx.cancel, what),
-    ):
-        if waited.limit:
-            ctx = dataclasses.replace(ctx, limit_wait_ms=waited.waited_ms, limit_wait=waited.limit)
-            send = dataclasses.replace(send, ctx=ctx)
-        return with_retries(
-            interface=iface,
-            ctx=ctx,
-            what=what,
-            call=lambda try_ctx: dataclasses.replace(send, ctx=try_ctx).run(config_failure),
-        )
+    # Each try is admitted on its own (cognition_app.sources.admission): it waits for every
+    # limit, reserves its budget and opens its rows; between tries it holds nothing.
+    return with_retries(
+        interface=iface,
+        ctx=ctx,
+        what=what,
+        call=lambda try_ctx: dataclasses.replace(send, ctx=try_ctx).run(config_failure),
+    )
 
 
 @dataclass
 class _Send:
-    """One live generation: the budget's reservation, the conformance check, the rows, the
-    stream."""
+    """One live generation (one try): its admission (the limits, the budget's reservation), the
+    conformance check, the rows, the stream."""
 
     ctx: CallContext
     source_hash: str
@@ -191,8 +181,11 @@ class _Send:
     output_schema_hash: str
     judge: Judge | None
     kind: str
+    what: str
 
     def run(self, config_failure: SourceFailure | None) -> Generation:
+        """One try: admitted (every limit, the budget last), then its rows and its stream; a
+        misconfigured source is refused without waiting for anything."""
         ctx, iface = self.ctx, self.source["interface"]
         # The price in force when the call starts; the cost is computed from it at the end. A
         # budget needs it first (to reserve); otherwise it is read in the round trip that opens
@@ -200,26 +193,25 @@ class _Send:
         price = None
         if config_failure is not None or ctx.budget is not None:
             price = price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now())
-        reservation = Reservation()
-        if config_failure is None and ctx.budget is not None:
-            outcome = ctx.budget.reserve(
-                world_id=ctx.world_id,
-                attempt_id=ctx.attempt_id,
-                prompt_tokens=prompt_estimate(self.payload["messages"], self.response_format),
-                max_completion=completion_cap(self.params),
-                price=price,
-                price_key=f"({iface['base_url_env']}, {iface['model']})",
-            )
-            if isinstance(outcome, str):
-                config_failure = SourceFailure("budget_exhausted", outcome)
-            else:
-                reservation = outcome
-        release = _Release(ctx.budget, reservation)
-        try:
-            return self._open_and_stream(config_failure, price, release)
-        finally:
-            if not release.handed_over:
-                release()
+        if config_failure is not None:
+            return self._open_and_stream(config_failure, price, _Release(None, Reservation()))
+        request = CallRequest(
+            source_hash=self.source_hash,
+            interface=iface,
+            ctx=ctx,
+            what=self.what,
+            prompt_tokens=prompt_estimate(self.payload["messages"], self.response_format),
+            max_completion=completion_cap(self.params),
+            price=price,
+        )
+        with admitted(request) as admission:
+            release = _Release(ctx.budget, admission.reservation)
+            sent = dataclasses.replace(self, ctx=admission.traced(ctx))
+            try:
+                return sent._open_and_stream(admission.refusal, price, release)
+            finally:
+                if not release.handed_over:
+                    release()
 
     def _open_and_stream(
         self, config_failure: SourceFailure | None, price: ModelPrice | None, release: _Release

@@ -6,8 +6,9 @@ Only transport failures are tried again (a timeout, a refused or dropped connect
 without a policy): never a model-content failure (``cognition_app.llm_nodes`` has its own lane for those),
 never another 4xx, a budget refusal, a cancel or a configuration error, and never a call served
 from a recording (a strict replay never goes live). Each try opens its own rows before any byte
-is sent, reserves and settles its own budget, and has its own ``timeout_ms``; a later try's row
-names the first try's (``retry_of``). Between tries the call waits ``backoff_ms``, doubled after
+is sent, passes every limit again (``cognition_app.sources.admission``: a call waiting between
+tries holds no slot, and a rate window counts each try), reserves and settles its own budget,
+and has its own ``timeout_ms``; a later try's row names the first try's (``retry_of``). Between tries the call waits ``backoff_ms``, doubled after
 each try, or longer when the endpoint's ``Retry-After`` asks so (capped by one ``timeout_ms``);
 a stop of the attempt ends the wait at once.
 """
@@ -45,6 +46,23 @@ RATE_LIMITED_MIN_WAIT_SECONDS = 0.5
 class RetryPolicy:
     attempts: int  # tries in all, the first included
     backoff_ms: int  # the wait before the second try, doubled before each later one
+
+    @property
+    def most_tries(self) -> int:
+        """The most tries one call can take: its policy's, or a 429's when more (what an
+        estimate's upper bound counts)."""
+        return max(self.attempts, RATE_LIMITED_TRIES)
+
+    @property
+    def billed_tries(self) -> int:
+        """The most tries of one call that can spend tokens: its policy's (a 429 is refused
+        before anything is generated, so its extra tries cost nothing)."""
+        return self.attempts
+
+    def allowed(self, exc: SourceFailure) -> int:
+        """Tries allowed in all once a try failed with ``exc``: a 429 is waited out up to
+        :data:`RATE_LIMITED_TRIES` tries, whatever the policy."""
+        return self.most_tries if exc.http_status == 429 else self.attempts
 
 
 def retry_policy(interface: Mapping[str, Any]) -> RetryPolicy:
@@ -116,10 +134,9 @@ def with_retries(
             if not is_transient(exc) or first is None or exc.invocation_id is None:
                 raise _naming_tries(exc, tries) from None
             wait = wait_before(policy, len(tries), exc, timeout_s)
-            allowed = policy.attempts
+            allowed = policy.allowed(exc)
             if exc.http_status == 429:
                 # the endpoint asked to slow down, not a fault: waited out, whatever the policy
-                allowed = max(allowed, RATE_LIMITED_TRIES)
                 wait = max(wait, RATE_LIMITED_MIN_WAIT_SECONDS)
             if len(tries) >= allowed or time.monotonic() + wait + timeout_s > window_ends:
                 raise _naming_tries(exc, tries) from None

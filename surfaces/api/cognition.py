@@ -64,9 +64,13 @@ class InvocationSummarySerializer(serializers.Serializer):
     )
     limit_wait_ms = serializers.IntegerField(
         allow_null=True,
-        help_text="how long the call waited for capacity under its source's limits; null: none",
+        help_text="how long this try waited for capacity (every limit, before it was sent); "
+        "null: none",
     )
-    limit_wait = _text(help_text="the limit it waited on (concurrency, requests_per_minute, …)")
+    limit_wait = _text(
+        help_text="the limit it waited on longest (concurrency, requests_per_minute, "
+        "tokens_per_minute, rate_limited, endpoint_concurrency)"
+    )
 
     class Meta:
         ref_name = "SourceInvocationSummary"

@@ -352,24 +352,33 @@ def test_sampling_params_are_accepted() -> None:
     )
 
 
-# --- max_concurrency ----------------------------------------------------------------
+# --- concurrency: one setting, limits.concurrency -------------------------------------------
 
 
 @pytest.mark.parametrize("limit", [1, 4, 256])
 def test_an_llm_source_may_bound_its_concurrency(limit: int) -> None:
-    validate_response_source_content(_iface(LLM, max_concurrency=limit))
+    validate_response_source_content(_iface(LLM, limits={"concurrency": limit}))
 
 
 @pytest.mark.parametrize("limit", [0, -1, 257, 2.0, "4", True])
-def test_max_concurrency_is_an_integer_1_to_256(limit: Any) -> None:
-    assert _code(_iface(LLM, max_concurrency=limit)) == (
+def test_limits_concurrency_is_an_integer_1_to_256(limit: Any) -> None:
+    assert _code(_iface(LLM, limits={"concurrency": limit})) == (
         "invalid_response_source",
-        "content.interface.max_concurrency",
+        "content.interface.limits.concurrency",
     )
 
 
-def test_http_json_sources_have_no_max_concurrency() -> None:
+@pytest.mark.parametrize("limit", [1, 4])
+def test_the_old_max_concurrency_is_refused_naming_limits_concurrency(limit: int) -> None:
+    with pytest.raises(ChukwaError) as caught:
+        validate_response_source_content(_iface(LLM, max_concurrency=limit))
+    assert caught.value.details["field"] == "content.interface.max_concurrency"
+    assert "content.interface.limits.concurrency" in caught.value.message
+
+
+def test_http_json_sources_have_no_concurrency_setting() -> None:
     assert _code(_iface(HTTP, max_concurrency=2))[0] == "invalid_response_source"
+    assert _code(_iface(HTTP, limits={"concurrency": 2}))[0] == "invalid_response_source"
 
 
 # --- JSON Schemas are self-contained ---------------------------------------------------------

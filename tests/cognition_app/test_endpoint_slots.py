@@ -12,8 +12,35 @@ from django.db import connection
 
 from chukwa_core.ids import bound_concurrency_env_name
 from cognition_app.failures import SourceFailure
+from cognition_app.sources.admission import endpoint
+from cognition_app.sources.admission.base import CallRequest, Held, LimitWaits, take_waiting
+from cognition_app.sources.admission.endpoint import endpoint_limit
 from cognition_app.sources.cancel import CancelScope
-from cognition_app.sources.endpoint_slots import endpoint_limit, endpoint_slot
+from cognition_app.sources.context import CallContext
+
+
+def _request(what: str, cancel: CancelScope | None = None) -> CallRequest:
+    """A request to the endpoint CHUKWA_LLM_BASE_URL names, outside any world."""
+    ctx = CallContext(
+        attempt_id=None, world_id=0, world_slug="", attempted_turn=0, next_seq=lambda: 0
+    )
+    ctx.cancel = cancel
+    return CallRequest(
+        source_hash="e" * 64,
+        interface={"base_url_env": "CHUKWA_LLM_BASE_URL", "model": "m"},
+        ctx=ctx,
+        what=what,
+        prompt_tokens=0,
+        max_completion=None,
+        price=None,
+    )
+
+
+def _slot(what: str, cancel: CancelScope | None = None) -> Held:
+    """The endpoint's slot, waited for in admission's one wait loop."""
+    held = take_waiting(endpoint.LIMIT, _request(what, cancel), LimitWaits())
+    assert isinstance(held, Held)
+    return held
 
 
 @pytest.mark.parametrize(
@@ -41,8 +68,7 @@ def test_a_malformed_bound_fails_naming_the_variable(
 def test_no_bound_no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CHUKWA_LLM_MAX_CONCURRENCY", raising=False)
     assert endpoint_limit("CHUKWA_LLM_BASE_URL") is None
-    with endpoint_slot("CHUKWA_LLM_BASE_URL", None, "a call"):
-        pass
+    assert endpoint.LIMIT.take(_request("a call")) == Held()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -54,9 +80,10 @@ def test_a_slot_is_shared_by_every_connection_and_a_stop_ends_the_wait(
 
     def hold() -> None:  # another worker's call, on its own connection
         try:
-            with endpoint_slot("CHUKWA_LLM_BASE_URL", None, "their call"):
-                holding.set()
-                release.wait(10)
+            held = _slot("their call")
+            holding.set()
+            release.wait(10)
+            held.give_back()
         finally:
             connection.close()
 
@@ -67,11 +94,9 @@ def test_a_slot_is_shared_by_every_connection_and_a_stop_ends_the_wait(
     threading.Timer(0.3, cancel.cancel, args=("another subject failed",)).start()
     started = time.monotonic()
     with pytest.raises(SourceFailure) as excinfo:
-        with endpoint_slot("CHUKWA_LLM_BASE_URL", cancel, "our call"):
-            pass
+        _slot("our call", cancel)
     assert excinfo.value.failure_class == "cancelled"
     assert 0.25 <= time.monotonic() - started < 5  # it waited for the slot until stopped
     release.set()
     other.join(10)
-    with endpoint_slot("CHUKWA_LLM_BASE_URL", None, "our call"):  # given back: free at once
-        pass
+    _slot("our call").give_back()  # given back: free at once

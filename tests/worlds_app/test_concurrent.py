@@ -78,7 +78,7 @@ def _fresh_llm(llm: ScriptedLLM) -> None:
 # --- scenarios ----------------------------------------------------------------------------------
 
 
-def _source(max_concurrency: int | None = None) -> dict[str, Any]:
+def _source(concurrency: int | None = None) -> dict[str, Any]:
     interface: dict[str, Any] = {
         "name": "llm_chat_completions",
         "model": "scripted-model",
@@ -88,8 +88,8 @@ def _source(max_concurrency: int | None = None) -> dict[str, Any]:
         "timeout_ms": 30000,
         "params": {"max_tokens": 400},
     }
-    if max_concurrency is not None:
-        interface["max_concurrency"] = max_concurrency
+    if concurrency is not None:
+        interface["limits"] = {"concurrency": concurrency}
     return {"version": 1, "label": "chat", "interface": interface}
 
 
@@ -124,9 +124,9 @@ def _world(
     concurrent: list[str],
     ordered: list[str] = (),  # type: ignore[assignment]
     *,
-    max_concurrency: int | None = None,
+    concurrency: int | None = None,
 ) -> None:
-    source = _source(max_concurrency)
+    source = _source(concurrency)
     entities = [
         {
             "inline": {
@@ -381,9 +381,9 @@ def test_the_deployment_bound_holds(llm: ScriptedLLM, bounded_worker: str) -> No
     assert llm.max_in_flight == 2  # CHUKWA_MAX_CONCURRENT_SUBJECTS=2
 
 
-def test_a_sources_max_concurrency_holds(llm: ScriptedLLM, worker: str) -> None:
+def test_a_sources_concurrency_limit_holds(llm: ScriptedLLM, worker: str) -> None:
     subjects = ["alpha", "beta", "gamma", "delta", "epsilon"]
-    _world("limited", subjects, max_concurrency=2)  # the deployment allows 8
+    _world("limited", subjects, concurrency=2)  # the deployment allows 8
     replies = {s: Reply(text=json.dumps(_final(f"{s} waits.")), delay_s=0.3) for s in subjects}
     llm.route(_router(llm, replies, together=2))
     attempt = _run(worker, "limited")

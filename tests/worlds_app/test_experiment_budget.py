@@ -25,6 +25,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from cognition_app.models import LlmCall, ModelPrice, SourceInvocation
+from cognition_app.sources.retry import RATE_LIMITED_TRIES
 from scenarios_app.services import metric_put, scenario_assemble
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worker import routed_to, worker_process
@@ -39,7 +40,9 @@ MAX_TOKENS = 100
 USAGE = {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}
 
 
-def _scenario(max_tokens: int | None = MAX_TOKENS, model: str = "scripted-model") -> str:
+def _scenario(
+    max_tokens: int | None = MAX_TOKENS, model: str = "scripted-model", **iface_extra: Any
+) -> str:
     """ant_on_plate (one agent, an LLM tool loop) on the scripted model."""
     body = fixture_body("ant_on_plate")
     node = workflow_of(body, "ant")["nodes"][0]
@@ -47,6 +50,7 @@ def _scenario(max_tokens: int | None = MAX_TOKENS, model: str = "scripted-model"
     iface["model"] = model
     iface["timeout_ms"] = 30000
     iface["params"] = {"temperature": 0} | ({"max_tokens": max_tokens} if max_tokens else {})
+    iface.update(iface_extra)
     return str(scenario_assemble(data=body)["scenario_hash"])
 
 
@@ -220,14 +224,16 @@ def test_the_estimate_prices_a_design_and_writes_nothing(operator_client: APICli
     assert answer.status_code == 200, answer.json()
     estimate = answer.json()
     # 6 worlds by 3 turns, one agent whose tool loop makes at most 3 generations
-    # (max_generation_attempts 3 + max_tool_calls 0), no judge
+    # (max_generation_attempts 3 + max_tool_calls 0), no judge; each may be sent as many times
+    # as a 429 allows (no retry policy)
     assert (estimate["worlds"], estimate["turns_per_world"]) == (6, 3)
-    assert estimate["calls"] == {"agents": 54, "judges": 0, "total": 54}
-    assert estimate["tokens"]["completion"] == 54 * MAX_TOKENS
+    calls = 54 * RATE_LIMITED_TRIES
+    assert estimate["calls"] == {"agents": calls, "judges": 0, "total": calls}
+    assert estimate["tokens"]["completion"] == calls * MAX_TOKENS
     prompt = estimate["tokens"]["prompt"]
     # the transcript grows by one completion cap per earlier round: 0 + 100 + 200 per turn
-    assert (prompt - 18 * 300) % 54 == 0 and prompt > 54 * 200
-    expected = (Decimal(prompt) * 1 + Decimal(54 * MAX_TOKENS) * 4) / 1_000_000
+    assert (prompt - 18 * RATE_LIMITED_TRIES * 300) % calls == 0 and prompt > calls * 200
+    expected = (Decimal(prompt) * 1 + Decimal(calls * MAX_TOKENS) * 4) / 1_000_000
     assert Decimal(estimate["cost"]) == expected.quantize(Decimal("1e-6"))
     assert estimate["within_budget"] is (expected <= Decimal("0.01"))
     assert estimate["unpriced"] == [] and estimate["unbounded"] == []
@@ -276,10 +282,44 @@ def test_a_judge_is_counted_once_per_measured_turn(operator_client: APIClient) -
     )["hash"]
     design = {**_design("judged", scenario), "metrics": [{"hash": judge}]}
     estimate = operator_client.post("/api/experiments/estimate/", design, format="json").json()
-    # 6 worlds by 4 measured turns (the baseline too) by 2 generations
-    assert estimate["calls"]["judges"] == 48
-    assert estimate["calls"]["total"] == 54 + 48
+    # 6 worlds by 4 measured turns (the baseline too) by 2 generations, each sent as many times
+    # as a 429 allows; tokens only on the tries that can spend them (no retry policy: one)
+    tries = RATE_LIMITED_TRIES
+    assert estimate["calls"]["judges"] == 48 * tries
+    assert estimate["calls"]["total"] == (54 + 48) * tries
     assert estimate["tokens"]["completion"] == 54 * MAX_TOKENS + 48 * 10
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("retry", [None, {"attempts": 2}, {"attempts": 5}])
+def test_the_estimates_bound_counts_the_tries_a_429_may_take(
+    operator_client: APIClient, retry: dict[str, int] | None
+) -> None:
+    """A 429 is tried again up to RATE_LIMITED_TRIES times whatever the source's policy (which
+    allows at most as many), each try a request that reserves what it could spend: the bound
+    counts the most tries a call can take; its tokens and cost count the tries that can spend
+    (the policy's: a 429 is refused before anything is generated)."""
+    tries = RATE_LIMITED_TRIES
+    billed = (retry or {}).get("attempts", 1)
+    scenario = _scenario(**({"retry": retry} if retry else {}))
+    ModelPrice.objects.create(
+        url_env="CHUKWA_LLM_BASE_URL",
+        model="scripted-model",
+        input_per_million=Decimal("1"),
+        cached_input_per_million=Decimal("0.5"),
+        output_per_million=Decimal("4"),
+        valid_from=timezone.now() - timezone.timedelta(days=1),
+    )
+    estimate = operator_client.post(
+        "/api/experiments/estimate/", _design("tries", scenario), format="json"
+    ).json()
+    # 6 worlds by 3 turns by 3 generations, each sent at most ``tries`` times
+    assert estimate["calls"]["total"] == 54 * tries
+    assert estimate["tokens"]["completion"] == 54 * billed * MAX_TOKENS
+    expected = (Decimal(estimate["tokens"]["prompt"]) + Decimal(54 * billed * MAX_TOKENS) * 4) / (
+        1_000_000
+    )
+    assert Decimal(estimate["cost"]) == expected.quantize(Decimal("1e-6"))
 
 
 @pytest.mark.django_db

@@ -28,7 +28,7 @@ def _two_ants(execution: str) -> dict[str, Any]:
     workflow = body["cognition_profiles"]["ant"]["inline"]["workflow"]["inline"]
     workflow["execution"] = execution
     # One generation at a time: the second ant's waits for the first one's slot.
-    workflow["nodes"][0]["llm_source_ref"]["inline"]["interface"]["max_concurrency"] = 1
+    workflow["nodes"][0]["llm_source_ref"]["inline"]["interface"]["limits"] = {"concurrency": 1}
     ant = next(e for e in body["entities"] if e["inline"]["id"] == "ant")
     second = copy.deepcopy(ant)
     second["inline"]["id"] = "ant_b"

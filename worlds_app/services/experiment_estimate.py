@@ -4,9 +4,11 @@ budget"). Nothing is written.
 The bound on **calls** is exact: every agent runs its profile's workflow once per turn; an
 ``llm_text`` node makes at most ``max_generation_attempts`` generations, an ``llm_tool_loop`` at
 most ``max_tool_calls + max_generation_attempts``; a judge at most its ``max_generation_attempts``
-per measured turn (turn 0, the baseline, included); a source with a ``retry`` policy may send
-each generation ``retry.attempts`` times. The bound on **completion tokens** is exact too: each
-generation at most the source's ``max_tokens``. **Prompt tokens** cannot be known before the
+per measured turn (turn 0, the baseline, included); each generation may be sent as many times
+as its source's retry policy allows, a 429's tries included (``RetryPolicy.most_tries``). The
+bound on **completion tokens** is exact too: each generation at most the source's
+``max_tokens``, on each try that can spend tokens (``RetryPolicy.billed_tries``: a 429 is refused
+before anything is generated, so its tries count as calls but spend nothing). **Prompt tokens** cannot be known before the
 run (the world grows as it runs): each generation is taken as its prompt template, its node's
 tools and schemas and the whole initial world, characters / 4, plus, in a tool loop, the
 completion cap again for every earlier round of its transcript. That is why the budget is
@@ -36,8 +38,9 @@ from worlds_app.services.experiment_design import design_of
 from worlds_app.services.worlds import parse_start_time, world_start
 
 METHOD = (
-    "upper bound on calls and completion tokens (every generation a node or judge may make, "
-    "retries included, each at its source's max_tokens); prompt tokens estimated from the "
+    "upper bound on calls and completion tokens (every generation a node or judge may make; "
+    "calls count each try its source's retry policy or a 429 allows, tokens each try its retry "
+    "policy allows — a 429 spends nothing — each at its source's max_tokens); prompt tokens estimated from the "
     "prompt template, the node's tools and schemas and the initial world (characters / 4); "
     "cost at the prices in force now, no prompt token assumed cached"
 )
@@ -95,8 +98,9 @@ class _Tally:
         generations of one source, each ``prompt`` tokens, plus, when the transcript grows
         round by round (a tool loop), the completion cap for every earlier round."""
         iface = self.interface(source_hash)
-        tries = retry_policy(iface).attempts
-        self.calls[who] += per_run * runs * tries
+        policy = retry_policy(iface)
+        self.calls[who] += per_run * runs * policy.most_tries
+        tries = policy.billed_tries
         cap = completion_cap(iface.get("params", {}))
         key = f"({iface.get('base_url_env', '?')}, {iface.get('model', '?')})"
         if cap is None:

@@ -2,22 +2,24 @@
 across every worker process on every machine through Redis, so that adding machines adds
 throughput until the model's limits bind and never past them.
 
-- ``concurrency``: at most that many of the source's generations in flight. Each holds a
+- ``concurrency``: at most that many of the source's requests in flight (a try waiting to be
+  tried again holds none). Each holds a
   **lease** in a sorted set (score: when it expires). A process renews the leases it holds
   every third of a lease; a process that dies stops renewing, and its slots come back when
   their leases run out (``CHUKWA_LIMIT_LEASE_SECONDS``, 15 s): a killed worker cannot leak
   capacity.
-- ``requests_per_minute``: a sliding window of the last minute's requests.
-- ``tokens_per_minute``: a sliding window of the last minute's tokens, each call counted at its
+- ``requests_per_minute``: a sliding window of the last minute's requests sent, every try of a
+  call counted.
+- ``tokens_per_minute``: a sliding window of the last minute's tokens, each request counted at its
   prompt estimate plus its ``max_tokens`` (what it could spend; counted before it is sent).
 - **The endpoint's own word**: a 429 with ``Retry-After``, or ``x-ratelimit-remaining-*: 0``
   with its ``x-ratelimit-reset-*``, pauses every worker's calls to the source for that long.
 
 Checking and taking capacity is one Lua script, atomic in Redis: two workers cannot both take
-the last slot. A call that must wait tries again every :data:`WAIT_STEP_SECONDS` (or when the
-window says capacity returns), stops at once when its attempt is stopped, and its wait is
-recorded on its rows (``limit_wait_ms``, ``limit_wait``) and shown on the timeline. The wait
-happens before the call reserves budget, opens its rows or starts its ``timeout_ms``.
+the last slot. The script answers which of the limits binds (``concurrency``,
+``requests_per_minute``, ``tokens_per_minute``, or ``rate_limited`` while the endpoint's pause
+lasts) and when it may free up; admission (``cognition_app.sources.admission``) waits and records
+the wait like any other limit's.
 """
 
 from __future__ import annotations
@@ -27,20 +29,17 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from django.conf import settings
 from redis.exceptions import RedisError
 
 from cognition_app.failures import SourceFailure
-from cognition_app.sources.cancel import CancelScope
+from cognition_app.sources.admission.base import CallRequest, Held, Refused, Wait
 
 logger = logging.getLogger(__name__)
-
-WAIT_STEP_SECONDS = 0.05
 
 # KEYS: concurrency, requests, tokens, pause. ARGV: now_ms, token, lease_ms, concurrency,
 # requests_per_minute, tokens_per_minute, tokens, window_ms. Returns {1, "", 0} when taken, else
@@ -95,19 +94,6 @@ if tpm > 0 then
 end
 return {1, '', 0}
 """
-
-
-@dataclass
-class LimitWait:
-    """How long a call waited for capacity, and which limit it waited on (the longest)."""
-
-    waited_ms: int = 0
-    limit: str = ""
-    _by_limit: dict[str, float] = field(default_factory=dict)
-
-    def add(self, limit: str, seconds: float) -> None:
-        self._by_limit[limit] = self._by_limit.get(limit, 0.0) + seconds
-        self.limit = max(self._by_limit, key=lambda name: self._by_limit[name])
 
 
 class _Leases:
@@ -180,75 +166,71 @@ def _keys(source_hash: str) -> list[str]:
     return [f"{prefix}:{name}" for name in ("concurrency", "requests", "tokens", "pause")]
 
 
-@contextmanager
-def cluster_slot(
-    source_hash: str,
-    limits: Mapping[str, int] | None,
-    tokens: int,
-    cancel: CancelScope | None,
-    what: str,
-) -> Iterator[LimitWait]:
-    """Wait for capacity under ``limits`` (none: no wait), hold it while the call runs, and
-    give the concurrency slot back after. Yields what the wait was."""
-    wait = LimitWait()
+class ClusterLimits:
+    name = "limits"
+
+    def take(self, request: CallRequest) -> Held | Wait | Refused:
+        return take_capacity(request.source_hash, request.limits, request.could_spend)
+
+
+LIMIT = ClusterLimits()
+
+
+def take_capacity(
+    source_hash: str, limits: Mapping[str, int], tokens: int
+) -> Held | Wait | Refused:
+    """Take capacity for one request under ``limits`` (none: nothing to take), or name the limit
+    that binds and when it may free up. A concurrency slot is held until given back (its lease
+    renewed meanwhile); a window's entry stays: the request was sent."""
     if not limits:
-        yield wait
-        return
+        return Held()
+    tpm = int(limits.get("tokens_per_minute", 0))
+    if tpm and tokens > tpm:
+        return Refused(
+            SourceFailure(
+                "config",
+                f"limits.tokens_per_minute = {tpm}: this call could spend {tokens} tokens (prompt "
+                "estimate + max_tokens), more than a minute allows; it was not sent",
+            )
+        )
     keys = _keys(source_hash)
     token = uuid.uuid4().hex
     conc = int(limits.get("concurrency", 0))
     args = [
+        _now_ms(),
         token,
         int(_lease_seconds() * 1000),
         conc,
         int(limits.get("requests_per_minute", 0)),
-        int(limits.get("tokens_per_minute", 0)),
+        tpm,
         tokens,
         int(settings.CHUKWA_LIMIT_WINDOW_SECONDS * 1000),
     ]
-    if limits.get("tokens_per_minute") and tokens > limits["tokens_per_minute"]:
-        raise SourceFailure(
-            "config",
-            f"limits.tokens_per_minute = {limits['tokens_per_minute']}: this call could spend "
-            f"{tokens} tokens (prompt estimate + max_tokens), more than a minute allows; it "
-            "was not sent",
-        )
-    script = client().register_script(_ACQUIRE)
-    started = time.monotonic()
-    while True:
-        try:
-            taken, limit, retry_ms = script(keys=keys, args=[_now_ms(), *args])
-        except (RedisError, OSError) as exc:  # fail closed: unchecked, the call is not sent
-            raise SourceFailure(
+    try:
+        taken, limit, retry_ms = client().register_script(_ACQUIRE)(keys=keys, args=args)
+    except (RedisError, OSError) as exc:  # fail closed: unchecked, the call is not sent
+        return Refused(
+            SourceFailure(
                 "transport",
                 f"the source's limits could not be checked (Redis unavailable: "
                 f"{type(exc).__name__}); it was not sent",
-            ) from None
-        if int(taken) == 1:
-            break
+            )
+        )
+    if int(taken) != 1:
         limit = limit.decode() if isinstance(limit, bytes) else str(limit)
-        step = WAIT_STEP_SECONDS
-        if int(retry_ms) > 0:
-            step = min(max(int(retry_ms) / 1000, WAIT_STEP_SECONDS), 1.0)
-        before = time.monotonic()
-        if cancel is not None and cancel.wait(step):
-            cancel.check(what)
-        elif cancel is None:
-            time.sleep(step)
-        wait.add(limit, time.monotonic() - before)
-    if wait.limit:
-        wait.waited_ms = round((time.monotonic() - started) * 1000)
-    if conc:
-        _leases.hold(keys[0], token)
+        return Wait(limit, retry_in=int(retry_ms) / 1000 if int(retry_ms) > 0 else None)
+    if not conc:
+        return Held()
+    _leases.hold(keys[0], token)
+    return Held(give_back=partial(_give_back, keys[0], token))
+
+
+def _give_back(key: str, token: str) -> None:
+    _leases.drop(token)
     try:
-        yield wait
-    finally:
-        if conc:
-            _leases.drop(token)
-            try:
-                client().zrem(keys[0], token)
-            except (RedisError, OSError) as exc:  # the lease runs out by itself
-                logger.warning("limit slot not given back, Redis unavailable (%s)", exc)
+        client().zrem(key, token)
+    except (RedisError, OSError) as exc:  # the lease runs out by itself
+        logger.warning("limit slot not given back, Redis unavailable (%s)", exc)
 
 
 _DURATION = re.compile(

@@ -1,0 +1,97 @@
+"""Call admission: every limit a request must pass before it is sent, checked for each request
+sent — each try of a call, inside the retry loop — in one fixed order, each wait waited in one
+loop and recorded the same way on the try's rows (``limit_wait_ms``: how long in all;
+``limit_wait``: the limit it waited on longest).
+
+The order (:data:`LIMITS`), cheapest and most local first, the budget last:
+
+1. ``process``: the source's ``limits.concurrency`` within this worker process (in memory);
+2. ``cluster``: the source's ``limits`` over every worker (Redis): ``concurrency`` leases,
+   ``requests_per_minute`` and ``tokens_per_minute`` windows, the endpoint's ``rate_limited``
+   pause;
+3. ``endpoint``: the deployment's ``CHUKWA_<X>_MAX_CONCURRENCY`` (PostgreSQL advisory locks);
+4. ``budget``: the world's and its experiment's budgets, reserved (never waits: fits or is
+   refused).
+
+Capacity is taken for one request and given back when its try ends: a call waiting to be tried
+again (its backoff, a 429's ``Retry-After``) holds no slot, and a rate window counts every
+request sent, retries included. A request waits before its rows open and before its
+``timeout_ms`` starts, so a deadline covers the exchange only. A refusal (a budget that does not
+fit, a limit misconfigured) gives back what was taken and fails the try, traced like any other.
+
+Adding a limit: a module in this package with a class whose ``take`` answers
+:class:`~cognition_app.sources.admission.base.Held`, ``Wait`` or ``Refused`` (``base.Limit``),
+and one entry in :data:`LIMITS` at its place in the order. Nothing else branches on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from cognition_app.budgets import Reservation
+from cognition_app.failures import SourceFailure
+from cognition_app.sources.admission import budget, cluster, endpoint, process
+from cognition_app.sources.admission.base import (
+    CallRequest,
+    Held,
+    Limit,
+    LimitWaits,
+    Refused,
+    take_waiting,
+)
+from cognition_app.sources.context import CallContext
+
+__all__ = ["LIMITS", "Admission", "CallRequest", "admitted"]
+
+# The registry, in the order a request passes the limits.
+LIMITS: tuple[Limit, ...] = (process.LIMIT, cluster.LIMIT, endpoint.LIMIT, budget.LIMIT)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What admitting one request came to: its waits, and either the capacity it holds (with
+    the budget's reservation) or why it may not be sent."""
+
+    waits: LimitWaits
+    refusal: SourceFailure | None
+    reservation: Reservation
+
+    def traced(self, ctx: CallContext) -> CallContext:
+        """The try's context, carrying its waits to the rows it opens (every limit's alike)."""
+        if not self.waits.seconds:
+            return ctx
+        return dataclasses.replace(
+            ctx, limit_wait_ms=self.waits.waited_ms, limit_wait=self.waits.limit
+        )
+
+
+@contextmanager
+def admitted(request: CallRequest) -> Iterator[Admission]:
+    """Pass every limit in order, waiting as each asks, and hold what was taken while the
+    request's try runs; given back, last first, when it ends (or when a limit refuses)."""
+    waits = LimitWaits()
+    held: list[Held] = []
+    refusal: SourceFailure | None = None
+    try:
+        for limit in LIMITS:
+            outcome = take_waiting(limit, request, waits)
+            if isinstance(outcome, Refused):
+                refusal = outcome.failure
+                break
+            held.append(outcome)
+        reservation = next((h.reservation for h in held if h.reservation is not None), None)
+        if refusal is not None:
+            # not sent: nothing to settle later, and no slot held while its refusal is traced
+            _give_back(held)
+            held = []
+        yield Admission(waits, refusal, reservation or Reservation(in_ledger=False))
+    finally:
+        _give_back(held)
+
+
+def _give_back(held: list[Held]) -> None:
+    for hold in reversed(held):
+        hold.give_back()

@@ -1,0 +1,127 @@
+"""What a limit is to the admission of a request (``cognition_app.sources.admission``): the
+request it is asked about, and the three answers it may give — taken (:class:`Held`), not yet
+(:class:`Wait`), never (:class:`Refused`) — plus the one wait loop every limit waits in and the
+record of the waits that the call's trace keeps."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from cognition_app.budgets import Reservation
+from cognition_app.failures import SourceFailure
+from cognition_app.models import ModelPrice
+from cognition_app.sources.context import CallContext
+
+# How often a request waiting for capacity tries again (and looks at its attempt's cancel flag)
+# when the limit cannot say when capacity returns; the longest it sleeps when it can.
+WAIT_STEP_SECONDS = 0.05
+MAX_STEP_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """One request about to be sent (one try of a call): what every limit is asked about."""
+
+    source_hash: str
+    interface: Mapping[str, Any]
+    ctx: CallContext
+    what: str  # how a cancel names the call
+    prompt_tokens: int  # the prompt estimate
+    max_completion: int | None  # the source's max_tokens, if any
+    price: ModelPrice | None  # the price in force (read only under a budget)
+
+    @property
+    def limits(self) -> Mapping[str, int]:
+        """The source's ``limits`` (docs/workflows.md, "Limits"); empty when it sets none."""
+        return self.interface.get("limits") or {}
+
+    @property
+    def could_spend(self) -> int:
+        """What the request could spend in tokens: prompt estimate + max_tokens."""
+        return self.prompt_tokens + (self.max_completion or 0)
+
+
+def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Held:
+    """Capacity taken for one request: ``give_back`` when the try ends (a rate window's entry
+    stays: it counts the request sent); ``reservation``, the budget's, settled by whoever writes
+    the finished rows."""
+
+    give_back: Callable[[], None] = _nothing
+    reservation: Reservation | None = None
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Not now: ``limit`` binds (as the trace names it); capacity may return in ``retry_in``
+    seconds (None: unknown, try again after a step; 0: the limit already waited, try at once)."""
+
+    limit: str
+    retry_in: float | None = None
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Never, for this request: it is not sent, and its try fails with ``failure``."""
+
+    failure: SourceFailure
+
+
+class Limit(Protocol):
+    """One kind of capacity a request needs before it is sent."""
+
+    name: str  # the limit's own name (docs, errors); its waits name what binds
+
+    def take(self, request: CallRequest) -> Held | Wait | Refused:
+        """Take capacity for this request without waiting (a limit that does not apply to the
+        request answers ``Held()``)."""
+
+
+@dataclass
+class LimitWaits:
+    """How long one request waited for capacity, limit by limit; the trace records the total
+    and the limit it waited on longest."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def add(self, limit: str, seconds: float) -> None:
+        self.seconds[limit] = self.seconds.get(limit, 0.0) + seconds
+
+    @property
+    def waited_ms(self) -> int | None:
+        return round(sum(self.seconds.values()) * 1000) if self.seconds else None
+
+    @property
+    def limit(self) -> str:
+        return max(self.seconds, key=lambda name: self.seconds[name]) if self.seconds else ""
+
+
+def take_waiting(limit: Limit, request: CallRequest, waits: LimitWaits) -> Held | Refused:
+    """The one wait loop: ask ``limit`` until it holds or refuses, sleeping a step (or until
+    it says capacity returns) between asks, each wait added to ``waits`` under the name of what
+    bound. A stop of the attempt ends the wait at once."""
+    cancel = request.ctx.cancel
+    while True:
+        before = time.monotonic()
+        outcome = limit.take(request)
+        if not isinstance(outcome, Wait):
+            return outcome
+        if outcome.retry_in is None:
+            step = WAIT_STEP_SECONDS
+        elif outcome.retry_in <= 0:
+            step = 0.0  # the limit waited itself
+        else:
+            step = min(max(outcome.retry_in, WAIT_STEP_SECONDS), MAX_STEP_SECONDS)
+        if cancel is not None:
+            if step == 0 or cancel.wait(step):
+                cancel.check(request.what)
+        elif step:
+            time.sleep(step)
+        waits.add(outcome.limit, time.monotonic() - before)
