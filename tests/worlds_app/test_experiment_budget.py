@@ -225,15 +225,15 @@ def test_the_estimate_prices_a_design_and_writes_nothing(operator_client: APICli
     estimate = answer.json()
     # 6 worlds by 3 turns, one agent whose tool loop makes at most 3 generations
     # (max_generation_attempts 3 + max_tool_calls 0), no judge; each may be sent as many times
-    # as a 429 allows (no retry policy)
+    # as a 429 allows (no retry policy), but only the one try that is answered spends tokens
     assert (estimate["worlds"], estimate["turns_per_world"]) == (6, 3)
     calls = 54 * RATE_LIMITED_TRIES
     assert estimate["calls"] == {"agents": calls, "judges": 0, "total": calls}
-    assert estimate["tokens"]["completion"] == calls * MAX_TOKENS
+    assert estimate["tokens"]["completion"] == 54 * MAX_TOKENS
     prompt = estimate["tokens"]["prompt"]
     # the transcript grows by one completion cap per earlier round: 0 + 100 + 200 per turn
-    assert (prompt - 18 * RATE_LIMITED_TRIES * 300) % calls == 0 and prompt > calls * 200
-    expected = (Decimal(prompt) * 1 + Decimal(calls * MAX_TOKENS) * 4) / 1_000_000
+    assert (prompt - 18 * 300) % 54 == 0 and prompt > 54 * 200
+    expected = (Decimal(prompt) * 1 + Decimal(54 * MAX_TOKENS) * 4) / 1_000_000
     assert Decimal(estimate["cost"]) == expected.quantize(Decimal("1e-6"))
     assert estimate["within_budget"] is (expected <= Decimal("0.01"))
     assert estimate["unpriced"] == [] and estimate["unbounded"] == []
