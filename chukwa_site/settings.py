@@ -177,6 +177,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "surfaces.signin_throttle.ThrottledTokenAuthentication",
+        "surfaces.signin_throttle.ThrottledBearerAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["surfaces.permissions.ReadAnyWriteOperators"],

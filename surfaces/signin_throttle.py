@@ -306,3 +306,10 @@ def _token_user_query() -> tuple[str, list[str], list[str]]:
         f"WHERE t.{quote(Token._meta.pk.column)} = %s"
     )
     return sql, [f.attname for f in token_fields], [f.attname for f in user_fields]
+
+
+class ThrottledBearerAuthentication(ThrottledTokenAuthentication):
+    """The same API tokens sent as ``Authorization: Bearer <key>`` (what MCP clients and most
+    HTTP libraries send), accepted by the REST API as by MCP."""
+
+    keyword = "Bearer"

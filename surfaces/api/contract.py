@@ -17,8 +17,9 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from django.core.validators import ProhibitNullCharactersValidator
-from drf_spectacular.extensions import OpenApiSerializerExtension
+from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import serializers
@@ -258,6 +259,18 @@ class InputSerializerExtension(OpenApiSerializerExtension):
     def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
         schema = auto_schema._map_basic_serializer(self.target, direction)
         return {**schema, "additionalProperties": False}
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    """``Authorization: Bearer <API token>``: the same tokens as ``Token <API token>``."""
+
+    target_class = "surfaces.signin_throttle.ThrottledBearerAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return build_bearer_security_scheme_object(
+            header_name="Authorization", token_prefix="Bearer"
+        )
 
 
 class DeleteBodySchema(AutoSchema):

@@ -33,7 +33,11 @@ from chukwa_core.errors import NotFoundError
 from surfaces.mcp.calls import Caller
 from surfaces.mcp.catalog import api_tools
 from surfaces.mcp.server import build_server
-from surfaces.signin_throttle import ThrottledTokenAuthentication, client_address
+from surfaces.signin_throttle import (
+    ThrottledBearerAuthentication,
+    ThrottledTokenAuthentication,
+    client_address,
+)
 
 # RFC 6750's challenge. MCP clients read a 401 without a Bearer challenge (or with one naming
 # no error) as "start OAuth discovery"; Chukwa has no OAuth, only its API tokens, so the
@@ -45,10 +49,8 @@ BEARER_CHALLENGE = (
 )
 
 
-class BearerTokenAuthentication(ThrottledTokenAuthentication):
+class BearerTokenAuthentication(ThrottledBearerAuthentication):
     """The API's tokens sent the way MCP clients send credentials: ``Bearer <key>``."""
-
-    keyword = "Bearer"
 
 
 class AnyAcceptNegotiation(BaseContentNegotiation):
