@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from chukwa_core.experiment_results_types import ExperimentResults
 from surfaces.api.contract import (
     LABEL_SCHEMA,
     READ_ERRORS,
@@ -32,6 +33,7 @@ from surfaces.api.contract import (
     validate_body,
 )
 from surfaces.api.measurements import METRIC_REF_SCHEMA
+from surfaces.api.typed_output import output_serializer
 from worlds_app import experiment_results
 from worlds_app import experiment_selectors as selectors
 from worlds_app.services import experiments as services
@@ -369,40 +371,28 @@ class ExperimentMetricsApi(APIView):
         return Response(ExperimentSerializer(found).data, status=status.HTTP_202_ACCEPTED)
 
 
-RESULTS_SCHEMA: dict[str, Any] = {
-    "type": "array",
-    "description": (
-        "per metric: its arms (n, n_missing, mean, sd, ci_low, ci_high, per_turn) and the "
-        "effects of each treatment arm against control (difference, ci_low, ci_high, p_value, "
-        "methods named)"
-    ),
-    "items": {"type": "object"},
-}
+# the results' shape is their dataclasses' (every field typed in the document)
+ExperimentResultsSerializer = output_serializer(ExperimentResults, prefix="Experiment")
 
 
 class ExperimentResultsApi(APIView):
     """GET the results: per metric and arm with 95% CIs; paired effects against control."""
 
-    class OutputSerializer(serializers.Serializer):
-        experiment = LabelOutField()
-        control = LabelOutField()
-        results = described(RESULTS_SCHEMA)
-
-        class Meta:
-            ref_name = "ExperimentResults"
-
     @extend_schema(
         operation_id="experiment_results",
         parameters=[EXPERIMENT_PATH],
-        responses={200: OutputSerializer, **READ_ERRORS},
+        responses={200: ExperimentResultsSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, slug: str) -> Response:
-        return Response(self.OutputSerializer(experiment_results.experiment_results(slug=slug)).data)
+        results = experiment_results.experiment_results(slug=slug)
+        return Response(ExperimentResultsSerializer(results).data)
 
 
 def _csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=experiment_results.EXPORT_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(
+        buffer, fieldnames=experiment_results.EXPORT_COLUMNS, lineterminator="\n"
+    )
     writer.writeheader()
     for row in rows:
         writer.writerow({k: "" if v is None else v for k, v in row.items()})
