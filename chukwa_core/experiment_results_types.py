@@ -1,4 +1,4 @@
-"""The results of an experiment as typed values (SPEC §13 "Results", STYLE "One fact, one home"):
+"""The results of an experiment as typed values (docs/experiments.md, "Results, honestly"):
 ``worlds_app.experiment_results.experiment_results`` builds them; the API's serializers are
 derived from these classes (``surfaces/api/typed_output.py``), and the page and the CLI table
 read their attributes. A statistic added here is therefore in the API, its OpenAPI document and

@@ -1,6 +1,5 @@
-"""Output serializers derived from frozen dataclasses (STYLE "One fact, one home": outputs are
-typed, and the API renders the typed value): each dataclass becomes a serializer with a named
-component in the OpenAPI document, each field typed from its annotation, its description from
+"""Output serializers derived from frozen dataclasses (an output is a typed value that the API,
+the pages and the CLI all read): each dataclass becomes a serializer with a named component in the OpenAPI document, each field typed from its annotation, its description from
 ``metadata["help"]``. The dataclass is then the one declaration of an output's shape; the
 serializer cannot drift from it.
 

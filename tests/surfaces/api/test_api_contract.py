@@ -179,7 +179,7 @@ def _field_types(component: dict[str, Any]) -> dict[str, str]:
 
 
 def test_the_experiment_results_are_declared_field_by_field(tmp_path: Path) -> None:
-    """The results' shape is in the document (SPEC §14.1: every field typed, not ``object``),
+    """The results' shape is in the document (every field typed, not ``object``),
     each level a named component a generated client turns into a class."""
     target = tmp_path / "schema.json"
     call_command("spectacular", "--format", "openapi-json", "--file", str(target))
