@@ -19,8 +19,11 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 
+from scenarios_app.services import metric_put, scenario_assemble
 from tests.support.worker import routed_to
+from tests.support.worlds import fixture_body
 from worlds_app.models import AttemptStatus, TurnAttempt
+from worlds_app.services.experiments import experiment_create
 
 CLIENT_PACKAGE = "chukwa_client"
 
@@ -246,3 +249,44 @@ def test_the_experiment_results_are_declared_field_by_field(tmp_path: Path) -> N
         )
     }
     assert len(names) == 6
+
+
+@pytest.mark.django_db
+def test_a_generated_client_reads_the_results_as_classes(
+    operator_client: Any, generated_client: ModuleType
+) -> None:
+    scenario = scenario_assemble(data=fixture_body("ant_on_plate_rules"))["scenario_hash"]
+    metric = metric_put(
+        content={
+            "version": 1,
+            "label": "turn_number",
+            "kind": "expression",
+            "aggregate": "mean",
+            "expression": "turn",
+        }
+    )["hash"]
+    experiment_create(
+        data={
+            "slug": "typed",
+            "arms": [
+                {"label": "a", "scenario_ref": {"hash": scenario}},
+                {"label": "b", "scenario_ref": {"hash": scenario}},
+            ],
+            "replicates": 2,
+            "turns": 1,
+            "metrics": [{"hash": metric}],
+        }
+    )
+    answer = operator_client.get("/api/experiments/typed/results/")
+    assert answer.status_code == 200
+    models = importlib.import_module(f"{CLIENT_PACKAGE}.models")
+    results = models.ExperimentResults.from_dict(answer.json())
+    (result,) = results.results
+    assert isinstance(result, models.ExperimentMetricResult)
+    assert result.metric.hash_ == metric
+    assert [arm.arm for arm in result.arms] == ["a", "b"]
+    assert [w.world for w in result.arms[1].worlds] == ["typed--b--1", "typed--b--2"]
+    assert [p.turn for p in result.arms[0].per_turn] == [0, 1]
+    (effect,) = result.effects
+    assert isinstance(effect, models.ExperimentEffect)
+    assert (effect.arm, effect.control, effect.n_pairs, effect.p_value) == ("b", "a", 0, None)
