@@ -167,6 +167,26 @@ def test_a_completed_experiment_shows_what_experiment_results_says(reader: Clien
             assert f'data-key="{key}" data-value="{getattr(effect, key)!r}"' in row
         assert effect.p_method in section and effect.ci_method in section
         assert 'data-plot="turns"' in section and 'data-plot="worlds"' in section
+        # the per-turn table: a row per turn, a cell per arm (mean, its CI when it has one, n)
+        per_turn = section.split('class="table per-turn"', 1)[1].split("</table>", 1)[0]
+        rows = per_turn.split("<tbody>", 1)[1].split("</tr>")[:-1]
+        assert len(rows) == len(metric.turn_rows) == 3  # the baseline and two turns
+        for row, turn in zip(rows, metric.turn_rows, strict=True):
+            cells = re.findall(r'<td class="num">(.*?)</td>', row)
+            assert cells[0] == str(turn.turn)
+            for cell, point in zip(cells[1:], turn.points, strict=True):
+                assert cell.startswith(value_text(point.mean)) and f"n={point.n}" in cell
+                has_interval = f"[{value_text(point.ci_low)}, {value_text(point.ci_high)}]"
+                assert (has_interval in cell) == (point.ci_low is not None), cell
+        # each world's value, arm by arm
+        shown_worlds = section.split('class="table world-values"', 1)[1].split("</table>", 1)[0]
+        for arm in metric.arms:
+            for w in arm.worlds:
+                assert (
+                    f'<tr><td>{arm.arm}</td><td class="num">{w.replicate}</td>'
+                    f'<td><a href="/worlds/{w.world}/">{w.world}</a></td>'
+                    f'<td class="num">{value_text(w.value)}</td></tr>'
+                ) in shown_worlds
     treated = results.results[0]
     assert [a.mean for a in treated.arms] == [0.0, 1.0]
     assert [w.value for w in treated.arms[1].worlds] == [1.0, 1.0, 1.0]
