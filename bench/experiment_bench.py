@@ -316,11 +316,11 @@ def parts_1_2(args: argparse.Namespace, parts: set[str]) -> list[str]:
 
         profile.disable()
         pstats.Stats(profile).sort_stats("cumulative").print_stats(18)
-    effect = results["results"][0]["effects"][0]
+    effect = results.results[0].effects[0]
     print(
-        f"   results: {results_s:.2f} s (first metric: difference {effect['difference']:.3f}, "
-        f"95% CI [{effect['ci_low']:.3f}, {effect['ci_high']:.3f}], p {effect['p_value']:.4f}, "
-        f"{effect['n_pairs']} pairs)"
+        f"   results: {results_s:.2f} s (first metric: difference {effect.difference:.3f}, "
+        f"95% CI [{effect.ci_low:.3f}, {effect.ci_high:.3f}], p {effect.p_value:.4f}, "
+        f"{effect.n_pairs} pairs)"
     )
     from surfaces.api.experiments import _csv_lines
 

@@ -1,5 +1,5 @@
-"""An experiment's results as a plain-text table (the `run_experiment` command and the demo
-print it): per metric and arm n, mean and 95% CI; per treatment arm the paired difference from
+"""An experiment's results (``ExperimentResults``, read by attribute) as a plain-text table (the
+`run_experiment` command and the demo print it): per metric and arm n, mean and 95% CI; per treatment arm the paired difference from
 control with its CI, p-value and number of pairs. Pure: no Django.
 
 Numbers are printed with three decimals (p-values with three significant digits) by
@@ -8,8 +8,9 @@ Numbers are printed with three decimals (p-values with three significant digits)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+
+from chukwa_core.experiment_results_types import ExperimentResults
 
 MISSING = "-"
 
@@ -40,38 +41,38 @@ def _columns(rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
     ]
 
 
-def results_table(results: Mapping[str, Any]) -> str:
+def results_table(results: ExperimentResults) -> str:
     """The results of ``experiment_results`` as text, one block per metric."""
     blocks = []
-    for result in results["results"]:
-        metric = result["metric"]
-        lines = [f"metric {metric['label']} (aggregate: {metric['aggregate']})"]
+    for result in results.results:
+        metric = result.metric
+        lines = [f"metric {metric.label} (aggregate: {metric.aggregate})"]
         arm_rows = [["  arm", "n", "missing", "mean", "95% CI"]]
-        for arm in result["arms"]:
+        for arm in result.arms:
             arm_rows.append(
                 [
-                    f"  {arm['arm']}",
-                    str(arm["n"]),
-                    str(arm["n_missing"]),
-                    number(arm["mean"]),
-                    interval(arm["ci_low"], arm["ci_high"]),
+                    f"  {arm.arm}",
+                    str(arm.n),
+                    str(arm.n_missing),
+                    number(arm.mean),
+                    interval(arm.ci_low, arm.ci_high),
                 ]
             )
         lines += _columns(arm_rows, right={1, 2, 3})
-        if result["effects"]:
+        if result.effects:
             effect_rows = [["  effect", "difference", "95% CI", "p", "pairs"]]
-            for effect in result["effects"]:
+            for effect in result.effects:
                 effect_rows.append(
                     [
-                        f"  {effect['arm']} - {effect['control']}",
-                        number(effect["difference"]),
-                        interval(effect["ci_low"], effect["ci_high"]),
-                        p_value(effect["p_value"]),
-                        str(effect["n_pairs"]),
+                        f"  {effect.arm} - {effect.control}",
+                        number(effect.difference),
+                        interval(effect.ci_low, effect.ci_high),
+                        p_value(effect.p_value),
+                        str(effect.n_pairs),
                     ]
                 )
             lines += _columns(effect_rows, right={1, 3, 4})
-            methods = {(e["ci_method"], e["p_method"]) for e in result["effects"]}
+            methods = {(e.ci_method, e.p_method) for e in result.effects}
             for ci, p in sorted(methods):
                 lines += [f"  CI: {ci}", f"  p: {p}"]
         blocks.append("\n".join(lines))

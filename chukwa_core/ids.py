@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import enum
 import re
+from typing import Annotated
 
 ENTITY_ID_PATTERN = r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$"
 LABEL_PATTERN = r"^[a-z0-9]$|^[a-z0-9][a-z0-9_-]{0,62}[a-z0-9]$"
@@ -120,3 +122,16 @@ def validate_label(value: object, what: str) -> str:
     if problem is not None:
         raise IdentifierError(f"{what} {value!r} {problem}")
     return value  # type: ignore[return-value]
+
+
+class TextFormat(enum.Enum):
+    """Which grammar a string of a typed value follows (its output's schema names the pattern)."""
+
+    LABEL = "label"
+    HASH = "hash"
+
+
+# A string that is a label or a hash, as a typed value's annotation says it: still a ``str`` to
+# the type checker; the API's document gives its pattern (``surfaces/api/typed_output.py``).
+Label = Annotated[str, TextFormat.LABEL]
+Hash = Annotated[str, TextFormat.HASH]

@@ -269,7 +269,8 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
         return build_bearer_security_scheme_object(
-            header_name="Authorization", token_prefix="Bearer"
+            header_name="Authorization",
+            token_prefix="Bearer",  # noqa: S106  (a scheme's name, not a secret)
         )
 
 

@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from chukwa_core.experiment_design import STATUSES, ExperimentDesign
+from chukwa_core.experiment_results_types import ExperimentResults
 from surfaces.api.contract import (
     LABEL_SCHEMA,
     READ_ERRORS,
@@ -33,6 +34,7 @@ from surfaces.api.contract import (
     validate_body,
 )
 from surfaces.api.measurements import METRIC_REF_SCHEMA
+from surfaces.api.typed_output import output_serializer
 from worlds_app import experiment_results
 from worlds_app import experiment_selectors as selectors
 from worlds_app.services import experiments as services
@@ -477,37 +479,21 @@ class ExperimentMetricsApi(APIView):
         return Response(ExperimentSerializer(found).data, status=status.HTTP_202_ACCEPTED)
 
 
-RESULTS_SCHEMA: dict[str, Any] = {
-    "type": "array",
-    "description": (
-        "per metric: its arms (n, n_missing, mean, sd, ci_low, ci_high, per_turn) and the "
-        "effects of each treatment arm against control (difference, ci_low, ci_high, p_value, "
-        "methods named)"
-    ),
-    "items": {"type": "object"},
-}
+# the results' shape is their dataclasses' (every field typed in the document)
+ExperimentResultsSerializer = output_serializer(ExperimentResults, prefix="Experiment")
 
 
 class ExperimentResultsApi(APIView):
     """GET the results: per metric and arm with 95% CIs; paired effects against control."""
 
-    class OutputSerializer(serializers.Serializer):
-        experiment = LabelOutField()
-        control = LabelOutField()
-        results = described(RESULTS_SCHEMA)
-
-        class Meta:
-            ref_name = "ExperimentResults"
-
     @extend_schema(
         operation_id="experiment_results",
         parameters=[EXPERIMENT_PATH],
-        responses={200: OutputSerializer, **READ_ERRORS},
+        responses={200: ExperimentResultsSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, slug: str) -> Response:
-        return Response(
-            self.OutputSerializer(experiment_results.experiment_results(slug=slug)).data
-        )
+        results = experiment_results.experiment_results(slug=slug)
+        return Response(ExperimentResultsSerializer(results).data)
 
 
 def _csv_lines(rows: Iterator[dict[str, Any]]) -> Iterator[str]:

@@ -278,8 +278,8 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
     ),
     "experiment_results": (
         "An experiment's results (slug): per metric and arm n, n_missing, mean, sd and a 95% "
-        "CI (and per turn); per treatment arm the paired difference from control with a "
-        "bootstrap CI and a sign-flip permutation p-value, each method named."
+        "CI, per turn and each world's value; per treatment arm the paired difference from "
+        "control with a bootstrap CI and a sign-flip permutation p-value, each method named."
     ),
     "experiment_add_replicates": (
         "Add replicates to every arm of an experiment (slug): count. Their seeds continue the "

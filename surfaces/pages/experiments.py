@@ -14,9 +14,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 from chukwa_core.errors import ChukwaError, NotFoundError
 from chukwa_core.experiment_design import ExperimentDesign
 from scenarios_app.pickers import metric_choices
+from surfaces.api.experiments import ExperimentResultsSerializer
 from surfaces.pages.authoring.common import error_dict, forbidden_unless_operator
 from surfaces.pages.live import stop_polling_when
-from surfaces.pages.metric_strip import value_text
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
 from worlds_app import experiment_results
@@ -80,68 +80,6 @@ def _progress_context(request: HttpRequest, data: dict[str, Any]) -> dict[str, A
     }
 
 
-def _number(value: float | None) -> dict[str, Any]:
-    """A number as the results table writes it, with the exact value for its data attribute."""
-    return {"text": value_text(value), "raw": "" if value is None else repr(value)}
-
-
-def _results_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per metric: its arms and effects as table cells, the per-turn table, each world's value
-    and, for a treatment world, its pair in the control arm."""
-    rows = []
-    for item in results["results"]:
-        arms = [
-            {
-                **arm,
-                "cells": {k: _number(arm[k]) for k in ("mean", "sd", "ci_low", "ci_high")},
-            }
-            for arm in item["arms"]
-        ]
-        effects = [
-            {
-                **effect,
-                "cells": {
-                    k: _number(effect[k]) for k in ("difference", "ci_low", "ci_high", "p_value")
-                },
-            }
-            for effect in item["effects"]
-        ]
-        turns = sorted({p["turn"] for arm in item["arms"] for p in arm["per_turn"]})
-        per_turn = [
-            {
-                "turn": number,
-                "arms": [
-                    {
-                        key: _number(point[key]) if key != "n" else point[key]
-                        for key in ("n", "mean", "ci_low", "ci_high")
-                    }
-                    for arm in item["arms"]
-                    for point in arm["per_turn"]
-                    if point["turn"] == number
-                ],
-            }
-            for number in turns
-        ]
-        rows.append(
-            {
-                "metric": item["metric"],
-                "arms": arms,
-                "effects": effects,
-                "per_turn": per_turn,
-                "arm_labels": [a["arm"] for a in item["arms"]],
-                "has_values": any(
-                    p["mean"] is not None for arm in item["arms"] for p in arm["per_turn"]
-                ),
-                "world_values": [
-                    {**w, "arm": arm["arm"], "value_text": value_text(w["value"])}
-                    for arm in item["arms"]
-                    for w in arm["worlds"]
-                ],
-            }
-        )
-    return rows
-
-
 def _world_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     design: ExperimentDesign = data["design"]
     control = design.control
@@ -161,17 +99,19 @@ def _world_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 def _detail_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], dict[str, Any]]:
     data = selectors.experiment_get(slug=slug)
     results = experiment_results.experiment_results(slug=slug)
+    # the results as the API answers them: the page's JSON and the plots' data
+    serialized = ExperimentResultsSerializer(results).data["results"]
     design: ExperimentDesign = data["design"]
-    labels = {r["metric"]["hash"]: r["metric"]["label"] for r in results["results"]}
+    labels = {r.metric.hash: r.metric.label for r in results.results}
     context = {
         **_progress_context(request, data),
         "design": design,
         "metrics": [{"hash": h, "label": labels.get(h, h[:12])} for h in design.metrics],
-        "results": _results_rows(results),
+        "results": results.results,
         "plot_data": {
-            "control": results["control"],
+            "control": results.control,
             "arms": list(design.arm_labels),
-            "metrics": results["results"],
+            "metrics": serialized,
         },
         "world_rows": _world_rows(data),
         "worlds_open": len(data["worlds"]) <= WORLDS_OPEN,
@@ -181,7 +121,7 @@ def _detail_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], di
         "action_error": None,
         "action": "",
     }
-    return context, {**_public(data), "results": results["results"]}
+    return context, {**_public(data), "results": serialized}
 
 
 @page

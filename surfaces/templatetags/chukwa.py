@@ -8,6 +8,8 @@ from typing import Any
 from django import template
 from django.utils.html import format_html
 
+from surfaces.pages.metric_strip import value_text
+
 register = template.Library()
 
 
@@ -62,6 +64,19 @@ def clamp(value: Any, length: int = 320) -> str:
         text[:cut],
         text[cut:],
     )
+
+
+@register.filter(name="value_text")
+def value_text_filter(value: float | None) -> str:
+    """A measured value or statistic as a page writes it (``metric_strip.value_text``)."""
+    return value_text(value)
+
+
+@register.filter
+def exact(value: float | None) -> str:
+    """A statistic's exact value for a data attribute ("" when there is none), so a reader (or
+    a test) can check the rounded text against the API's number."""
+    return "" if value is None else repr(value)
 
 
 @register.filter

@@ -14,6 +14,7 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
+from chukwa_core.experiment_results_types import ExperimentResults
 from tests.support.chromium import (
     ARTIFACTS,
     full_page_shot,
@@ -172,25 +173,26 @@ def _drawn(browser: webdriver.Chrome) -> None:
         assert svg.size["width"] <= area.size["width"] + 1
 
 
-def _check_results(browser: webdriver.Chrome, results: dict[str, Any]) -> None:
+def _check_results(browser: webdriver.Chrome, results: ExperimentResults) -> None:
     """The table's numbers are experiment_results' (exactly, in the cells' data attributes)."""
-    for metric in results["results"]:
+    for metric in results.results:
         section = browser.find_element(
-            By.CSS_SELECTOR, f"section[data-metric='{metric['metric']['hash']}']"
+            By.CSS_SELECTOR, f"section[data-metric='{metric.metric.hash}']"
         )
-        for arm in metric["arms"]:
+        for arm in metric.arms:
             row = section.find_element(
-                By.CSS_SELECTOR, f"table.results-arms tr[data-arm='{arm['arm']}']"
+                By.CSS_SELECTOR, f"table.results-arms tr[data-arm='{arm.arm}']"
             )
             for key in ("mean", "sd", "ci_low", "ci_high"):
                 cell = row.find_element(By.CSS_SELECTOR, f"[data-key='{key}']")
-                expected = "" if arm[key] is None else repr(arm[key])
-                assert cell.get_attribute("data-value") == expected, (arm["arm"], key)
-            assert row.find_element(By.CSS_SELECTOR, "[data-key='n']").text == str(arm["n"])
-        for effect in metric["effects"]:
+                value = getattr(arm, key)
+                expected = "" if value is None else repr(value)
+                assert cell.get_attribute("data-value") == expected, (arm.arm, key)
+            assert row.find_element(By.CSS_SELECTOR, "[data-key='n']").text == str(arm.n)
+        for effect in metric.effects:
             row = section.find_element(
-                By.CSS_SELECTOR, f"table.results-effects tr[data-arm='{effect['arm']}']"
+                By.CSS_SELECTOR, f"table.results-effects tr[data-arm='{effect.arm}']"
             )
             for key in ("difference", "ci_low", "ci_high", "p_value"):
                 cell = row.find_element(By.CSS_SELECTOR, f"[data-key='{key}']")
-                assert cell.get_attribute("data-value") == repr(effect[key]), key
+                assert cell.get_attribute("data-value") == repr(getattr(effect, key)), key

@@ -14,6 +14,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -181,8 +182,9 @@ def test_a_strict_replay_of_an_experiment_asks_no_model_and_reproduces_every_mea
     seeds = dict(World.objects.filter(experiment__slug="first").values_list("slug", "seed"))
     for slug, source, seed in pairs:
         assert source == slug.replace("again--", "first--") and seeds[source] == seed
-    ours = json.loads(json.dumps(experiment_results(slug="again")["results"]))
-    theirs = json.dumps(experiment_results(slug="first")["results"]).replace("first--", "again--")
+    ours = json.loads(json.dumps(asdict(experiment_results(slug="again"))["results"]))
+    theirs = json.dumps(asdict(experiment_results(slug="first"))["results"])
+    theirs = theirs.replace("first--", "again--")
     assert ours == json.loads(theirs)  # the same numbers; only the worlds' names differ
 
 
@@ -274,7 +276,7 @@ def test_an_experiment_from_a_branch_runs_its_turns_after_the_branch_point(
         ("trunk", 2, 4)
     }
     assert set(Turn.objects.filter(world__in=worlds).values_list("number", flat=True)) == {2, 3, 4}
-    (result,) = experiment_results(slug="limb")["results"]
-    arm = result["arms"][0]
-    assert [p["turn"] for p in arm["per_turn"]] == [2, 3, 4]
-    assert arm["mean"] == 3.5  # turns 3 and 4; the branch point is the baseline
+    (result,) = experiment_results(slug="limb").results
+    arm = result.arms[0]
+    assert [p.turn for p in arm.per_turn] == [2, 3, 4]
+    assert arm.mean == 3.5  # turns 3 and 4; the branch point is the baseline

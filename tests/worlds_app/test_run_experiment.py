@@ -97,23 +97,23 @@ def test_it_runs_the_experiment_and_prints_the_results_table(
     assert World.objects.filter(experiment=state).count() == 6
 
     results = experiment_results(slug="cli")
-    by_label = {r["metric"]["label"]: r for r in results["results"]}
+    by_label = {r.metric.label: r for r in results.results}
     # constructed: every treated world scores 1 on every turn, every control world 0
-    treated = {a["arm"]: a for a in by_label["treated"]["arms"]}
-    assert (treated["control"]["mean"], treated["treated"]["mean"]) == (0.0, 1.0)
+    treated = {a.arm: a for a in by_label["treated"].arms}
+    assert (treated["control"].mean, treated["treated"].mean) == (0.0, 1.0)
     # an ant claims the crumb at turn 1 and eats it at turn 2, unless the sparrow took it
-    eaten = {a["arm"]: a for a in by_label["crumb_eaten"]["arms"]}
-    assert (eaten["control"]["mean"], eaten["treated"]["mean"]) == (1.0, 0.0)
-    for result in results["results"]:
-        for arm in result["arms"]:
-            row = rf"^\s+{arm['arm']}\s+{arm['n']}\s+{arm['n_missing']}\s+"
-            row += re.escape(f"{number(arm['mean'])}  {interval(arm['ci_low'], arm['ci_high'])}")
+    eaten = {a.arm: a for a in by_label["crumb_eaten"].arms}
+    assert (eaten["control"].mean, eaten["treated"].mean) == (1.0, 0.0)
+    for result in results.results:
+        for arm in result.arms:
+            row = rf"^\s+{arm.arm}\s+{arm.n}\s+{arm.n_missing}\s+"
+            row += re.escape(f"{number(arm.mean)}  {interval(arm.ci_low, arm.ci_high)}")
             assert re.search(row, printed, re.M), (row, printed)
-        (effect,) = result["effects"]
+        (effect,) = result.effects
         row = (
-            rf"^\s+treated - control\s+{re.escape(number(effect['difference']))}\s+"
-            + re.escape(interval(effect["ci_low"], effect["ci_high"]))
-            + rf"\s+{re.escape(p_value(effect['p_value']))}\s+{effect['n_pairs']}$"
+            rf"^\s+treated - control\s+{re.escape(number(effect.difference))}\s+"
+            + re.escape(interval(effect.ci_low, effect.ci_high))
+            + rf"\s+{re.escape(p_value(effect.p_value))}\s+{effect.n_pairs}$"
         )
         assert re.search(row, printed, re.M), (row, printed)
     assert "metric treated (aggregate: mean)" in printed

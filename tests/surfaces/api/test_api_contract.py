@@ -19,8 +19,11 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 
+from scenarios_app.services import metric_put, scenario_assemble
 from tests.support.worker import routed_to
+from tests.support.worlds import fixture_body
 from worlds_app.models import AttemptStatus, TurnAttempt
+from worlds_app.services.experiments import experiment_create
 
 CLIENT_PACKAGE = "chukwa_client"
 
@@ -149,3 +152,141 @@ def test_generated_client_creates_a_world_and_queues_turns(
     assert too_many.status_code == 400
     assert too_many.parsed.error.code == "invalid_count"
     assert TurnAttempt.objects.filter(world__slug="client-made").count() == 3
+
+
+def _components_resolver(document: dict[str, Any]) -> Any:
+    components = document["components"]["schemas"]
+
+    def resolve(schema: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """A schema that names a component (directly, or as drf-spectacular wraps a described
+        one: ``allOf`` of one ``$ref``) → (its name, the component)."""
+        if "allOf" in schema and len(schema["allOf"]) == 1:
+            schema = schema["allOf"][0]
+        assert "$ref" in schema, f"not a named component: {schema}"
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return name, components[name]
+
+    return resolve
+
+
+def _field_types(component: dict[str, Any]) -> dict[str, str]:
+    """Each property's JSON type ("number?" when it may be null; "ref" for a component,
+    "array" for a list), every one of them required: a client never meets a missing field."""
+    assert component["type"] == "object"
+    assert set(component.get("required", [])) == set(component["properties"]), component
+    types = {}
+    for name, schema in component["properties"].items():
+        kind = "ref" if "$ref" in schema or "allOf" in schema else schema.get("type", "untyped")
+        types[name] = kind + ("?" if schema.get("nullable") else "")
+    return types
+
+
+def test_the_experiment_results_are_declared_field_by_field(tmp_path: Path) -> None:
+    """The results' shape is in the document (every field typed, not ``object``),
+    each level a named component a generated client turns into a class."""
+    target = tmp_path / "schema.json"
+    call_command("spectacular", "--format", "openapi-json", "--file", str(target))
+    document = json.loads(target.read_text())
+    resolve = _components_resolver(document)
+    answer = document["paths"]["/api/experiments/{slug}/results/"]["get"]["responses"]["200"]
+    _, results = resolve(answer["content"]["application/json"]["schema"])
+    assert _field_types(results) == {
+        "experiment": "string",
+        "control": "string",
+        "results": "array",
+    }
+    _, metric_result = resolve(results["properties"]["results"]["items"])
+    assert _field_types(metric_result) == {"metric": "ref", "arms": "array", "effects": "array"}
+    _, metric = resolve(metric_result["properties"]["metric"])
+    assert _field_types(metric) == {"hash": "string", "label": "string", "aggregate": "string"}
+    assert metric["properties"]["hash"]["pattern"] == "^[0-9a-f]{64}$"
+    _, arm = resolve(metric_result["properties"]["arms"]["items"])
+    assert _field_types(arm) == {
+        "arm": "string",
+        "n": "integer",
+        "n_missing": "integer",
+        "mean": "number?",
+        "sd": "number?",
+        "ci_low": "number?",
+        "ci_high": "number?",
+        "ci_method": "string",
+        "per_turn": "array",
+        "worlds": "array",
+    }
+    assert arm["properties"]["arm"]["pattern"].startswith("^[a-z0-9]")
+    _, point = resolve(arm["properties"]["per_turn"]["items"])
+    assert _field_types(point) == {
+        "turn": "integer",
+        "n": "integer",
+        "mean": "number?",
+        "ci_low": "number?",
+        "ci_high": "number?",
+    }
+    _, world = resolve(arm["properties"]["worlds"]["items"])
+    assert _field_types(world) == {"replicate": "integer", "world": "string", "value": "number?"}
+    _, effect = resolve(metric_result["properties"]["effects"]["items"])
+    assert _field_types(effect) == {
+        "arm": "string",
+        "control": "string",
+        "n_pairs": "integer",
+        "difference": "number?",
+        "ci_low": "number?",
+        "ci_high": "number?",
+        "ci_method": "string",
+        "p_value": "number?",
+        "p_method": "string",
+    }
+    # every level is a component of its own, named once
+    names = {
+        resolve(s)[0]
+        for s in (
+            results["properties"]["results"]["items"],
+            metric_result["properties"]["metric"],
+            metric_result["properties"]["arms"]["items"],
+            metric_result["properties"]["effects"]["items"],
+            arm["properties"]["per_turn"]["items"],
+            arm["properties"]["worlds"]["items"],
+        )
+    }
+    assert len(names) == 6
+
+
+@pytest.mark.django_db
+def test_a_generated_client_reads_the_results_as_classes(
+    operator_client: Any, generated_client: ModuleType
+) -> None:
+    scenario = scenario_assemble(data=fixture_body("ant_on_plate_rules"))["scenario_hash"]
+    metric = metric_put(
+        content={
+            "version": 1,
+            "label": "turn_number",
+            "kind": "expression",
+            "aggregate": "mean",
+            "expression": "turn",
+        }
+    )["hash"]
+    experiment_create(
+        data={
+            "slug": "typed",
+            "arms": [
+                {"label": "a", "scenario_ref": {"hash": scenario}},
+                {"label": "b", "scenario_ref": {"hash": scenario}},
+            ],
+            "replicates": 2,
+            "turns": 1,
+            "metrics": [{"hash": metric}],
+        }
+    )
+    answer = operator_client.get("/api/experiments/typed/results/")
+    assert answer.status_code == 200
+    models = importlib.import_module(f"{CLIENT_PACKAGE}.models")
+    results = models.ExperimentResults.from_dict(answer.json())
+    (result,) = results.results
+    assert isinstance(result, models.ExperimentMetricResult)
+    assert result.metric.hash_ == metric
+    assert [arm.arm for arm in result.arms] == ["a", "b"]
+    assert [w.world for w in result.arms[1].worlds] == ["typed--b--1", "typed--b--2"]
+    assert [p.turn for p in result.arms[0].per_turn] == [0, 1]
+    (effect,) = result.effects
+    assert isinstance(effect, models.ExperimentEffect)
+    assert (effect.arm, effect.control, effect.n_pairs, effect.p_value) == ("b", "a", 0, None)

@@ -4,6 +4,8 @@ the wrong type for a path, a failure outside the view) still gets the API's erro
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -11,9 +13,13 @@ from django.contrib.auth.models import User
 from django.db import OperationalError
 from rest_framework.test import APIClient
 
+from scenarios_app.services import metric_put, scenario_assemble
 from surfaces.mcp import server
 from surfaces.mcp.calls import Caller, call
 from surfaces.mcp.catalog import api_tools
+from tests.support.worlds import fixture_body
+from worlds_app.experiment_results import experiment_results
+from worlds_app.services.experiments import experiment_create
 
 
 def _call(name: str, user: User, **arguments: Any) -> tuple[int, dict[str, Any]]:
@@ -77,3 +83,40 @@ def test_a_failure_outside_the_view_is_the_api_error(monkeypatch: pytest.MonkeyP
     assert answer.status == 500
     assert answer.body["error"]["code"] == "internal_error"
     assert "/home/ops" not in str(answer.body)
+
+
+@pytest.mark.django_db
+def test_the_results_tool_answers_the_results_as_the_api_serializes_them(
+    operator_user: User, operator_client: APIClient
+) -> None:
+    scenario = scenario_assemble(data=fixture_body("ant_on_plate_rules"))["scenario_hash"]
+    metric = metric_put(
+        content={
+            "version": 1,
+            "label": "turn_number",
+            "kind": "expression",
+            "aggregate": "mean",
+            "expression": "turn",
+        }
+    )["hash"]
+    experiment_create(
+        data={
+            "slug": "tool",
+            "arms": [
+                {"label": "a", "scenario_ref": {"hash": scenario}},
+                {"label": "b", "scenario_ref": {"hash": scenario}},
+            ],
+            "replicates": 2,
+            "turns": 1,
+            "metrics": [{"hash": metric}],
+        }
+    )
+    status, body = _call("experiment_results", operator_user, slug="tool")
+    rest = operator_client.get("/api/experiments/tool/results/")
+    assert status == rest.status_code == 200
+    assert body == rest.json()
+    # the typed results, field for field (nothing measured yet: every number null)
+    assert body == json.loads(json.dumps(asdict(experiment_results(slug="tool"))))
+    (result,) = body["results"]
+    assert [a["arm"] for a in result["arms"]] == ["a", "b"]
+    assert result["effects"][0]["p_value"] is None

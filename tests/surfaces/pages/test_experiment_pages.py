@@ -149,28 +149,47 @@ def test_a_completed_experiment_shows_what_experiment_results_says(reader: Clien
     results = experiment_results(slug="breeze")
     page = reader.get("/experiments/breeze/").content.decode()
     assert "badge s-completed" in page and 'hx-trigger="every 2s"' not in page
-    for metric in results["results"]:
-        section = page.split(f'data-metric="{metric["metric"]["hash"]}"', 1)[1].split(
-            "</section>", 1
-        )[0]
-        for arm in metric["arms"]:
-            row = section.split(f'<tr data-arm="{arm["arm"]}">', 1)[1].split("</tr>", 1)[0]
+    for metric in results.results:
+        section = page.split(f'data-metric="{metric.metric.hash}"', 1)[1].split("</section>", 1)[0]
+        for arm in metric.arms:
+            row = section.split(f'<tr data-arm="{arm.arm}">', 1)[1].split("</tr>", 1)[0]
             for key in ("mean", "sd", "ci_low", "ci_high"):
                 shown = re.search(rf'data-key="{key}" data-value="([^"]*)">([^<]*)<', row)
                 assert shown is not None, (key, row)
-                raw = "" if arm[key] is None else repr(arm[key])
-                assert (shown.group(1), shown.group(2)) == (raw, value_text(arm[key]))
-            assert f'data-key="n">{arm["n"]}<' in row
-        (effect,) = metric["effects"]
+                value = getattr(arm, key)
+                raw = "" if value is None else repr(value)
+                assert (shown.group(1), shown.group(2)) == (raw, value_text(value))
+            assert f'data-key="n">{arm.n}<' in row
+        (effect,) = metric.effects
         effects = section.split('class="table results-effects"', 1)[1]
         row = effects.split('<tr data-arm="treated">', 1)[1].split("</tr>", 1)[0]
         for key in ("difference", "ci_low", "ci_high", "p_value"):
-            assert f'data-key="{key}" data-value="{effect[key]!r}"' in row
-        assert effect["p_method"] in section and effect["ci_method"] in section
+            assert f'data-key="{key}" data-value="{getattr(effect, key)!r}"' in row
+        assert effect.p_method in section and effect.ci_method in section
         assert 'data-plot="turns"' in section and 'data-plot="worlds"' in section
-    treated = results["results"][0]
-    assert [a["mean"] for a in treated["arms"]] == [0.0, 1.0]
-    assert [w["value"] for w in treated["arms"][1]["worlds"]] == [1.0, 1.0, 1.0]
+        # the per-turn table: a row per turn, a cell per arm (mean, its CI when it has one, n)
+        per_turn = section.split('class="table per-turn"', 1)[1].split("</table>", 1)[0]
+        rows = per_turn.split("<tbody>", 1)[1].split("</tr>")[:-1]
+        assert len(rows) == len(metric.turn_rows) == 3  # the baseline and two turns
+        for row, turn in zip(rows, metric.turn_rows, strict=True):
+            cells = re.findall(r'<td class="num">(.*?)</td>', row)
+            assert cells[0] == str(turn.turn)
+            for cell, point in zip(cells[1:], turn.points, strict=True):
+                assert cell.startswith(value_text(point.mean)) and f"n={point.n}" in cell
+                has_interval = f"[{value_text(point.ci_low)}, {value_text(point.ci_high)}]"
+                assert (has_interval in cell) == (point.ci_low is not None), cell
+        # each world's value, arm by arm
+        shown_worlds = section.split('class="table world-values"', 1)[1].split("</table>", 1)[0]
+        for arm in metric.arms:
+            for w in arm.worlds:
+                assert (
+                    f'<tr><td>{arm.arm}</td><td class="num">{w.replicate}</td>'
+                    f'<td><a href="/worlds/{w.world}/">{w.world}</a></td>'
+                    f'<td class="num">{value_text(w.value)}</td></tr>'
+                ) in shown_worlds
+    treated = results.results[0]
+    assert [a.mean for a in treated.arms] == [0.0, 1.0]
+    assert [w.value for w in treated.arms[1].worlds] == [1.0, 1.0, 1.0]
     # the plots' data is the results themselves, handed over as JSON (never built as script)
     assert '<script id="experiment-plot-data" type="application/json">' in page
     # every world linked; a treatment world linked to its comparison with its pair
