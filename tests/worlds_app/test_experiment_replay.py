@@ -175,7 +175,7 @@ def test_a_strict_replay_of_an_experiment_asks_no_model_and_reproduces_every_mea
     assert again["status"] == "completed", _failures("again")
     assert len(llm.requests) == asked  # not one model request (nor a probe) more
     assert _measured("again") == measured
-    assert again["design"]["seed"] == first["design"]["seed"]
+    assert again["design"].seed == first["design"].seed
     pairs = World.objects.filter(experiment__slug="again").values_list(
         "slug", "replay_source__slug", "seed"
     )
