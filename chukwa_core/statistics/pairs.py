@@ -1,0 +1,198 @@
+"""What every paired comparison shares: forming complete pairs, the paired t interval, the
+sign-flip permutation test, and the rule that an interval contradicting its row's p is withheld.
+
+Replicate i of every arm has the same seed, so control[i] and treatment[i] are a pair. The
+sign-flip test's input is put in a canonical order (sorted) before any resampling, so the same
+pairs listed in another replicate order give the same p, Monte Carlo included.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from chukwa_core.statistics.libraries import library
+from chukwa_core.statistics.types import (
+    ALPHA,
+    CONFIDENCE,
+    Interval,
+    IntervalStatus,
+    TestResult,
+)
+
+# Exact enumeration while the sign patterns number at most this many (2^19 = 524,288 ≤ 10^6 <
+# 2^20); Monte Carlo beyond, with this many random patterns.
+EXACT_MAX_PATTERNS = 10**6
+RESAMPLES = 9999
+PAIRED_T = "paired t interval (scipy.stats.ttest_1samp on the paired differences)"
+SIGN_FLIP_EXACT = (
+    "paired sign-flip permutation test of the mean difference, exact: all 2^m sign patterns of "
+    "the m non-zero differences (scipy.stats.permutation_test)"
+)
+SIGN_FLIP_MONTE_CARLO = (
+    "paired sign-flip permutation test of the mean difference, Monte Carlo: {resamples} random "
+    "sign patterns, seed {seed} (scipy.stats.permutation_test)"
+)
+
+
+@dataclass(frozen=True)
+class Pairs:
+    control: np.ndarray
+    treatment: np.ndarray
+    n_dropped: int
+
+    @property
+    def n(self) -> int:
+        return len(self.control)
+
+    @property
+    def differences(self) -> np.ndarray:
+        return np.asarray(self.treatment - self.control, dtype=float)
+
+
+def pair_up(control: Sequence[float | None], treatment: Sequence[float | None]) -> Pairs:
+    """Complete pairs only: a replicate missing on either side is dropped and counted."""
+    if len(control) != len(treatment):
+        raise ValueError("control and treatment must list the same replicates")
+    kept = [
+        (c, t) for c, t in zip(control, treatment, strict=True) if c is not None and t is not None
+    ]
+    return Pairs(
+        np.array([c for c, _ in kept], dtype=float),
+        np.array([t for _, t in kept], dtype=float),
+        len(control) - len(kept),
+    )
+
+
+def smallest_exact_p(n: int) -> float:
+    """The smallest two-sided p a sign-flip (or signed-rank, or exact McNemar) test of n pairs
+    can give: both all-same-sign patterns out of 2^n."""
+    return min(1.0, 2.0 ** (1 - n)) if n >= 1 else 1.0
+
+
+def small_sample_note(n: int) -> str | None:
+    if smallest_exact_p(n) < ALPHA:
+        return None
+    return (
+        f"{n} pair{'s' if n != 1 else ''} cannot give p < {ALPHA:g} with this test whatever the "
+        f"data: the smallest possible p is {smallest_exact_p(n):.3g} (6 pairs are needed)"
+    )
+
+
+def _mean_statistic(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.asarray(np.mean(x, axis=axis))
+
+
+def sign_flip_test(differences: np.ndarray, *, seed: int, resamples: int = RESAMPLES) -> TestResult:
+    """Two-sided sign-flip permutation test of mean difference 0. Zero differences are left out
+    of the patterns (flipping a zero changes nothing), so exactness depends on the m non-zero
+    differences: exact while 2^m ≤ 10^6."""
+    from scipy import stats
+
+    n = len(differences)
+    lib = library("scipy")
+    note = small_sample_note(n)
+    reach = note is None
+    if n == 0:
+        return TestResult(None, SIGN_FLIP_EXACT, lib, True, reach, note="no complete pairs")
+    nonzero = np.sort(differences[differences != 0])
+    m = len(nonzero)
+    if m == 0:  # every difference is 0: every pattern gives 0, as observed
+        return TestResult(1.0, SIGN_FLIP_EXACT, lib, True, reach, note=note)
+    exact = 2**m <= EXACT_MAX_PATTERNS
+    result = stats.permutation_test(
+        (nonzero,),
+        _mean_statistic,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=np.inf if exact else resamples,
+        alternative="two-sided",
+        rng=np.random.default_rng(seed),
+    )
+    p = float(result.pvalue)
+    if exact:
+        return TestResult(p, SIGN_FLIP_EXACT, lib, True, reach, note=note)
+    return TestResult(
+        p,
+        SIGN_FLIP_MONTE_CARLO.format(resamples=resamples, seed=seed),
+        lib,
+        False,
+        reach,
+        resamples=resamples,
+        seed=seed,
+        monte_carlo_se=math.sqrt(p * (1 - p) / resamples),
+        # scipy counts the observed pattern: p = (k + 1)/(B + 1), k = 0 at the floor
+        at_floor=p <= 1 / (resamples + 1) * (1 + 1e-9),
+        note=note,
+    )
+
+
+def paired_t_interval(
+    differences: np.ndarray, *, bound: float | None = None, method: str = PAIRED_T
+) -> Interval:
+    """The paired t interval of the mean difference; with ``bound`` (the most two values of the
+    metric can differ by) it is intersected with [-bound, bound], where the true difference
+    lies, which cannot lower its coverage."""
+    from scipy import stats
+
+    lib = library("scipy")
+    n = len(differences)
+    if n < 2:
+        return Interval(
+            None, None, IntervalStatus.UNAVAILABLE, method, lib, reason="fewer than 2 pairs"
+        )
+    if np.all(differences == differences[0]):
+        return Interval(
+            None,
+            None,
+            IntervalStatus.UNINFORMATIVE,
+            method,
+            lib,
+            reason="every pair differs by the same amount: no variation to estimate from",
+        )
+    ci = stats.ttest_1samp(differences, 0.0).confidence_interval(CONFIDENCE)
+    low, high = float(ci.low), float(ci.high)
+    if bound is not None:
+        low, high = max(low, -bound), min(high, bound)
+        method = f"{method}, intersected with the possible range ±{bound:g}"
+    return Interval(low, high, IntervalStatus.SHOWN, method, lib)
+
+
+def reconcile(interval: Interval, test: TestResult) -> Interval:
+    """Withhold an interval that contradicts its row's p: excluding 0 while p ≥ 0.05, or
+    including 0 while p < 0.05."""
+    if not interval.shown or test.p_value is None:
+        return interval
+    assert interval.low is not None and interval.high is not None
+    excludes_zero = interval.low > 0 or interval.high < 0
+    significant = test.p_value < ALPHA
+    if excludes_zero == significant:
+        return interval
+    says = "excludes 0" if excludes_zero else "includes 0"
+    return Interval(
+        None,
+        None,
+        IntervalStatus.WITHHELD,
+        interval.method,
+        interval.library,
+        interval.level,
+        reason=(
+            f"the interval [{interval.low:.3g}, {interval.high:.3g}] {says} while the row's "
+            f"p = {test.display} is {'below' if significant else 'not below'} {ALPHA:g}"
+        ),
+    )
+
+
+def mean_or_none(values: np.ndarray) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+def d_z(differences: np.ndarray) -> float | None:
+    """Cohen's d for paired designs: the mean difference over the differences' sd."""
+    if len(differences) < 2:
+        return None
+    sd = float(np.std(differences, ddof=1))
+    return float(np.mean(differences)) / sd if sd > 0 else None
