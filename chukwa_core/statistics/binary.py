@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from chukwa_core.statistics.libraries import library
+from chukwa_core.statistics.arm_intervals import wilson
+from chukwa_core.statistics.libraries import checked_against, library
 from chukwa_core.statistics.pairs import (
     mean_or_none,
     pair_up,
@@ -19,7 +20,6 @@ from chukwa_core.statistics.pairs import (
 )
 from chukwa_core.statistics.registry import register
 from chukwa_core.statistics.types import (
-    ALPHA,
     ArmSummary,
     EffectSize,
     Interval,
@@ -31,10 +31,13 @@ from chukwa_core.statistics.types import (
     TestResult,
 )
 
-WILSON = "Wilson score interval (statsmodels.stats.proportion.proportion_confint, method='wilson')"
+WILSON = (
+    "Wilson score interval (its formula, as statsmodels.stats.proportion.proportion_confint "
+    "with method='wilson' gives it)"
+)
 NEWCOMBE = (
     "Newcombe's paired square-and-add interval (method 10: Wilson limits of each arm, "
-    "continuity-corrected phi), from statsmodels' Wilson limits"
+    "continuity-corrected phi)"
 )
 MCNEMAR = (
     "exact McNemar test: two-sided binomial test on the discordant pairs "
@@ -46,14 +49,11 @@ POWER_METHOD = (
     "of discordant pairs (scipy.stats.binom); discordant share = sd² + effect²"
 )
 MAX_POWER_N = 5000
+Z = 1.959963984540054  # scipy.stats.norm.ppf(0.975)
 
 
 def _wilson(count: float, n: int) -> tuple[float, float]:
-    from statsmodels.stats.proportion import proportion_confint
-
-    low, high = proportion_confint(count, n, alpha=ALPHA, method="wilson")
-    # the score interval's end is exactly 0 at 0 successes and 1 at n (not 1 - 1e-16)
-    return (0.0 if count == 0 else float(low)), (1.0 if count == n else float(high))
+    return wilson(count, n, Z)
 
 
 def _check(values: np.ndarray) -> None:
@@ -93,7 +93,7 @@ class BinaryStatistics:
         present = np.array([v for v in values if v is not None], dtype=float)
         _check(present)
         n, missing = len(present), len(values) - len(present)
-        lib = library("statsmodels")
+        lib = checked_against("statsmodels")
         if n == 0:
             none = Interval(None, None, IntervalStatus.UNAVAILABLE, WILSON, lib, reason="no values")
             return ArmSummary(0, missing, None, None, none)
@@ -118,7 +118,7 @@ class BinaryStatistics:
         if n == 0:
             test = TestResult(None, MCNEMAR, library("statsmodels"), True, False, note=note)
             interval = Interval(
-                None, None, IntervalStatus.UNAVAILABLE, NEWCOMBE, library("statsmodels"),
+                None, None, IntervalStatus.UNAVAILABLE, NEWCOMBE, checked_against("statsmodels"),
                 reason="no complete pairs",
             )  # fmt: skip
             return PairedEffect(
@@ -135,7 +135,8 @@ class BinaryStatistics:
         )
         low, high = newcombe_paired(both, only_t, only_c, neither)
         interval = reconcile(
-            Interval(low, high, IntervalStatus.SHOWN, NEWCOMBE, library("statsmodels")), test
+            Interval(low, high, IntervalStatus.SHOWN, NEWCOMBE, checked_against("statsmodels")),
+            test,
         )
         p_t, p_c = float(t.mean()), float(c.mean())
         ratio = EffectSize("risk ratio", p_t / p_c if p_c > 0 else None, RISK_RATIO, "numpy")

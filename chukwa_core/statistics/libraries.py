@@ -15,3 +15,9 @@ def version(package: str) -> str:
 def library(*packages: str) -> str:
     """``library("scipy", "statsmodels")`` → ``"scipy 1.17.1, statsmodels 0.14.5"``."""
     return ", ".join(f"{name} {version(name)}" for name in packages)
+
+
+def checked_against(*packages: str) -> str:
+    """For a figure computed by its formula with numpy (where the library call costs far more
+    than the arithmetic): the library whose own answer the tests check it against."""
+    return f"numpy {version('numpy')} (formula; checked against {library(*packages)})"

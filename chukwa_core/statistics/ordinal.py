@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from chukwa_core.statistics.arm_intervals import range_interval
-from chukwa_core.statistics.libraries import library
+from chukwa_core.statistics.libraries import checked_against, library
 from chukwa_core.statistics.numeric import compare_means, summarize, t_power
 from chukwa_core.statistics.pairs import small_sample_note
 from chukwa_core.statistics.registry import register
@@ -56,7 +56,7 @@ def signed_rank_exact_p(nonzero: np.ndarray) -> float:
 
 
 def wilcoxon_test(differences: np.ndarray) -> TestResult:
-    lib = library("numpy", "scipy")
+    lib = checked_against("scipy")
     note = small_sample_note(len(differences))
     reach = note is None
     if len(differences) == 0:
