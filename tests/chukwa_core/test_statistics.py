@@ -83,7 +83,9 @@ def test_the_demo_gives_the_exact_mcnemar_p_where_the_old_code_floored_a_monte_c
     assert effect.test.p_value == mcnemar([[4, 0], [12, 4]], exact=True).pvalue
     assert effect.test.p_value == pytest.approx(stats.binomtest(0, 12, 0.5).pvalue)
     assert effect.difference == pytest.approx(0.6) and effect.interval.shown
-    assert [e.value for e in effect.effect_sizes] == [pytest.approx(16 / 4)]  # risk ratio: 0.8 / 0.2
+    assert [e.value for e in effect.effect_sizes] == [
+        pytest.approx(16 / 4)
+    ]  # risk ratio: 0.8 / 0.2
     stale = old.paired_difference(control, treatment, seed=7)  # fails on today's code
     assert stale.p_value != pytest.approx(0.000488, abs=1e-6)
 
