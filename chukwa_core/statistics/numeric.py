@@ -96,12 +96,15 @@ def t_power(*, effect: float, sd: float, alpha: float, power: float, n: int | No
     size = effect / sd
     minimum = smallest_n_reaching(alpha)
     analysis = TTestPower()
-    needed: int | None = None
-    solved = analysis.solve_power(
-        effect_size=size, alpha=alpha, power=power, alternative="two-sided"
-    )
-    if solved is not None and math.isfinite(float(solved)):
-        needed = min(MAX_POWER_N, max(minimum, math.ceil(float(solved))))
+    needed: int | None = minimum
+    # a large effect reaches the power at the smallest usable n, where statsmodels' root finder
+    # (searching below it) fails to converge: ask it only when that n does not suffice
+    if analysis.power(effect_size=size, nobs=minimum, alpha=alpha) < power:
+        solved = analysis.solve_power(
+            effect_size=size, alpha=alpha, power=power, alternative="two-sided"
+        )
+        finite = solved is not None and math.isfinite(float(solved))
+        needed = min(MAX_POWER_N, max(minimum, math.ceil(float(solved)))) if finite else None
     of_given: float | None = None
     if n is not None:
         # below `minimum` pairs the exact test cannot reject: its power is 0
