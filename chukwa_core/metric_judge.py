@@ -20,7 +20,9 @@ from chukwa_core.component_validation import (
 from chukwa_core.errors import invalid
 from chukwa_core.ids import ENTITY_ID_PATTERN
 from chukwa_core.metric_kind import MetricCalls, MetricKind
+from chukwa_core.metric_types import scale_of_bounds
 from chukwa_core.source_validation import LLM_INTERFACE
+from chukwa_core.statistics.types import MetricScale
 from chukwa_core.workflow_refs import RESPONSE_SOURCE, RefLookup, check_interface, check_ref
 
 # A judge's corrective retries, as on an LLM node but fewer: a judge scores one turn.
@@ -125,6 +127,12 @@ def _scale(content: Mapping[str, Any]) -> tuple[float, float]:
     return content["scale"]["min"], content["scale"]["max"]
 
 
+def _turn_scale(content: Mapping[str, Any]) -> MetricScale:
+    """Ordinal on an integer scale (1 to 5), continuous between other ends."""
+    low, high = _scale(content)
+    return scale_of_bounds(low, high)
+
+
 def _subjects(content: Mapping[str, Any]) -> tuple[str, ...]:
     return (content["subject"],) if "subject" in content else ()
 
@@ -136,4 +144,5 @@ LLM_JUDGE_KIND = MetricKind(
     source_key="source",
     scale=_scale,
     subjects=_subjects,
+    turn_scale=_turn_scale,
 )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chukwa_core.metric_values import Outcome
+from chukwa_core.statistics.types import MetricScale
 from chukwa_core.workflow_refs import RefLookup
 
 # A kind's name, as stored beside each metric (a column of 16 characters).
@@ -45,6 +46,10 @@ def _no_subjects(content: Mapping[str, Any]) -> tuple[str, ...]:
     return ()
 
 
+def _continuous(content: Mapping[str, Any]) -> MetricScale:
+    return MetricScale.continuous()
+
+
 @dataclass(frozen=True)
 class MetricKind:
     """One kind of metric. A kind whose value is a function of the turn view alone (an
@@ -65,3 +70,6 @@ class MetricKind:
     scale: Callable[[Mapping[str, Any]], tuple[float, float] | None] = _no_scale
     # The agents the metric asks about, each of which must be an agent of the measured world.
     subjects: Callable[[Mapping[str, Any]], tuple[str, ...]] = _no_subjects
+    # The type and range of one turn's value (chukwa_core/metric_types.py): declared by the
+    # content or inferred from it; a value outside it is recorded as an error, not a value.
+    turn_scale: Callable[[Mapping[str, Any]], MetricScale] = _continuous

@@ -5,10 +5,15 @@ kind's name. Pure: no Django."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from chukwa_core.errors import invalid
 from chukwa_core.metric_expression import EXPRESSION_KIND
 from chukwa_core.metric_judge import LLM_JUDGE_KIND
 from chukwa_core.metric_kind import MetricKind
+from chukwa_core.metric_types import world_scale
+from chukwa_core.statistics.types import MetricScale
 
 METRIC_KINDS: dict[str, MetricKind] = {
     "expression": EXPRESSION_KIND,
@@ -33,3 +38,13 @@ def metric_kind(name: object, field: str = "kind") -> MetricKind:
             f"must be one of {', '.join(METRIC_KINDS)}, got {name!r}",
         )
     return kind
+
+
+def turn_scale(content: Mapping[str, Any]) -> MetricScale:
+    """The type and range of one turn's value of a stored metric."""
+    return metric_kind(content["kind"]).turn_scale(content)
+
+
+def world_scale_of(content: Mapping[str, Any]) -> MetricScale:
+    """The type and range of a world's value: the turn's, through the metric's aggregate."""
+    return world_scale(turn_scale(content), content["aggregate"])
