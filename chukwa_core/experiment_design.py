@@ -28,6 +28,7 @@ INPUT_OPTIONAL = (
     "budget",
     "branch_from",
     "replay_from",
+    "primary",
 )
 ARM_REQUIRED = ("label", "scenario_ref")
 ARM_OPTIONAL = ("interventions",)
@@ -109,6 +110,7 @@ class ExperimentDesign:
     budget: Budget | None = None
     branch_from: BranchFrom | None = None
     replay_from: ReplayFrom | None = None
+    primary: str | None = None  # the primary metric's hash (its comparisons are flagged)
     _labels: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -245,6 +247,8 @@ class ExperimentDesign:
                 "experiment": self.replay_from.experiment,
                 "mode": self.replay_from.mode,
             }
+        if self.primary is not None:
+            found["primary"] = self.primary
         return found
 
     @classmethod

@@ -26,16 +26,29 @@ def doc(help_text: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ResultMetric:
-    """The metric a result is about."""
+    """The metric a result is about, with the type and range its statistics respect."""
 
     hash: Hash
     label: Label
     aggregate: str = field(metadata=doc("how a world's per-turn values become its value"))
+    type: str = field(
+        metadata=doc("a world's value: binary, count, ordinal or continuous (after the aggregate)")
+    )
+    type_label: str = field(metadata=doc('the type as read: "binary (0 or 1)", "ordinal 1–5"'))
+    type_basis: str = field(metadata=doc("declared by the metric, or how it was inferred"))
+    range_low: float | None = field(metadata=doc("null: unbounded below"))
+    range_high: float | None = field(metadata=doc("null: unbounded above"))
+    turn_type_label: str = field(metadata=doc("one turn's value, before the aggregate"))
+    primary: bool = field(metadata=doc("the design's primary metric"))
+    added_after_creation: bool = field(
+        metadata=doc("added to the experiment after it was created (not pre-registered)")
+    )
 
 
 @dataclass(frozen=True)
 class TurnPoint:
-    """One arm's values at one turn: the worlds measured then, their mean and 95% CI."""
+    """One arm's values at one turn: the worlds measured then, their mean and a pointwise 95%
+    interval inside the metric's range (null when there is no interval to show)."""
 
     turn: int
     n: int
@@ -50,25 +63,42 @@ class WorldValue:
 
     replicate: int
     world: Label
-    value: float | None = field(
-        metadata=doc("null: the world failed, or the metric erred on every turn it ran")
+    value: float | None = field(metadata=doc("null: missing (missing_reason says why)"))
+    missing_reason: str | None = field(
+        metadata=doc(
+            "world_incomplete (stopped short of its last turn), world_running, metric_error "
+            "(the metric erred on one of its turns), not_measured (a turn not measured yet)"
+        )
     )
 
 
 @dataclass(frozen=True)
+class Missing:
+    """How many worlds have no value, by reason."""
+
+    world_incomplete: int
+    world_running: int
+    metric_error: int
+    not_measured: int
+
+
+@dataclass(frozen=True)
 class ArmResult:
-    """One arm's summary of a metric: its worlds' values, their mean and 95% CI."""
+    """One arm's summary of a metric: its worlds' values, their mean and a 95% interval that
+    never leaves the metric's range."""
 
     arm: Label
     n: int = field(metadata=doc("worlds with a value"))
-    n_missing: int = field(
-        metadata=doc("failed worlds, and worlds whose metric erred on every turn")
-    )
+    n_missing: int = field(metadata=doc("worlds without one (missing gives the reasons)"))
+    missing: Missing
     mean: float | None
     sd: float | None
-    ci_low: float | None
+    ci_low: float | None = field(metadata=doc("null unless ci_status is shown"))
     ci_high: float | None
+    ci_status: str = field(metadata=doc("shown, uninformative or unavailable"))
+    ci_reason: str | None
     ci_method: str
+    ci_library: str
     per_turn: tuple[TurnPoint, ...] = field(
         metadata=doc("from the baseline (turn 0, or a branch's turn) to the last planned turn")
     )
@@ -76,18 +106,55 @@ class ArmResult:
 
 
 @dataclass(frozen=True)
+class EffectSizeValue:
+    name: str
+    value: float | None
+    method: str
+
+
+@dataclass(frozen=True)
 class Effect:
-    """A treatment arm against control: the paired difference, replicate by replicate."""
+    """A treatment arm against control over complete pairs (replicate i of each arm shares a
+    seed): the difference with its interval, the type's test, effect sizes, Holm's adjusted p."""
 
     arm: Label
     control: Label
     n_pairs: int = field(metadata=doc("replicates with a value in both arms"))
-    difference: float | None = field(metadata=doc("the mean of treatment minus control"))
-    ci_low: float | None
+    n_dropped: int = field(metadata=doc("replicates with a value in one arm only"))
+    control_mean: float | None = field(metadata=doc("control's mean over the complete pairs"))
+    treatment_mean: float | None = field(metadata=doc("the arm's mean over the complete pairs"))
+    difference: float | None = field(metadata=doc("treatment minus control, complete pairs"))
+    ci_low: float | None = field(metadata=doc("null unless ci_status is shown"))
     ci_high: float | None
+    ci_status: str = field(
+        metadata=doc(
+            "shown; withheld (it would contradict the row's p); uninformative (no variation); "
+            "unavailable (too few pairs)"
+        )
+    )
+    ci_reason: str | None
     ci_method: str
-    p_value: float | None = field(metadata=doc("two-sided"))
+    ci_library: str
+    p_value: float | None = field(metadata=doc("two-sided, as the test computed it"))
+    p_display: str = field(metadata=doc('as shown: "0.031", "< 0.0001" at a resampling floor'))
+    p_holm: float | None = field(
+        metadata=doc("Holm-adjusted over every (arm, metric) comparison of the experiment")
+    )
     p_method: str
+    p_library: str
+    p_exact: bool = field(metadata=doc("false: Monte Carlo (resamples, seed, its standard error)"))
+    p_resamples: int | None
+    p_seed: int | None
+    p_monte_carlo_se: float | None
+    can_reach_significance: bool = field(
+        metadata=doc("false: with this many pairs the test cannot give p < 0.05 whatever the data")
+    )
+    note: str | None = field(metadata=doc("what a reader should know about this row"))
+    effect_sizes: tuple[EffectSizeValue, ...]
+    primary: bool = field(metadata=doc("a comparison of the design's primary metric"))
+    added_after_creation: bool = field(
+        metadata=doc("computed with replicates or a metric added after the experiment was created")
+    )
 
 
 @dataclass(frozen=True)
@@ -107,6 +174,7 @@ class MetricResult:
     effects: tuple[Effect, ...] = field(
         metadata=doc("one per treatment arm; none with a single arm")
     )
+    per_turn_ci_method: str = field(metadata=doc("the per-turn intervals: pointwise, this method"))
 
     @property
     def turn_rows(self) -> tuple[TurnRow, ...]:
@@ -123,9 +191,38 @@ class MetricResult:
 
 
 @dataclass(frozen=True)
+class HistoryEntry:
+    """A change made after the experiment was created (what was decided after looking)."""
+
+    at: str = field(metadata=doc("when, ISO 8601"))
+    change: str = field(metadata=doc("replicates or metrics"))
+    detail: str
+    by: str
+
+
+@dataclass(frozen=True)
+class Software:
+    chukwa: str
+    python: str
+    numpy: str
+    scipy: str
+    statsmodels: str
+
+
+@dataclass(frozen=True)
 class ExperimentResults:
     """An experiment's results: one entry per metric of its design, in the design's order."""
 
     experiment: Label
     control: Label
     results: tuple[MetricResult, ...]
+    registered_hash: str = field(
+        metadata=doc("the hash of the design as created (its pre-registration), frozen")
+    )
+    history: tuple[HistoryEntry, ...] = field(
+        metadata=doc("replicates and metrics added after creation, in order")
+    )
+    multiplicity: str = field(metadata=doc("how p_holm was adjusted, over which comparisons"))
+    missing_data: str = field(metadata=doc("the rule that makes a world's value missing"))
+    methods: str = field(metadata=doc("a paragraph naming the design and every method, to paste"))
+    software: Software

@@ -8,20 +8,26 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
 
-from chukwa_core.experiment_results_types import (
-    ArmResult,
-    Effect,
-    ExperimentResults,
-    MetricResult,
-    ResultMetric,
-    TurnPoint,
-    WorldValue,
+from django.db.models import Count, Q
+
+from chukwa_core.experiment_analysis import (
+    MISSING_DATA_RULE,
+    DesignFacts,
+    MetricInput,
+    WorldInput,
+    methods_paragraph,
+    metric_result,
+    software,
+    with_holm,
 )
-from chukwa_core.experiment_stats import arm_summary, paired_difference
+from chukwa_core.experiment_design import ExperimentDesign
+from chukwa_core.experiment_results_types import ExperimentResults, HistoryEntry
+from chukwa_core.metric_kinds import turn_scale, world_scale_of
 from chukwa_core.metric_values import aggregate
+from cognition_app.models import LlmCall
 from scenarios_app.models import Metric
 from worlds_app.experiment_selectors import experiment_row
-from worlds_app.models import Experiment, Measurement, World
+from worlds_app.models import AttemptStatus, Experiment, Measurement, World
 
 EXPORT_COLUMNS = (
     "arm",
@@ -35,127 +41,152 @@ EXPORT_COLUMNS = (
 )
 
 
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 12)
+def _type_basis(content: dict[str, Any]) -> str:
+    if "type" in content:
+        return "declared by the metric"
+    return "inferred from the metric (declare type to choose)"
 
 
-def _per_turn(values: dict[int, list[float]], start: int, turns: int) -> tuple[TurnPoint, ...]:
-    """One arm's points from the baseline (``start``) to its last planned turn."""
-    points = []
-    for number in range(start, start + turns + 1):
-        summary = arm_summary(values.get(number, []))
-        points.append(
-            TurnPoint(
-                turn=number,
-                n=summary.n,
-                mean=_round(summary.mean),
-                ci_low=_round(summary.ci_low),
-                ci_high=_round(summary.ci_high),
+def _registered(experiment: Experiment, design: ExperimentDesign) -> tuple[str, int, set[str]]:
+    """The pre-registration: its hash, replicates and metrics (an experiment made before
+    registration was recorded counts as registered as it is now)."""
+    if experiment.registered_design is None:
+        return experiment.registered_hash or "", design.replicates, set(design.metrics)
+    frozen = ExperimentDesign.from_json(experiment.registered_design)
+    return experiment.registered_hash, frozen.replicates, set(frozen.metrics)
+
+
+def _world_values(
+    design: ExperimentDesign,
+    worlds: dict[int, dict[str, Any]],
+    aggregate_kind: str,
+    points: dict[int, dict[int, float | None]],
+) -> dict[str, list[WorldInput]]:
+    """Each arm's worlds in replicate order with their value or why they have none: only a
+    world that ran every planned turn with every turn measured without error has a value."""
+    found: dict[str, list[WorldInput]] = {arm: [] for arm in design.arm_labels}
+    run = list(design.run_turns)
+    for world_id, world in sorted(worlds.items(), key=lambda item: item[1]["replicate"] or 0):
+        turns = points.get(world_id, {})
+        reason: str | None = None
+        value: float | None = None
+        if world["current_turn"] < design.last_turn:
+            reason = "world_running" if world["pending"] else "world_incomplete"
+        elif any(n in turns and turns[n] is None for n in run):
+            reason = "metric_error"
+        elif any(n not in turns for n in run):
+            reason = "not_measured"
+        else:
+            value = aggregate(aggregate_kind, [float(turns[n]) for n in run])  # type: ignore[arg-type]
+        if world["arm"] in found:
+            found[world["arm"]].append(
+                WorldInput(world["replicate"] or 1, world["slug"], value, reason)
             )
-        )
-    return tuple(points)
-
-
-def _arm_result(
-    arm: str, values: list[float | None], slugs: list[str | None], per_turn: tuple[TurnPoint, ...]
-) -> ArmResult:
-    summary = arm_summary(values)
-    return ArmResult(
-        arm=arm,
-        n=summary.n,
-        n_missing=summary.n_missing,
-        mean=_round(summary.mean),
-        sd=_round(summary.sd),
-        ci_low=_round(summary.ci_low),
-        ci_high=_round(summary.ci_high),
-        ci_method=summary.ci_method,
-        per_turn=per_turn,
-        worlds=tuple(
-            WorldValue(replicate=i + 1, world=slug, value=_round(value))
-            for i, (slug, value) in enumerate(zip(slugs, values, strict=True))
-            if slug is not None
-        ),
-    )
-
-
-def _effect(
-    arm: str, control: str, treated: list[float | None], base: list[float | None], seed: int
-) -> Effect:
-    diff = paired_difference(base, treated, seed=seed)
-    return Effect(
-        arm=arm,
-        control=control,
-        n_pairs=diff.n_pairs,
-        difference=_round(diff.mean),
-        ci_low=_round(diff.ci_low),
-        ci_high=_round(diff.ci_high),
-        ci_method=diff.ci_method,
-        p_value=_round(diff.p_value),
-        p_method=diff.p_method,
-    )
+    return found
 
 
 def experiment_results(*, slug: str) -> ExperimentResults:
-    """Per metric and arm: n, n_missing, mean, sd, a 95% CI and the per-turn mean with its CI;
-    per treatment arm, the paired difference from control (bootstrap CI, sign-flip p). A world's
-    value is the metric's aggregate over the turns it ran (its first turn, the baseline — turn
-    0, or a branch's turn —, left out)."""
+    """Per metric and arm: n, missing worlds with reasons, mean, sd and a 95% interval inside
+    the metric's range, and the per-turn means with pointwise intervals; per treatment arm the
+    paired effect by the metric's type (docs/statistics.md), Holm-adjusted across the
+    experiment; the history of changes after creation, the methods paragraph and the software.
+    A world's value is the metric's aggregate over every turn it was to run (its first turn,
+    the baseline — turn 0, or a branch's turn —, left out)."""
     experiment = experiment_row(slug)
     design = experiment.typed_design
     arms = list(design.arm_labels)
-    control, replicates, turns = design.control, design.replicates, design.turns
-    metric_hashes = list(design.metrics)
-    start = design.first_turn
-    worlds = {
-        w["id"]: w
-        for w in World.objects.filter(experiment=experiment).values(
-            "id", "slug", "arm", "replicate"
-        )
+    pending = Q(attempts__status__in=[AttemptStatus.QUEUED, AttemptStatus.RUNNING])
+    worlds: dict[int, dict[str, Any]] = {
+        w["id"]: dict(w)
+        for w in World.objects.filter(experiment=experiment)
+        .annotate(pending=Count("attempts", filter=pending))
+        .values("id", "slug", "arm", "replicate", "current_turn", "pending")
     }
     metrics = {
         m["hash"]: m
-        for m in Metric.objects.filter(pk__in=metric_hashes).values("hash", "label", "content")
+        for m in Metric.objects.filter(pk__in=list(design.metrics)).values(
+            "hash", "label", "content"
+        )
     }
-    # (metric, world) → per-turn values in turn order, errors left out
-    per_turn: dict[tuple[str, int], list[tuple[int, float]]] = defaultdict(list)
+    # (metric, world) → turn → value (None: the metric erred on that turn)
+    points: dict[str, dict[int, dict[int, float | None]]] = defaultdict(lambda: defaultdict(dict))
     rows = (
-        Measurement.objects.filter(world_id__in=list(worlds), metric_id__in=list(metrics))
-        .exclude(value__isnull=True)
-        .order_by("turn_number")
+        Measurement.objects.filter(
+            world_id__in=list(worlds),
+            metric_id__in=list(metrics),
+            turn_number__gte=design.first_turn,
+            turn_number__lte=design.last_turn,
+        )
+        .order_by()
         .values_list("metric_id", "world_id", "turn_number", "value")
     )
     for metric_id, world_id, number, value in rows.iterator(chunk_size=5000):
-        if value is not None:
-            per_turn[(metric_id, world_id)].append((number, value))
+        points[metric_id][world_id][number] = value
+    registered_hash, registered_replicates, registered_metrics = _registered(experiment, design)
     results = []
-    for metric_hash in metric_hashes:
+    for metric_hash in design.metrics:
         metric = metrics[metric_hash]
-        kind = metric["content"]["aggregate"]
-        values: dict[str, list[float | None]] = {arm: [None] * replicates for arm in arms}
-        slugs: dict[str, list[str | None]] = {arm: [None] * replicates for arm in arms}
-        by_turn: dict[str, dict[int, list[float]]] = {arm: {} for arm in arms}
-        for world_id, world in worlds.items():
-            points = per_turn.get((metric_hash, world_id), [])
-            ran = [v for n, v in points if n > start]
-            values[world["arm"]][(world["replicate"] or 1) - 1] = aggregate(kind, ran)
-            slugs[world["arm"]][(world["replicate"] or 1) - 1] = world["slug"]
-            for number, value in points:
-                by_turn[world["arm"]].setdefault(number, []).append(value)
+        content = metric["content"]
+        by_turn: dict[str, dict[int, list[float]]] = {arm: defaultdict(list) for arm in arms}
+        for world_id, turns in points[metric_hash].items():
+            arm = worlds[world_id]["arm"]
+            for number, value in turns.items():
+                if value is not None and arm in by_turn:
+                    by_turn[arm][number].append(value)
         results.append(
-            MetricResult(
-                metric=ResultMetric(hash=metric_hash, label=metric["label"], aggregate=kind),
-                arms=tuple(
-                    _arm_result(arm, values[arm], slugs[arm], _per_turn(by_turn[arm], start, turns))
-                    for arm in arms
+            metric_result(
+                MetricInput(
+                    hash=metric_hash,
+                    label=metric["label"],
+                    aggregate=content["aggregate"],
+                    turn_scale=turn_scale(content),
+                    world_scale=world_scale_of(content),
+                    type_basis=_type_basis(content),
+                    primary=metric_hash == design.primary,
+                    added_after_creation=metric_hash not in registered_metrics,
                 ),
-                effects=tuple(
-                    _effect(arm, control, values[arm], values[control], experiment.seed)
-                    for arm in arms
-                    if arm != control
-                ),
+                arms=arms,
+                control=design.control,
+                worlds=_world_values(design, worlds, content["aggregate"], points[metric_hash]),
+                by_turn=by_turn,
+                turns=design.measured_turns,
+                seed=experiment.seed,
+                registered_replicates=registered_replicates,
             )
         )
-    return ExperimentResults(experiment=experiment.slug, control=control, results=tuple(results))
+    adjusted, multiplicity = with_holm(results)
+    history = tuple(
+        HistoryEntry(at=h["at"], change=h["change"], detail=h["detail"], by=h.get("by", ""))
+        for h in experiment.history
+    )
+    models = sorted(
+        LlmCall.objects.filter(invocation__world__experiment=experiment)
+        .values_list("requested_model", flat=True)
+        .distinct()
+    )
+    facts = DesignFacts(
+        experiment=experiment.slug,
+        arms=arms,
+        control=design.control,
+        replicates=design.replicates,
+        registered_replicates=registered_replicates,
+        turns=design.turns,
+        first_turn=design.first_turn,
+        seed=experiment.seed,
+        models=models,
+        registered_hash=registered_hash,
+    )
+    return ExperimentResults(
+        experiment=experiment.slug,
+        control=design.control,
+        results=adjusted,
+        registered_hash=registered_hash,
+        history=history,
+        multiplicity=multiplicity,
+        missing_data=MISSING_DATA_RULE,
+        methods=methods_paragraph(facts, adjusted, history, multiplicity),
+        software=software(),
+    )
 
 
 def export_rows(*, slug: str) -> tuple[Experiment, Iterator[dict[str, Any]]]:

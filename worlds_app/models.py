@@ -33,6 +33,11 @@ class Experiment(models.Model):
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     design = models.JSONField()
+    # The pre-registration: the design as created, frozen, and its hash; later changes
+    # (replicates, metrics) go to ``design`` and are listed in ``history`` with when and who.
+    registered_design = models.JSONField(null=True, blank=True)
+    registered_hash = models.CharField(max_length=64, blank=True)
+    history = models.JSONField(default=list, blank=True)
     seed = models.BigIntegerField()
     cancelled_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

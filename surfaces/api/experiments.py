@@ -88,6 +88,7 @@ class ExperimentInputSerializer(StrictInputSerializer):
         "budget": "invalid_budget",
         "branch_from": "invalid_branch_from",
         "replay_from": "invalid_replay_from",
+        "primary": "invalid_primary",
     }
     slug = StrictCharField(help_text="the experiment; its worlds are <slug>--<arm>--<i>")
     name = StrictCharField(required=False, allow_blank=True)
@@ -128,6 +129,11 @@ class ExperimentInputSerializer(StrictInputSerializer):
         },
         required=False,
         help_text="each world replays the world of the same arm and replicate there",
+    )
+    primary = described(
+        METRIC_REF_SCHEMA,
+        required=False,
+        help_text="the primary metric (one of metrics): its comparisons are flagged primary",
     )
 
     class Meta:
@@ -298,6 +304,7 @@ class ExperimentDesignSerializer(serializers.Serializer):
     budget = DesignBudgetSerializer(allow_null=True)
     branch_from = DesignBranchSerializer(allow_null=True)
     replay_from = DesignReplaySerializer(allow_null=True)
+    primary = serializers.CharField(allow_null=True, help_text="the primary metric's hash")
 
     class Meta:
         ref_name = "ExperimentDesign"
@@ -311,6 +318,7 @@ class ExperimentDesignSerializer(serializers.Serializer):
             "budget": None,
             "branch_from": None,
             "replay_from": None,
+            "primary": None,
             **design.to_json(),
             "first_turn": design.first_turn,
         }
@@ -474,7 +482,9 @@ class ExperimentMetricsApi(APIView):
     )
     def post(self, request: Request, slug: str) -> Response:
         body = validate_body(self.InputSerializer, request)
-        services.experiment_add_metrics(slug=slug, metrics=body["metrics"])
+        services.experiment_add_metrics(
+            slug=slug, metrics=body["metrics"], created_by=request.user.get_username()
+        )
         found = selectors.experiment_get(slug=slug)
         return Response(ExperimentSerializer(found).data, status=status.HTTP_202_ACCEPTED)
 

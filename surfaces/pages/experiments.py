@@ -108,6 +108,7 @@ def _detail_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], di
         "design": design,
         "metrics": [{"hash": h, "label": labels.get(h, h[:12])} for h in design.metrics],
         "results": results.results,
+        "analysis": results,
         "plot_data": {
             "control": results.control,
             "arms": list(design.arm_labels),
@@ -215,6 +216,10 @@ def experiment_metrics_page(request: HttpRequest, slug: str) -> HttpResponse:
             raise ChukwaError(
                 "invalid_metrics", "metrics: choose at least one metric", {"field": "metrics"}
             )
-        services.experiment_add_metrics(slug=slug, metrics=[{"hash": h} for h in chosen])
+        services.experiment_add_metrics(
+            slug=slug,
+            metrics=[{"hash": h} for h in chosen],
+            created_by=request.user.get_username(),
+        )
 
     return _action(request, slug, "metrics", work)

@@ -106,19 +106,28 @@ def test_it_runs_the_experiment_and_prints_the_results_table(
     assert (eaten["control"].mean, eaten["treated"].mean) == (1.0, 0.0)
     for result in results.results:
         for arm in result.arms:
+            shown = interval(arm.ci_low, arm.ci_high) if arm.ci_status == "shown" else arm.ci_status
             row = rf"^\s+{arm.arm}\s+{arm.n}\s+{arm.n_missing}\s+"
-            row += re.escape(f"{number(arm.mean)}  {interval(arm.ci_low, arm.ci_high)}")
+            row += re.escape(number(arm.mean)) + r"\s+" + re.escape(shown) + "$"
             assert re.search(row, printed, re.M), (row, printed)
         (effect,) = result.effects
+        ci = effect.ci_status
+        if ci == "shown":
+            ci = interval(effect.ci_low, effect.ci_high)
         row = (
-            rf"^\s+treated - control\s+{re.escape(number(effect.difference))}\s+"
-            + re.escape(interval(effect.ci_low, effect.ci_high))
-            + rf"\s+{re.escape(p_value(effect.p_value))}\s+{effect.n_pairs}$"
+            rf"^\s+treated - control\s+{effect.n_pairs}\s+"
+            + re.escape(f"{number(effect.control_mean)} / {number(effect.treatment_mean)}")
+            + rf"\s+{re.escape(number(effect.difference))}\s+{re.escape(ci)}"
+            + rf"\s+{re.escape(effect.p_display)}\s+{re.escape(p_value(effect.p_holm))}$"
         )
         assert re.search(row, printed, re.M), (row, printed)
-    assert "metric treated (aggregate: mean)" in printed
-    assert "metric crumb_eaten (aggregate: any)" in printed
-    assert "  p: paired sign-flip permutation test, exact" in printed
+        assert effect.n_pairs == 3 and effect.p_value == 0.25  # 3 pairs: exact, cannot reach 0.05
+        assert f"note (treated): {effect.note}" in printed
+    assert "metric treated (aggregate: mean; continuous 0–1)" in printed
+    assert "metric crumb_eaten (aggregate: any; binary (0 or 1))" in printed
+    assert "  p: paired sign-flip permutation test of the mean difference, exact" in printed
+    assert "  p: exact McNemar test" in printed
+    assert "\nmethods: Experiment cli compared 2 arms" in printed
 
 
 @pytest.mark.django_db
@@ -204,5 +213,8 @@ def test_a_cancelled_experiment_prints_its_table_and_exits_non_zero(
     with pytest.raises(CommandError, match="experiment cli cancelled; worlds short of") as ended:
         call_command("run_experiment", _write(tmp_path, _design()), "--poll", "0.05", stdout=out)
     assert ended.value.returncode == 1
-    assert re.search(r"^\s+control\s+0\s+3\s+-\s+-$", out.getvalue(), re.M), out.getvalue()
+    # every world stopped short: missing, and no interval made up from nothing
+    assert re.search(r"^\s+control\s+0\s+3\s+-\s+unavailable$", out.getvalue(), re.M), (
+        out.getvalue()
+    )
     assert out.getvalue().rstrip().endswith("/experiments/cli/")

@@ -84,6 +84,7 @@ def design_of(data: Any) -> ExperimentDesign:
     if control not in {a.label for a in arms}:
         raise invalid("invalid_control", "control", f"{control!r} is not one of the arms")
     metrics = resolve_metric_refs(body["metrics"], "metrics")
+    primary = _primary(body.get("primary"), [m["hash"] for m in metrics])
     seed = body.get("seed")
     if seed is not None and (problem := seed_problem(seed)) is not None:
         raise invalid("invalid_seed", "seed", problem)
@@ -121,7 +122,23 @@ def design_of(data: Any) -> ExperimentDesign:
         budget=_budget(body["budget"]) if body.get("budget") is not None else None,
         branch_from=branch,
         replay_from=replay,
+        primary=primary,
     )
+
+
+def _primary(value: Any, metrics: list[str]) -> str | None:
+    """The primary metric: a metric ref (as in ``metrics``) naming one of the design's."""
+    if value is None:
+        return None
+    try:
+        (found,) = resolve_metric_refs([value], "primary")
+    except ChukwaError as exc:  # named as the field itself, not as a list's first item
+        raise invalid(exc.code, "primary", exc.message.split(": ", 1)[-1]) from None
+    if found["hash"] not in metrics:
+        raise invalid(
+            "invalid_primary", "primary", "must be one of the design's metrics (as in metrics)"
+        )
+    return str(found["hash"])
 
 
 def check_world_count(arms: int, replicates: int, field: str) -> None:

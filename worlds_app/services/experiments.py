@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.experiment_design import Budget, PlannedIntervention, world_slug
+from chukwa_core.hashing import json_hash
 from chukwa_core.seeds import replicate_seed
 from worlds_app.models import Experiment, Intervention, Turn, TurnAttempt, World
 from worlds_app.selectors import require_slug
@@ -65,6 +66,8 @@ def experiment_create(*, data: Any, created_by: str = "") -> Experiment:
             name=design.name,
             description=design.description,
             design=design.to_json(),
+            registered_design=design.to_json(),
+            registered_hash=json_hash(design.to_json()),
             seed=design.seed,
             created_by=created_by,
             **_budget_columns(design.budget),
@@ -191,6 +194,12 @@ def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> 
     measure_on_commit(world_ids, experiment.pk)  # the first turn, the baseline
 
 
+def _note(experiment: Experiment, change: str, detail: str, by: str) -> None:
+    """A change after creation, for the results' ``history`` (what was decided after looking)."""
+    entry = {"at": timezone.now().isoformat(), "change": change, "detail": detail, "by": by}
+    experiment.history = [*experiment.history, entry]
+
+
 def _now() -> datetime:
     return timezone.now()
 
@@ -222,20 +231,26 @@ def experiment_add_replicates(*, slug: str, count: Any, created_by: str = "") ->
         check_world_count(len(design.arms), total, "count")
         check_slug_length(slug, list(design.arm_labels), total, "count")
         experiment.design = design.with_replicates(total).to_json()
-        experiment.save(update_fields=["design"])
+        _note(experiment, "replicates", f"{design.replicates} → {total} per arm", created_by)
+        experiment.save(update_fields=["design", "history"])
         _make_worlds(experiment, range(first, total + 1), created_by)
     return experiment
 
 
-def experiment_add_metrics(*, slug: str, metrics: Any) -> Experiment:
+def experiment_add_metrics(*, slug: str, metrics: Any, created_by: str = "") -> Experiment:
     """Add metrics to the experiment and measure every turn its worlds committed (and every
     turn they commit from now on) with them: researchers think of measures after the run."""
     found = resolve_metric_refs(metrics, "metrics")
     with transaction.atomic(durable=True):
         experiment = _locked(slug)
         design = experiment.typed_design
-        experiment.design = design.with_metrics(m["hash"] for m in found).to_json()
-        experiment.save(update_fields=["design"])
+        changed = design.with_metrics(m["hash"] for m in found)
+        added = [m for m in found if m["hash"] in changed.metrics[len(design.metrics) :]]
+        experiment.design = changed.to_json()
+        if added:
+            labels = ", ".join(f"{m['label']} ({m['hash'][:12]})" for m in added)
+            _note(experiment, "metrics", f"added {labels}", created_by)
+        experiment.save(update_fields=["design", "history"])
         measure_on_commit(
             list(World.objects.filter(experiment=experiment).values_list("pk", flat=True)),
             experiment.pk,

@@ -194,22 +194,49 @@ def test_the_experiment_results_are_declared_field_by_field(tmp_path: Path) -> N
         "experiment": "string",
         "control": "string",
         "results": "array",
+        "registered_hash": "string",
+        "history": "array",
+        "multiplicity": "string",
+        "missing_data": "string",
+        "methods": "string",
+        "software": "ref",
     }
     _, metric_result = resolve(results["properties"]["results"]["items"])
-    assert _field_types(metric_result) == {"metric": "ref", "arms": "array", "effects": "array"}
+    assert _field_types(metric_result) == {
+        "metric": "ref",
+        "arms": "array",
+        "effects": "array",
+        "per_turn_ci_method": "string",
+    }
     _, metric = resolve(metric_result["properties"]["metric"])
-    assert _field_types(metric) == {"hash": "string", "label": "string", "aggregate": "string"}
+    assert _field_types(metric) == {
+        "hash": "string",
+        "label": "string",
+        "aggregate": "string",
+        "type": "string",
+        "type_label": "string",
+        "type_basis": "string",
+        "range_low": "number?",
+        "range_high": "number?",
+        "turn_type_label": "string",
+        "primary": "boolean",
+        "added_after_creation": "boolean",
+    }
     assert metric["properties"]["hash"]["pattern"] == "^[0-9a-f]{64}$"
     _, arm = resolve(metric_result["properties"]["arms"]["items"])
     assert _field_types(arm) == {
         "arm": "string",
         "n": "integer",
         "n_missing": "integer",
+        "missing": "ref",
         "mean": "number?",
         "sd": "number?",
         "ci_low": "number?",
         "ci_high": "number?",
+        "ci_status": "string",
+        "ci_reason": "string?",
         "ci_method": "string",
+        "ci_library": "string",
         "per_turn": "array",
         "worlds": "array",
     }
@@ -223,18 +250,41 @@ def test_the_experiment_results_are_declared_field_by_field(tmp_path: Path) -> N
         "ci_high": "number?",
     }
     _, world = resolve(arm["properties"]["worlds"]["items"])
-    assert _field_types(world) == {"replicate": "integer", "world": "string", "value": "number?"}
+    assert _field_types(world) == {
+        "replicate": "integer",
+        "world": "string",
+        "value": "number?",
+        "missing_reason": "string?",
+    }
     _, effect = resolve(metric_result["properties"]["effects"]["items"])
     assert _field_types(effect) == {
         "arm": "string",
         "control": "string",
         "n_pairs": "integer",
+        "n_dropped": "integer",
+        "control_mean": "number?",
+        "treatment_mean": "number?",
         "difference": "number?",
         "ci_low": "number?",
         "ci_high": "number?",
+        "ci_status": "string",
+        "ci_reason": "string?",
         "ci_method": "string",
+        "ci_library": "string",
         "p_value": "number?",
+        "p_display": "string",
+        "p_holm": "number?",
         "p_method": "string",
+        "p_library": "string",
+        "p_exact": "boolean",
+        "p_resamples": "integer?",
+        "p_seed": "integer?",
+        "p_monte_carlo_se": "number?",
+        "can_reach_significance": "boolean",
+        "note": "string?",
+        "effect_sizes": "array",
+        "primary": "boolean",
+        "added_after_creation": "boolean",
     }
     # every level is a component of its own, named once
     names = {

@@ -205,7 +205,15 @@ def test_an_experiment_runs_paired_worlds_and_answers_with_its_uncertainty(
         assert arms["control"]["n"] == arms["treated"]["n"] == 3
         assert [p["mean"] for p in arms["treated"]["per_turn"]] == [1.0, 1.0, 1.0]
         (effect,) = treated_metric["effects"]
-        assert (effect["difference"], effect["ci_low"], effect["ci_high"]) == (1.0, 1.0, 1.0)
+        # 3 agreeing pairs: no interval from no variation, and a p that cannot reach 0.05
+        assert (effect["difference"], effect["ci_low"], effect["ci_high"]) == (1.0, None, None)
+        assert effect["ci_status"] == "uninformative"
+        assert effect["can_reach_significance"] is False and "6 pairs" in effect["note"]
+        assert treated_metric["metric"]["type"] == "continuous"  # a mean of booleans
+        assert (treated_metric["metric"]["range_low"], treated_metric["metric"]["range_high"]) == (
+            0.0,
+            1.0,
+        )
         own = stats.permutation_test(
             (np.zeros(3), np.ones(3)),
             lambda x, y, axis: np.mean(y - x, axis=axis),
@@ -214,7 +222,8 @@ def test_an_experiment_runs_paired_worlds_and_answers_with_its_uncertainty(
             n_resamples=np.inf,
         )
         assert effect["p_value"] == pytest.approx(own.pvalue) == pytest.approx(0.25)
-        assert "exact" in effect["p_method"] and "bootstrap" in effect["ci_method"]
+        assert effect["p_exact"] and "exact" in effect["p_method"]
+        assert "paired t" in effect["ci_method"] and effect["p_holm"] == effect["p_value"]
 
         exported = http.get("/api/experiments/trial/measurements.csv")
         assert exported.status_code == 200

@@ -153,19 +153,29 @@ def test_a_completed_experiment_shows_what_experiment_results_says(reader: Clien
         section = page.split(f'data-metric="{metric.metric.hash}"', 1)[1].split("</section>", 1)[0]
         for arm in metric.arms:
             row = section.split(f'<tr data-arm="{arm.arm}">', 1)[1].split("</tr>", 1)[0]
-            for key in ("mean", "sd", "ci_low", "ci_high"):
+            keys = ["mean", "sd"] + (["ci_low", "ci_high"] if arm.ci_status == "shown" else [])
+            for key in keys:
                 shown = re.search(rf'data-key="{key}" data-value="([^"]*)">([^<]*)<', row)
                 assert shown is not None, (key, row)
                 value = getattr(arm, key)
                 raw = "" if value is None else repr(value)
                 assert (shown.group(1), shown.group(2)) == (raw, value_text(value))
+            assert f'data-key="ci" data-status="{arm.ci_status}"' in row
+            if arm.ci_status != "shown":  # named, with its reason on hover
+                assert f">{arm.ci_status}</span>" in row
             assert f'data-key="n">{arm.n}<' in row
         (effect,) = metric.effects
         effects = section.split('class="table results-effects"', 1)[1]
         row = effects.split('<tr data-arm="treated">', 1)[1].split("</tr>", 1)[0]
-        for key in ("difference", "ci_low", "ci_high", "p_value"):
+        keys = ["difference", "p_value", "p_holm"]
+        keys += ["ci_low", "ci_high"] if effect.ci_status == "shown" else []
+        for key in keys:
             assert f'data-key="{key}" data-value="{getattr(effect, key)!r}"' in row
-        assert effect.p_method in section and effect.ci_method in section
+        assert f'data-key="ci" data-status="{effect.ci_status}"' in row
+        assert f">{effect.p_display}</td>" in row
+        assert escape(effect.p_method) in section and escape(effect.ci_method) in section
+        if effect.note:
+            assert escape(effect.note) in section
         assert 'data-plot="turns"' in section and 'data-plot="worlds"' in section
         # the per-turn table: a row per turn, a cell per arm (mean, its CI when it has one, n)
         per_turn = section.split('class="table per-turn"', 1)[1].split("</table>", 1)[0]
@@ -185,7 +195,7 @@ def test_a_completed_experiment_shows_what_experiment_results_says(reader: Clien
                 assert (
                     f'<tr><td>{arm.arm}</td><td class="num">{w.replicate}</td>'
                     f'<td><a href="/worlds/{w.world}/">{w.world}</a></td>'
-                    f'<td class="num">{value_text(w.value)}</td></tr>'
+                    f'<td class="num">{value_text(w.value)}'
                 ) in shown_worlds
     treated = results.results[0]
     assert [a.mean for a in treated.arms] == [0.0, 1.0]
@@ -200,6 +210,10 @@ def test_a_completed_experiment_shows_what_experiment_results_says(reader: Clien
     assert "plot-0.6.17.min.js" in page
     data = reader.get("/experiments/breeze/?format=json").json()
     assert data["status"] == "completed" and len(data["results"]) == 2
+    # the methods paragraph, ready to copy, with the software that computed it
+    assert 'id="methods-text"' in page and escape(results.methods) in page
+    assert 'data-copy="#methods-text"' in page
+    assert f"statsmodels {results.software.statsmodels}" in page
 
 
 def test_failed_worlds_are_one_click_away(reader: Client) -> None:
