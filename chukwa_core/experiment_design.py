@@ -285,4 +285,5 @@ class ExperimentDesign:
             replay_from=None
             if replay is None
             else ReplayFrom(replay["experiment"], replay["mode"]),
+            primary=stored.get("primary"),
         )

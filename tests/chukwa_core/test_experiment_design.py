@@ -76,6 +76,7 @@ def test_the_stored_form_reads_back_equal() -> None:
         budget=Budget("2.5", None),
         branch_from=BranchFrom("trunk", 2),
         replay_from=ReplayFrom("old", "replay_strict"),
+        primary="m" * 64,
     )
     stored = design.to_json()
     assert stored["first_turn"] == 2 and stored["arms"][1]["scenario_ref"] == {"hash": "b" * 64}
