@@ -14,7 +14,8 @@ from django.db import transaction
 
 from chukwa_core.errors import invalid
 from chukwa_core.ids import is_hash, label_problem
-from chukwa_core.metric_kinds import METRIC_KINDS
+from chukwa_core.metric_kinds import METRIC_KINDS, turn_scale
+from chukwa_core.metric_types import scale_label
 from chukwa_core.metric_values import SUBJECT_NOT_AGENT, Outcome
 from scenarios_app.selectors import metric_rows
 from worlds_app.history import first_turn, history_owners
@@ -199,10 +200,29 @@ def world_measure(*, world_id: int, metric_hashes: list[str]) -> MeasureResult:
     return result
 
 
+def _in_type(metric: Mapping[str, Any], outcome: Outcome) -> Outcome:
+    """A value outside the metric's declared type (a count of -1, a binary 2) is recorded as
+    the error ``metric_range``, never as a value the statistics would trust."""
+    content = metric["content"]
+    if outcome.value is None or "type" not in content:
+        return outcome
+    scale = turn_scale(content)
+    try:
+        scale.check(outcome.value)
+    except ValueError as exc:
+        return Outcome(
+            error_code="metric_range",
+            error_message=f"{exc} (declared type: {scale_label(scale)})",
+            llm_call_id=outcome.llm_call_id,
+        )
+    return outcome
+
+
 def _write(world: World, metric: Mapping[str, Any], outcomes: Mapping[int, Outcome]) -> None:
     """The rows of ``outcomes``; one that exists already (a redelivered task) is left as it is."""
     if not outcomes:
         return
+    outcomes = {n: _in_type(metric, outcome) for n, outcome in outcomes.items()}
     with transaction.atomic(durable=True):
         Measurement.objects.bulk_create(
             [
