@@ -9,8 +9,10 @@ Target: false positives ≤ 5% (plus Monte Carlo error) and coverage ≥ 93% at 
 
     python bench/experiment_calibration.py [--runs 2000] [--seed 1] [--pairs 3 5 10 20]
 
-One comparison is one call, ``COMPARE`` (both arms' summaries and the paired effect): swap it
-for the product's results code to calibrate that instead.
+One comparison is one call of the product's own results code,
+``chukwa_core.experiment_analysis.metric_result`` — what ``GET /api/experiments/<slug>/results/``
+computes from the worlds' values (the missing-data rule, the type's fitting scale, both arms'
+summaries, the paired effect with its withholding rule) — on simulated worlds.
 """
 
 from __future__ import annotations
@@ -27,28 +29,44 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from chukwa_core.statistics import (
-    ArmSummary,
-    MetricScale,
-    MetricType,
-    PairedEffect,
-    compare_pairs,
-    summarize_arm,
-)
+from chukwa_core.experiment_analysis import MetricInput, WorldInput, metric_result
+from chukwa_core.experiment_results_types import ArmResult, Effect
+from chukwa_core.statistics import MetricScale, MetricType
 from chukwa_core.statistics.binary import newcombe_paired
 from chukwa_core.statistics.pairs import paired_t_interval
 
 Values = list[float | None]
-Comparison = tuple[ArmSummary, ArmSummary, PairedEffect]
+Comparison = tuple[ArmResult, ArmResult, Effect]
 
 
 def compare_one(scale: MetricScale, control: Values, treatment: Values, seed: int) -> Comparison:
-    """One comparison as the results code makes it: each arm summarized, the pairs compared."""
-    return (
-        summarize_arm(scale, control),
-        summarize_arm(scale, treatment),
-        compare_pairs(scale, control, treatment, seed=seed),
+    """One comparison as the results API makes it: the product's ``metric_result`` on two arms
+    of simulated worlds (replicate i of each arm paired)."""
+    metric = MetricInput(
+        hash="0" * 64,
+        label="simulated",
+        aggregate="last",
+        turn_scale=scale,
+        world_scale=scale,
+        type_basis="declared",
+        primary=True,
+        added_after_creation=False,
     )
+    worlds = {
+        arm: [WorldInput(i + 1, f"w-{arm}-{i + 1}", v, None) for i, v in enumerate(values)]
+        for arm, values in (("control", control), ("treated", treatment))
+    }
+    result = metric_result(
+        metric,
+        arms=["control", "treated"],
+        control="control",
+        worlds=worlds,
+        by_turn={},
+        turns=range(0),
+        seed=seed,
+        registered_replicates=len(control),
+    )
+    return result.arms[0], result.arms[1], result.effects[0]
 
 
 COMPARE: Callable[[MetricScale, Values, Values, int], Comparison] = compare_one
@@ -201,22 +219,21 @@ class Tally:
     ) -> None:
         control, treatment, effect = comparison
         self.runs += 1
-        p = effect.test.p_value
+        p = effect.p_value
         self.rejected += p is not None and p < 0.05
-        for summary, mean in ((control, truth[0]), (treatment, truth[1])):
+        for arm, mean in ((control, truth[0]), (treatment, truth[1])):
             self.arm_total += 1
-            interval = summary.interval
-            if interval.shown and interval.low is not None and interval.high is not None:
+            if arm.ci_status == "shown" and arm.ci_low is not None and arm.ci_high is not None:
                 self.arm_shown += 1
-                self.arm_covered += interval.low <= mean <= interval.high
+                self.arm_covered += arm.ci_low <= mean <= arm.ci_high
         raw = _interval_before_withholding(scale, pairs)
         if raw is not None:
             self.method_computed += 1
             self.method_covered += raw[0] <= truth[1] - truth[0] <= raw[1]
-        interval = effect.interval
-        if interval.shown and interval.low is not None and interval.high is not None:
+        low, high = effect.ci_low, effect.ci_high
+        if effect.ci_status == "shown" and low is not None and high is not None:
             self.pair_shown += 1
-            self.pair_covered += interval.low <= truth[1] - truth[0] <= interval.high
+            self.pair_covered += low <= truth[1] - truth[0] <= high
 
 
 def _rate(hits: int, total: int) -> str:
