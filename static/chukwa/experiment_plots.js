@@ -48,7 +48,8 @@
       marginRight: 16,
       style: style(),
       x: { label: "turn", domain: [0, last], ticks: Math.min(last, width < 480 ? 6 : 12), tickFormat: "d" },
-      y: { label: "mean", grid: true, nice: true },
+      // a bounded metric's axis starts at its lower bound (a count's at 0: its band never dips)
+      y: { label: "mean", grid: true, nice: true, zero: metric.metric.range_low === 0 },
       color: Object.assign({ legend: true }, colour()),
       marks: [
         P.areaY(rows, { x: "turn", y1: "low", y2: "high", fill: "arm", fillOpacity: 0.18, curve: "linear" }),
