@@ -61,17 +61,25 @@ def experiment_create(*, data: Any, created_by: str = "") -> Experiment:
                 f"slug: an experiment {slug!r} already exists",
                 {"field": "slug"},
             )
-        experiment = Experiment.objects.create(
-            slug=slug,
-            name=design.name,
-            description=design.description,
-            design=design.to_json(),
-            registered_design=design.to_json(),
-            registered_hash=json_hash(design.to_json()),
-            seed=design.seed,
-            created_by=created_by,
-            **_budget_columns(design.budget),
-        )
+        try:
+            with transaction.atomic():
+                experiment = Experiment.objects.create(
+                    slug=slug,
+                    name=design.name,
+                    description=design.description,
+                    design=design.to_json(),
+                    registered_design=design.to_json(),
+                    registered_hash=json_hash(design.to_json()),
+                    seed=design.seed,
+                    created_by=created_by,
+                    **_budget_columns(design.budget),
+                )
+        except IntegrityError:  # a create of the same slug committed meanwhile: the index decides
+            raise ConflictError(
+                "experiment_exists",
+                f"slug: an experiment {slug!r} was just created",
+                {"field": "slug"},
+            ) from None
         _make_worlds(experiment, range(1, design.replicates + 1), created_by)
     return experiment
 
