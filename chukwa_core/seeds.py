@@ -9,7 +9,8 @@ the same numbers in the same places and a change in one place moves nothing else
   (world seed, attempted turn, subject id, node id, generation number), in [0, 2³¹): the range
   every OpenAI-compatible backend accepts (llama.cpp, vLLM and OpenAI take 32-bit seeds);
 - :func:`rule_seed` — the rule policy's random draws, from (world seed, attempted turn, subject
-  id, node id), a 64-bit integer.
+  id, node id), a 64-bit integer;
+- :func:`agreement_seed` — the resampling of a metric's agreement with an annotation name.
 
 Pure: no Django, no I/O.
 """
@@ -61,6 +62,12 @@ def replicate_seed(experiment_seed: int, replicate: int) -> int:
     return int.from_bytes(_digest("replicate", str(experiment_seed), str(replicate))[:8], "big") % (
         SEED_LIMIT
     )
+
+
+def agreement_seed(metric_hash: str, annotation: str) -> int:
+    """The seed of a metric's agreement with an annotation name (its bootstrap over worlds and
+    its Monte Carlo pairings): the same data always gives the same intervals."""
+    return int.from_bytes(_digest("agreement", metric_hash, annotation)[:8], "big") % SEED_LIMIT
 
 
 def seed_problem(value: object) -> str | None:

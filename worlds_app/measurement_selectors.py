@@ -9,11 +9,13 @@ from typing import Any
 from django.db.models import Exists, OuterRef, Q, Subquery
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 
-from chukwa_core.agreement import Agreement, agreement
+from chukwa_core.agreement import AgreementMetric, MetricAgreement, Unit, agreement
 from chukwa_core.errors import NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
-from chukwa_core.metric_validation import integer_scale
+from chukwa_core.metric_kinds import turn_scale
 from chukwa_core.metric_values import aggregate
+from chukwa_core.seeds import agreement_seed
+from chukwa_core.statistics.types import MetricType
 from scenarios_app.selectors import metric_content, metric_rows
 from worlds_app.models import Annotation, AnnotationTarget, AnnotationValueKind, Measurement
 from worlds_app.selectors import require_slug, require_turn_number, world_row
@@ -172,37 +174,57 @@ def _paired_annotations(metric_hash: str) -> Any:
     )
 
 
-class AgreementResult(Agreement):
-    metric: dict[str, Any]
-    annotation: str
-    integer_scale: list[int] | None
-
-
-def metric_agreement(*, metric_hash: str, annotation: str) -> AgreementResult:
+def metric_agreement(*, metric_hash: str, annotation: str) -> MetricAgreement:
     """The metric's values against reviewers' annotations named ``annotation`` on the same
-    turns: one pair per annotation (two reviewers of one turn are two pairs), a boolean label
-    read as 1 or 0. Spearman's rho, and quadratic-weighted Cohen's kappa when both sides are whole
-    numbers (a judge on an integer scale; an expression's 0/1). One query after the metric's."""
+    turns (``chukwa_core.agreement``): a turn is one unit, its label the mean of its reviewers'
+    (a reviewer who labelled it twice: their mean), a boolean read as 1 or 0. One query after
+    the metric's."""
     content = _require_metric(metric_hash)
     problem = label_problem(annotation)
     if problem is not None:
         raise invalid("invalid_query", "annotation", f"{annotation!r} {problem}")
     rows = _paired_annotations(metric_hash).filter(name=annotation)
-    metric_values: list[float] = []
-    labels: list[float] = []
-    for metric_value, kind, number, boolean in rows.values_list(
-        "metric_value", "value_kind", "value_number", "value_boolean"
-    ).order_by("created_at", "id"):
-        metric_values.append(metric_value)
-        labels.append(number if kind == AnnotationValueKind.NUMBER else float(bool(boolean)))
-    scale = integer_scale(content)
-    found = agreement(metric_values, labels, integer_scale=scale)
-    return {
-        "metric": {"hash": metric_hash, "label": content["label"], "kind": content["kind"]},
-        "annotation": annotation,
-        "integer_scale": list(scale) if scale else None,
-        **found,
-    }
+    found: dict[tuple[int, int], tuple[str, float, dict[str, list[float]]]] = {}
+    flags = True
+    for world_id, number, slug, author, metric_value, kind, value, boolean in rows.values_list(
+        "turn__world_id",
+        "turn__number",
+        "turn__world__slug",
+        "author__username",
+        "metric_value",
+        "value_kind",
+        "value_number",
+        "value_boolean",
+    ).order_by("turn__world_id", "turn__number", "created_at", "id"):
+        flags = flags and kind == AnnotationValueKind.BOOLEAN
+        label = value if kind == AnnotationValueKind.NUMBER else float(bool(boolean))
+        unit = found.setdefault((world_id, number), (slug, metric_value, {}))
+        unit[2].setdefault(author, []).append(label)
+    units = [
+        Unit(slug, value, {who: sum(v) / len(v) for who, v in ratings.items()})
+        for slug, value, ratings in found.values()
+    ]
+    turn = turn_scale(content)
+    scale = (
+        (int(turn.low), int(turn.high))
+        if turn.type in (MetricType.BINARY, MetricType.ORDINAL)
+        and turn.low is not None
+        and turn.high is not None
+        else None
+    )
+    answer = agreement(
+        units,
+        scale=scale,
+        flags=flags and bool(units),
+        turn_type=turn.type.value,
+        seed=agreement_seed(metric_hash, annotation),
+    )
+    return MetricAgreement.of(
+        answer,
+        metric=AgreementMetric(metric_hash, content["label"], content["kind"]),
+        annotation=annotation,
+        scale=scale,
+    )
 
 
 def agreement_names(*, metric_hash: str) -> list[str]:

@@ -33,6 +33,7 @@ from surfaces.api.contract import (
     path_parameter,
     validate_body,
 )
+from surfaces.api.experiment_power import PowerEstimateSerializer, power_input_field
 from surfaces.api.measurements import METRIC_REF_SCHEMA
 from surfaces.api.typed_output import output_serializer
 from worlds_app import experiment_results
@@ -176,6 +177,9 @@ class EstimateSerializer(serializers.Serializer):
         allow_null=True, help_text="null: no budget, or unknown (unpriced or unbounded)"
     )
     method = serializers.CharField()
+    power = PowerEstimateSerializer(
+        allow_null=True, help_text="the replicates needed for the power asked; null: not asked"
+    )
 
     class Meta:
         ref_name = "ExperimentEstimate"
@@ -395,14 +399,18 @@ class ExperimentCollectionApi(APIView):
 
 
 class ExperimentEstimateInputSerializer(ExperimentInputSerializer):
-    """The same design as creating it takes."""
+    """The same design as creating it takes, and optionally ``power``."""
+
+    field_codes = {**ExperimentInputSerializer.field_codes, "power": "invalid_power"}
+    power = power_input_field()
 
     class Meta:
         ref_name = "ExperimentEstimateInput"
 
 
 class ExperimentEstimateApi(APIView):
-    """POST a design: the most it could spend (calls, tokens, cost), nothing written."""
+    """POST a design: the most it could spend (calls, tokens, cost), and with ``power`` the
+    replicates it needs; nothing written."""
 
     @extend_schema(
         operation_id="experiment_estimate",

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from chukwa_core.agreement import MetricAgreement
 from chukwa_core.metric_kinds import BUILT_IN_METRIC_KINDS
 from surfaces.api.contract import (
     HASH_PATH,
@@ -30,6 +31,7 @@ from surfaces.api.contract import (
     validate_body,
 )
 from surfaces.api.queries import parse_query
+from surfaces.api.typed_output import output_serializer
 from worlds_app import measurement_selectors as selectors
 from worlds_app.services import measurements as services
 
@@ -150,28 +152,13 @@ class AgreementQuerySerializer(serializers.Serializer):
 
 
 class MetricAgreementApi(APIView):
-    """GET compares a metric's values with reviewers' annotations of one name on the same turns."""
+    """GET compares a metric's values with reviewers' annotations of one name on the same turns:
+    a turn is one unit; Spearman's rho with its permutation p, quadratic-weighted kappa on a
+    shared integer scale, Krippendorff's alpha over every rater, each with a bootstrap interval
+    resampled by world."""
 
-    class OutputSerializer(serializers.Serializer):
-        metric = MetricSummarySerializer()
-        annotation = LabelOutField()
-        n = serializers.IntegerField(help_text="pairs: one per annotation of a measured turn")
-        spearman_rho = serializers.FloatField(
-            allow_null=True, help_text="Spearman's rank correlation; null under 2 pairs or a tie"
-        )
-        spearman_p = serializers.FloatField(allow_null=True, help_text="its two-sided p-value")
-        cohen_kappa_quadratic = serializers.FloatField(
-            allow_null=True,
-            help_text="quadratic-weighted Cohen's kappa, when both sides are whole numbers",
-        )
-        integer_scale = serializers.ListField(
-            child=serializers.IntegerField(),
-            allow_null=True,
-            help_text="[min, max] of a judge's integer scale; null otherwise",
-        )
-
-        class Meta:
-            ref_name = "MetricAgreementOutput"
+    # the answer's shape is its dataclass's (every field typed in the document)
+    OutputSerializer = output_serializer(MetricAgreement)
 
     @extend_schema(
         operation_id="metric_agreement",

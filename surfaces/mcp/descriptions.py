@@ -308,8 +308,10 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
     ),
     "metric_agreement": (
         "How a metric (hash) agrees with reviewers' annotations named annotation on the same "
-        "turns: n pairs, Spearman's rho with its p-value, and quadratic-weighted Cohen's "
-        "kappa when both sides are whole numbers."
+        "turns, a turn one unit (its reviewers' mean): n turns, Spearman's rho with its "
+        "permutation p (exact up to 9 turns), quadratic-weighted Cohen's kappa when metric and "
+        "labels share an integer scale (else the reason), Krippendorff's alpha over every "
+        "rater, each with a bootstrap interval resampled by world."
     ),
     # --- attempts and traces ---
     "attempt_get": (

@@ -2,11 +2,13 @@
 scenario each; add and remove rows), the control, replicates, turns, the metrics, a seed and a
 budget. "Estimate" shows what it could spend (``experiment_estimate``) before "Launch" creates it
 (``experiment_create``); both read the same design, and an error is shown next to its field with
-nothing written."""
+nothing written. With an effect to detect (and an sd or a pilot experiment), the estimate also
+says how many replicates that needs."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
@@ -26,6 +28,8 @@ ESTIMATE = "experiments/_estimate.html"
 MIN_ARMS = 2
 MAX_ARM_ROWS = 20
 TEXT_FIELDS = ("slug", "name", "description", "replicates", "turns", "seed")
+# the estimate's optional power: which metric, the effect to detect, and sd or a pilot experiment
+POWER_FIELDS = ("power_metric", "power_effect", "power_sd", "power_pilot")
 BUDGET_FIELDS = BUDGET_LIMITS
 ARM_FIELD = re.compile(r"^arms\[(\d+)\]\.(label|scenario_ref)")
 
@@ -49,6 +53,7 @@ def _form(data: QueryDict) -> dict[str, Any]:
     control = int(raw_control) if raw_control.isdigit() and int(raw_control) < len(arms) else 0
     form: dict[str, Any] = {name: data.get(name, "").strip() for name in TEXT_FIELDS}
     form.update({name: data.get(name, "").strip() for name in BUDGET_FIELDS})
+    form.update({name: data.get(name, "").strip() for name in POWER_FIELDS})
     form["arms"] = arms
     form["control"] = control
     form["metrics"] = [h for h in data.getlist("metrics") if h]
@@ -61,6 +66,29 @@ def _whole(raw: str, field: str) -> int:
     if not raw.isdigit():
         raise invalid("invalid_input", field, f"must be a whole number, got {raw!r}")
     return int(raw)
+
+
+def _number(raw: str, field: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise invalid("invalid_power", field, f"must be a number, got {raw!r}") from None
+
+
+def _power(form: dict[str, Any]) -> dict[str, Any] | None:
+    """The estimate's ``power`` from the form, when an effect is given (else none is asked);
+    the estimate checks the rest, as for the API."""
+    if not form["power_effect"]:
+        return None
+    power: dict[str, Any] = {
+        "metric": {"hash": form["power_metric"] or next(iter(form["metrics"]), "")},
+        "effect": _number(form["power_effect"], "power.effect"),
+    }
+    if form["power_sd"]:
+        power["sd"] = _number(form["power_sd"], "power.sd")
+    if form["power_pilot"]:
+        power["pilot"] = form["power_pilot"]
+    return power
 
 
 def _design(form: dict[str, Any]) -> dict[str, Any]:
@@ -106,6 +134,9 @@ def field_key(field: str) -> str:
     if head == "budget":
         tail = field.removeprefix("budget.")
         return tail if tail in BUDGET_FIELDS else "budget"
+    if head == "power":
+        key = "power_" + field.removeprefix("power.")
+        return key if key in POWER_FIELDS else "power"
     return head
 
 
@@ -149,7 +180,9 @@ def experiment_new_page(request: HttpRequest) -> HttpResponse:
     try:
         design = _design(form)
         if action == "estimate":
-            context["estimate"] = experiment_estimate(data=design)
+            power = _power(form)
+            asked = design if power is None else {**design, "power": power}
+            context["estimate"] = experiment_estimate(data=asked)
         else:
             made = experiment_create(data=design, created_by=request.user.get_username())
     except ChukwaError as exc:
@@ -165,9 +198,12 @@ def experiment_new_page(request: HttpRequest) -> HttpResponse:
             response.status_code = exc.status_code
         return response
     if action == "estimate":
+        estimate = context["estimate"]
+        power = estimate["power"]
+        data = {**estimate, "power": None if power is None else asdict(power)}
         if getattr(request, "htmx", False) and not wants_json(request):
-            return respond(request, ESTIMATE, context, context["estimate"])
-        return respond(request, PAGE, context, context["estimate"])
+            return respond(request, ESTIMATE, context, data)
+        return respond(request, PAGE, context, data)
     if wants_json(request):
         return respond(request, "", {}, {"slug": made.slug})
     return HttpResponseRedirect(reverse("page-experiment-detail", args=[made.slug]))

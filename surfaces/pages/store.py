@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -170,7 +171,7 @@ def _metric_summary(metric_hash: str, content: dict[str, Any]) -> dict[str, Any]
         ),
         "worlds": selectors.component_uses(kind=ComponentKind.METRIC, hash=metric_hash)["worlds"],
         "agreement": [
-            measurement_selectors.metric_agreement(metric_hash=metric_hash, annotation=name)
+            asdict(measurement_selectors.metric_agreement(metric_hash=metric_hash, annotation=name))
             for name in measurement_selectors.agreement_names(metric_hash=metric_hash)
         ],
     }

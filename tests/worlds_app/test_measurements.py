@@ -1,7 +1,7 @@
 """Metrics and measurements (docs/measurement.md): the turn view of committed turns, expression
 metrics measured on every turn (turn 0 included) with their typed errors, measuring again writing
-nothing, bad metrics refused with nothing written, and agreement with annotations checked against
-the statistics libraries themselves."""
+nothing, bad metrics refused with nothing written (agreement with annotations:
+test_agreement.py)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
-from scipy.stats import spearmanr
-from sklearn.metrics import cohen_kappa_score
 
 from cognition_app.models import SourceInvocation
 from scenarios_app.models import Metric
@@ -22,7 +20,7 @@ from scenarios_app.services import metric_put, response_source_put, scenario_ass
 from tests.cognition_app.test_rule_tools import _scenario as rule_tool_scenario
 from tests.conftest import HTTP_SOURCE, LLM_SOURCE
 from worlds_app import measurement_selectors
-from worlds_app.models import Annotation, Measurement, Turn, World
+from worlds_app.models import Measurement, Turn, World
 from worlds_app.services import measurements, turn_attempt_enqueue, turn_attempt_run, world_create
 from worlds_app.services.measurements import world_measure
 from worlds_app.turn_view import turn_view, turn_views
@@ -352,74 +350,6 @@ def test_a_world_read_names_the_metrics_it_was_measured_with(
     ]
     uses = reader_client.get(f"/api/metrics/{drank}/uses/").json()
     assert uses["worlds"] == [{"slug": "buyers", "turns": 2, "error_turns": 0}]
-
-
-# --- agreement with annotations ---------------------------------------------------------------
-
-
-def test_agreement_matches_scipy_and_scikit_learn_on_a_constructed_example(
-    reader_client: APIClient, reader_user: User, operator_user: User, toy_sources: str
-) -> None:
-    """Six turns scored by a metric (1…5) and labelled by two reviewers: one pair per
-    annotation, a label name that is no number left out."""
-    world = buyers_world("rated", 5)
-    metric = metric_put(content=expression("score", "`3`", "mean"))["hash"]
-    scores = [1, 2, 3, 4, 5, 3]
-    first = [1, 3, 3, 5, 4, 2]
-    second = [2, 2, 4, 4, 5, 3]
-    for number, score in enumerate(scores):  # as a judge on a 1…5 scale would have scored
-        Measurement.objects.create(world=world, turn_number=number, metric_id=metric, value=score)
-    turns = {t.number: t for t in Turn.objects.filter(world=world)}
-    for author, labels in ((reader_user, first), (operator_user, second)):
-        for number, label in enumerate(labels):
-            Annotation.objects.create(
-                target_kind="turn",
-                turn=turns[number],
-                name="plausibility",
-                value_kind="number",
-                value_number=label,
-                author=author,
-            )
-    Annotation.objects.create(
-        target_kind="turn",
-        turn=turns[0],
-        name="plausibility_note",
-        value_kind="label",
-        value_label="odd",
-        author=reader_user,
-    )
-
-    answer = reader_client.get(f"/api/metrics/{metric}/agreement/?annotation=plausibility")
-    assert answer.status_code == 200, answer.json()
-    got = answer.json()
-    metric_side, people = scores + scores, first + second
-    rho, p = spearmanr(metric_side, people)
-    kappa = cohen_kappa_score(metric_side, people, labels=[1, 2, 3, 4, 5], weights="quadratic")
-    assert got["n"] == 12
-    assert got["spearman_rho"] == pytest.approx(rho, abs=1e-12)
-    assert got["spearman_p"] == pytest.approx(p, abs=1e-12)
-    assert got["cohen_kappa_quadratic"] == pytest.approx(kappa, abs=1e-12)
-    assert 0 < got["spearman_rho"] < 1 and 0 < got["cohen_kappa_quadratic"] < 1
-    assert measurement_selectors.agreement_names(metric_hash=metric) == ["plausibility"]
-    none = reader_client.get(f"/api/metrics/{metric}/agreement/?annotation=plausibility_note")
-    assert none.json()["n"] == 0 and none.json()["spearman_rho"] is None
-    missing = reader_client.get(f"/api/metrics/{metric}/agreement/")
-    assert missing.status_code == 400
-    assert missing.json()["error"]["details"]["field"] == "annotation"
-
-
-def test_quadratic_kappa_weighs_by_value_not_by_the_labels_seen() -> None:
-    """On a 3-point scale nobody used the middle of, scikit-learn is given every label of the
-    scale, so a 1 against a 3 weighs 2² (not 1²); perfect agreement is 1, the ends swapped -1."""
-    from chukwa_core.agreement import agreement
-
-    left, right = [1, 1, 3, 3], [1, 3, 1, 3]
-    full = agreement(left, right, integer_scale=(1, 3))
-    assert full["cohen_kappa_quadratic"] == pytest.approx(
-        cohen_kappa_score(left, right, labels=[1, 2, 3], weights="quadratic")
-    )
-    assert agreement([1, 2, 3], [1, 2, 3], integer_scale=(1, 3))["cohen_kappa_quadratic"] == 1
-    assert agreement([1, 3], [3, 1], integer_scale=(1, 3))["cohen_kappa_quadratic"] == -1
 
 
 def test_fsck_rehashes_metrics() -> None:

@@ -173,6 +173,33 @@ def test_estimate_prints_the_estimate_and_writes_nothing(tmp_path: Path) -> None
 
 
 @pytest.mark.django_db
+def test_estimate_with_power_flags_prints_statsmodels_replicates(tmp_path: Path) -> None:
+    """``--power-effect 0.5 --power-sd 1`` on the design's first metric (continuous): the
+    replicates needed are statsmodels' own answer, rounded up; a bad flag names its field."""
+    import math
+
+    from statsmodels.stats.power import TTestPower
+
+    design = _write(tmp_path, _design())
+    out = io.StringIO()
+    flags = ("--estimate", "--power-effect", "0.5", "--power-sd", "1")
+    call_command("run_experiment", design, *flags, stdout=out)
+    printed = out.getvalue()
+    needed = math.ceil(TTestPower().solve_power(effect_size=0.5, alpha=0.05, power=0.8))
+    assert f"replicates needed for power 0.8: {needed}\n" in printed, printed
+    assert "power: treated (continuous), effect 0.5, sd 1 (given), alpha 0.05" in printed
+    # 3 pairs cannot reach p < 0.05 with the exact sign-flip test whatever the data: power 0
+    assert "power of the design's 3 replicates: 0.000" in printed
+    assert "statsmodels" in printed
+    with pytest.raises(CommandError) as refused:
+        call_command("run_experiment", design, *flags[:3], "--power-metric", "nope", stdout=out)
+    assert str(refused.value).startswith("invalid_power: power.metric:"), str(refused.value)
+    with pytest.raises(CommandError, match="go with --estimate"):
+        call_command("run_experiment", design, *flags[1:], stdout=out)
+    assert _nothing_written()
+
+
+@pytest.mark.django_db
 def test_ctrl_c_stops_waiting_and_does_not_cancel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -27,6 +27,7 @@ from typing import Any, TypedDict
 
 from django.utils import timezone
 
+from chukwa_core.experiment_power import PowerEstimate
 from chukwa_core.metric_kinds import METRIC_KINDS
 from cognition_app.budgets import TOKENS_PER_MESSAGE, completion_cap
 from cognition_app.costs import price_at, worst_case_cost
@@ -35,6 +36,7 @@ from scenarios_app.models import ResponseSource
 from scenarios_app.selectors import metric_rows
 from worlds_app.services.branches import branch_point
 from worlds_app.services.experiment_design import design_of
+from worlds_app.services.experiment_power import experiment_power
 from worlds_app.services.worlds import parse_start_time, world_start
 
 METHOD = (
@@ -69,6 +71,8 @@ class Estimate(TypedDict):
     budget: dict[str, Any] | None
     within_budget: bool | None
     method: str
+    # replicates needed for a power, when the request asked (``experiment_power``)
+    power: PowerEstimate | None
 
 
 class _Tally:
@@ -139,8 +143,14 @@ def _world_chars(snapshot: Mapping[str, Any]) -> int:
 
 def experiment_estimate(*, data: Any) -> Estimate:
     """The most the design could spend (calls, tokens, cost at today's prices), and whether it
-    fits its budget; the design is validated as for creating it (400 naming the field)."""
+    fits its budget; the design is validated as for creating it (400 naming the field). With
+    ``power`` beside the design: the replicates it needs for that power (docs/experiments.md,
+    "How many replicates do I need?")."""
+    power_asked = data.get("power") if isinstance(data, dict) else None
+    if isinstance(data, dict) and "power" in data:
+        data = {key: value for key, value in data.items() if key != "power"}
     design = design_of(data)
+    power = None if power_asked is None else experiment_power(value=power_asked, design=design)
     replicates, turns = design.replicates, design.turns
     tally = _Tally()
     branch = design.branch_from
@@ -212,4 +222,5 @@ def experiment_estimate(*, data: Any) -> Estimate:
         "budget": None if budget is None else asdict(budget),
         "within_budget": within,
         "method": METHOD,
+        "power": power,
     }

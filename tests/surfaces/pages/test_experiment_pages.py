@@ -333,6 +333,31 @@ def test_the_form_estimates_then_launches(operator: Client) -> None:
     assert "of budget" in shown and "1000 tokens in all" in shown
 
 
+def test_the_form_estimates_the_replicates_a_power_needs(operator: Client) -> None:
+    """An effect and an sd on the form: the estimate shows the replicates needed and the power
+    of the design, as ``experiment_estimate`` answers them; a bad effect is shown at its field."""
+    scenario, metric = stored_scenario(), expression_metric("varied", VARIED)
+    power = {"power_metric": metric, "power_effect": "0.5", "power_sd": "1"}
+    form = _form(scenario, metric, action="estimate", replicates="10", **power)
+    text = operator.post("/experiments/new/", form, **HTMX).content.decode()
+    expected = experiment_estimate(
+        data={
+            **design("gale", scenario, [metric], replicates=10, turns=2),
+            "power": {"metric": {"hash": metric}, "effect": 0.5, "sd": 1.0},
+        }
+    )["power"]
+    assert expected is not None and expected.replicates_needed is not None
+    assert f'id="estimate-replicates-needed">{expected.replicates_needed}<' in text
+    assert expected.power_of_design is not None
+    assert f'id="estimate-power-of-design">{expected.power_of_design:.3f}<' in text
+    assert escape(expected.method) in text
+    bad = _form(scenario, metric, action="estimate", power_effect="big", power_sd="1")
+    page = operator.post("/experiments/new/", bad)
+    assert page.status_code == 400
+    assert 'id="power_effect-error"' in page.content.decode()
+    assert not Experiment.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("changes", "key", "code"),
     [

@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from chukwa_core.errors import ChukwaError
 from chukwa_core.experiment_table import results_table
+from chukwa_core.ids import is_hash
 from worlds_app.experiment_results import experiment_results
 from worlds_app.experiment_selectors import COMPLETED, RUNNING, experiment_get
 from worlds_app.management.workers import worker_names
@@ -88,7 +89,43 @@ def estimate_text(estimate: Estimate) -> str:
         verdict = "unknown" if within is None else ("yes" if within else "no")
         lines.append(f"budget: {json.dumps(estimate['budget'])}; within it: {verdict}")
     lines.append(f"method: {estimate['method']}")
+    power = estimate["power"]
+    if power is not None:
+        needed = power.replicates_needed
+        lines += [
+            f"power: {power.metric.label} ({power.type}), effect {power.effect:g}, "
+            f"sd {power.sd:.4g} ({power.sd_source}), alpha {power.alpha:g}",
+            f"replicates needed for power {power.power_target:g}: "
+            + (str(needed) if needed is not None else f"unknown ({power.note})"),
+            f"power of the design's {power.replicates} replicates: "
+            + ("—" if power.power_of_design is None else f"{power.power_of_design:.3f}"),
+            f"power method: {power.method}",
+        ]
     return "\n".join(lines)
+
+
+def power_flags(options: dict[str, Any], data: Any) -> Any:
+    """The design with the ``--power-*`` flags as its ``power`` (the API's estimate input);
+    unchanged without them. The metric defaults to the design's first."""
+    given = {
+        "metric": options.get("power_metric"),
+        "effect": options.get("power_effect"),
+        "sd": options.get("power_sd"),
+        "pilot": options.get("power_pilot"),
+        "alpha": options.get("power_alpha"),
+        "power": options.get("power_target"),
+    }
+    if all(value is None for value in given.values()):
+        return data
+    if not options["estimate"]:
+        raise CommandError("the --power-* flags go with --estimate; nothing was written")
+    power: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    metric = power.pop("metric", None)
+    if metric is not None:
+        power["metric"] = {"hash": metric} if is_hash(metric) else {"label": metric}
+    elif isinstance(data, dict) and isinstance(data.get("metrics"), list) and data["metrics"]:
+        power["metric"] = data["metrics"][0]
+    return {**data, "power": power} if isinstance(data, dict) else data
 
 
 class Command(BaseCommand):
@@ -106,6 +143,21 @@ class Command(BaseCommand):
             action="store_true",
             help="print what the experiment could spend and write nothing",
         )
+        power = parser.add_argument_group(
+            "power (with --estimate)",
+            "the replicates needed to detect an effect: --power-effect and one of --power-sd "
+            "and --power-pilot",
+        )
+        power.add_argument(
+            "--power-metric", help="a metric of the design, label or hash (default: the first)"
+        )
+        power.add_argument("--power-effect", type=float, help="the paired difference to detect")
+        power.add_argument(
+            "--power-sd", type=float, help="the sd of the paired differences (binary: see docs)"
+        )
+        power.add_argument("--power-pilot", help="an experiment whose results give that sd instead")
+        power.add_argument("--power-alpha", type=float, help="default 0.05")
+        power.add_argument("--power-target", type=float, help="the power wanted; default 0.8")
         parser.add_argument(
             "--no-wait", action="store_true", help="create the experiment and return"
         )
@@ -118,7 +170,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        data = read_design(options["file"], options.get("stdin"))
+        data = power_flags(options, read_design(options["file"], options.get("stdin")))
         if options["estimate"]:
             try:
                 estimate = experiment_estimate(data=data)
