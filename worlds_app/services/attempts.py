@@ -136,7 +136,7 @@ RETRY_WARNINGS = ("intervention_still_pending", "experiment_budget_exhausted")
 def retry_warning(attempt: TurnAttempt, world: World) -> ConflictError | None:
     """Why a retry of ``attempt`` would fail again the same way (the 409 a retry without
     ``force`` gets), or None: the cause of its failure is still there."""
-    if attempt.failure_step == "intervention_invalid":
+    if attempt.failure_step == "intervention_invalid" and attempt.attempted_turn is not None:
         pending = (
             Intervention.objects.filter(
                 world=world, turn=attempt.attempted_turn, consumed_by__isnull=True
