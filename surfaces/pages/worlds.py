@@ -306,8 +306,25 @@ def world_compare_page(request: HttpRequest, slug: str, other: str) -> HttpRespo
         }
         for t in data["turns"]
     ]
+    metrics = [
+        {
+            **m,
+            "world_text": value_text(m["world_value"]),
+            "other_text": value_text(m["other_value"]),
+            "turns": [
+                {
+                    **t,
+                    "world_text": t["world_error"] or value_text(t["world"]),
+                    "other_text": t["other_error"] or value_text(t["other"]),
+                }
+                for t in m["turns"]
+            ],
+        }
+        for m in data["metrics"]
+    ]
     context = {
         "cmp": data,
+        "metrics": metrics,
         "turns": turns,
         "prev_offset": max(offset - limit, 0) if offset > 0 else None,
         "next_offset": offset + limit if offset + limit < count else None,
