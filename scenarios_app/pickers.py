@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chukwa_core.ids import is_hash
 from chukwa_core.patch_schema import world_patch_schema_hash
 from scenarios_app.models import (
     CognitionWorkflow,
@@ -111,6 +112,22 @@ def scenario_choices() -> list[dict[str, str]]:
         if hash_ not in seen
     ]
     return named + recent
+
+
+def workflow_binding(workflow_hash: str, scenario_hash: str = "") -> dict[str, str]:
+    """The scenario and profile label that run a workflow: in ``scenario_hash`` when given, else
+    in the newest scenario that has one; empty strings when none does."""
+    if not is_hash(workflow_hash):
+        return {"scenario": "", "label": ""}
+    bindings = ScenarioCognitionProfile.objects.filter(profile__workflow_id=workflow_hash)
+    if scenario_hash:
+        bindings = bindings.filter(scenario_id=scenario_hash)
+    row = (
+        bindings.order_by("-scenario__created_at", "label")
+        .values_list("scenario_id", "label")
+        .first()
+    )
+    return {"scenario": row[0], "label": row[1]} if row else {"scenario": "", "label": ""}
 
 
 def profile_labels(scenario_hash: str) -> list[str]:

@@ -3,7 +3,8 @@
 A turn's ``state_hash`` is the hash of its whole state (environments and entities), so two turns
 are identical exactly when their hashes are equal: the first divergent turn comes from the hashes
 of the common range alone (one narrow query, whatever the history length), and full states are
-read only for the page of turns asked for (one query, streamed in turn order).
+read only for the page of turns asked for (one query, streamed in turn order). The metrics both
+worlds were measured with are compared too: each turn's value and each world's aggregate.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from chukwa_core.errors import NotFoundError
 from cognition_app.models import InvocationKind, SourceInvocation
 from scenarios_app.selectors import parse_paging
 from worlds_app.history import first_turn, history_owners, owner_of
+from worlds_app.measurement_selectors import world_metric_series
 from worlds_app.models import AttemptStatus, Turn, World
 from worlds_app.selectors import require_slug
 
@@ -62,6 +64,28 @@ class TurnComparison(TypedDict):
     tool_calls: ToolCallDiff
 
 
+class MetricTurn(TypedDict):
+    turn: int
+    # each world's value that turn (None: not measured, or an error, named by its code)
+    world: Any
+    other: Any
+    world_error: str | None
+    other_error: str | None
+
+
+class MetricComparison(TypedDict):
+    """A metric measured on both worlds (an experiment's metrics on its paired worlds): each
+    turn's value side by side (the newest SERIES_POINTS turns) and each world's aggregate."""
+
+    hash: str
+    label: str
+    kind: str
+    aggregate: str
+    world_value: Any
+    other_value: Any
+    turns: list[MetricTurn]
+
+
 class WorldComparison(TypedDict):
     world: str
     other: str
@@ -79,6 +103,7 @@ class WorldComparison(TypedDict):
     limit: int
     offset: int
     turns: list[TurnComparison]
+    metrics: list[MetricComparison]
 
 
 def _cut(value: str | None) -> tuple[str | None, bool]:
@@ -244,6 +269,43 @@ def _paired_states(
             yield number, pending[left], pending[right]
 
 
+def metric_comparison(*, slug: str, other: str) -> list[MetricComparison]:
+    """The metrics measured on both worlds, by label, each turn's values side by side."""
+    left = {s["hash"]: s for s in world_metric_series(slug=slug)}
+    right = {s["hash"]: s for s in world_metric_series(slug=other)}
+    shared: list[MetricComparison] = []
+    for metric_hash, a in left.items():
+        b = right.get(metric_hash)
+        if b is None:
+            continue
+        a_points = {p["turn"]: p for p in a["points"]}
+        b_points = {p["turn"]: p for p in b["points"]}
+        turns: list[MetricTurn] = []
+        for number in sorted(set(a_points) | set(b_points)):
+            pa, pb = a_points.get(number, {}), b_points.get(number, {})
+            turns.append(
+                {
+                    "turn": number,
+                    "world": pa.get("value"),
+                    "other": pb.get("value"),
+                    "world_error": pa.get("error"),
+                    "other_error": pb.get("error"),
+                }
+            )
+        shared.append(
+            {
+                "hash": metric_hash,
+                "label": a["label"],
+                "kind": a["kind"],
+                "aggregate": a["aggregate"],
+                "world_value": a["value"],
+                "other_value": b["value"],
+                "turns": turns,
+            }
+        )
+    return shared
+
+
 def world_compare(*, slug: str, other: str, params: Mapping[str, Any]) -> WorldComparison:
     """Per common turn (paged with limit/offset), the entities and environments whose values
     differ, and the first turn whose states differ (null if none). A branch is aligned with
@@ -317,4 +379,5 @@ def world_compare(*, slug: str, other: str, params: Mapping[str, Any]) -> WorldC
         "limit": limit,
         "offset": offset,
         "turns": turns,
+        "metrics": metric_comparison(slug=left.slug, other=right.slug),
     }

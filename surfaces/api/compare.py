@@ -76,6 +76,30 @@ class TurnComparisonSerializer(serializers.Serializer):
         ref_name = "CompareTurn"
 
 
+class MetricTurnSerializer(serializers.Serializer):
+    turn = serializers.IntegerField()
+    world = serializers.FloatField(allow_null=True, help_text="null: not measured, or an error")
+    other = serializers.FloatField(allow_null=True)
+    world_error = serializers.CharField(allow_null=True, help_text="the error's code, if any")
+    other_error = serializers.CharField(allow_null=True)
+
+    class Meta:
+        ref_name = "CompareMetricTurn"
+
+
+class MetricComparisonSerializer(serializers.Serializer):
+    hash = HashOutField()
+    label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
+    kind = serializers.CharField()
+    aggregate = serializers.CharField()
+    world_value = serializers.FloatField(allow_null=True, help_text="the left world's aggregate")
+    other_value = serializers.FloatField(allow_null=True, help_text="the right world's aggregate")
+    turns = MetricTurnSerializer(many=True, help_text="each measured turn, oldest first")
+
+    class Meta:
+        ref_name = "CompareMetric"
+
+
 class WorldCompareApi(APIView):
     class OutputSerializer(serializers.Serializer):
         world = LabelOutField(help_text="the left world")
@@ -96,6 +120,9 @@ class WorldCompareApi(APIView):
         limit = serializers.IntegerField()
         offset = serializers.IntegerField()
         turns = TurnComparisonSerializer(many=True)
+        metrics = MetricComparisonSerializer(
+            many=True, help_text="the metrics measured on both worlds, by label"
+        )
 
         class Meta:
             ref_name = "WorldCompareOutput"

@@ -200,7 +200,9 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         "Retry the failed or interrupted attempt (attempt_id) that ended its world's last batch: "
         "its turn and the turns the batch had left are queued again as a new batch (returns "
         "batch_id and attempt_ids). Refused (409) while anything of the world is queued or "
-        "running, or for an attempt that did not end the last batch."
+        "running, or for an attempt that did not end the last batch. While the failure's cause "
+        "is still there it warns instead (409 intervention_still_pending or "
+        "experiment_budget_exhausted); force: true queues it anyway."
     ),
     "intervention_list": (
         "List a world's interventions (operator patches joining a turn), pending and consumed."

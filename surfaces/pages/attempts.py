@@ -18,10 +18,10 @@ from typing import Any
 from uuid import UUID
 
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from chukwa_core.errors import ChukwaError, invalid
+from chukwa_core.errors import ChukwaError, ConflictError, invalid
 from cognition_app.verdicts import trace_details
 from surfaces.pages.layout import page_links, page_offset, query_url
 from surfaces.pages.live import stop_polling_when
@@ -30,7 +30,7 @@ from surfaces.pages.timeline import build_timeline, flatten, timeline_json
 from surfaces.permissions import is_operator
 from worlds_app import selectors
 from worlds_app.services import turn_attempt_retry
-from worlds_app.services.attempts import turn_attempt_retryable
+from worlds_app.services.attempts import RETRY_WARNINGS, turn_attempt_retryable
 
 FINISHED = selectors.FINISHED_STATUSES
 SUBJECTS_PER_PAGE = 50
@@ -130,12 +130,24 @@ def attempt_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
 @require_POST
 def attempt_retry_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
     """ "Retry from here" (operators): the attempt's turn and the rest of its batch queued again;
-    the first new attempt's timeline opens. A refusal is an error page saying why."""
+    the first new attempt's timeline opens. A refusal is an error page saying why; while the
+    failure's cause is still there, a confirmation saying so (409), whose button retries anyway
+    (``force``)."""
     if not is_operator(request.user):
         raise ChukwaError(
             "forbidden",
             "Retrying attempts requires membership of the operators group.",
             status_code=403,
         )
-    result = turn_attempt_retry(attempt_id=attempt_id, requested_by=request.user.get_username())
+    try:
+        result = turn_attempt_retry(
+            attempt_id=attempt_id,
+            requested_by=request.user.get_username(),
+            force=request.POST.get("force") == "1",
+        )
+    except ConflictError as exc:
+        if exc.code not in RETRY_WARNINGS:
+            raise
+        context = {"warning": exc, "attempt_id": attempt_id}
+        return render(request, "worlds_app/retry_confirm.html", context, status=409)
     return redirect("page-attempt", attempt_id=result["attempt_ids"][0])

@@ -56,9 +56,9 @@ def page_offset(request: HttpRequest, key: str) -> int:
     return value
 
 
-def query_url(request: HttpRequest, **changes: str | None) -> str:
-    """This page's URL with its query's ``changes`` made (None removes a parameter), without
-    ``format``."""
+def query_url(request: HttpRequest, path: str | None = None, **changes: str | None) -> str:
+    """This page's URL (or ``path``) with its query's ``changes`` made (None removes a
+    parameter), without ``format``."""
     params = request.GET.copy()
     params.pop("format", None)
     for key, value in changes.items():
@@ -67,16 +67,24 @@ def query_url(request: HttpRequest, **changes: str | None) -> str:
         else:
             params[key] = value
     query = params.urlencode()
-    return f"{request.path}?{query}" if query else request.path
+    path = path or request.path
+    return f"{path}?{query}" if query else path
 
 
 def page_links(
-    request: HttpRequest, key: str, *, count: int, limit: int, offset: int
+    request: HttpRequest,
+    key: str,
+    *,
+    count: int,
+    limit: int,
+    offset: int,
+    path: str | None = None,
 ) -> dict[str, Any]:
-    """Newer/older links for one paged list of a page that has several (``key`` its offset)."""
+    """Newer/older links for one paged list of a page that has several (``key`` its offset), on
+    this page or ``path`` (a form's answer links to the page it redraws)."""
 
     def link(new_offset: int) -> str:
-        return query_url(request, **{key: str(new_offset)})
+        return query_url(request, path, **{key: str(new_offset)})
 
     return {
         "count": count,

@@ -4,6 +4,7 @@ attempt timeline is surfaces/pages/attempts.py."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -22,6 +23,7 @@ from surfaces.pages.layout import (
     page_links,
     page_offset,
 )
+from surfaces.pages.live import stop_polling_when
 from surfaces.pages.metric_strip import metric_strip_svg, value_text
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
@@ -72,15 +74,25 @@ def _world_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], dic
     data["attempts"] = {k: v for k, v in attempts.items()}
     data["metrics"] = measurement_selectors.world_metric_series(slug=slug)
     active = bool(data["attempts_queued"] or data["attempts_running"])
-    queue_url = request.path
-    if attempt_offset:
-        queue_url += f"?attempt_offset={attempt_offset}"
+    # The card polls the world page itself (its HTMX answer is the card), whichever URL drew it:
+    # the run-turns form answers POST only. It carries the turns and attempts pages shown,
+    # which its answer redraws.
+    world_url = reverse("page-world-detail", args=[slug])
+    queue_url = world_url
+    shown = {"turn_offset": turn_offset, "attempt_offset": attempt_offset}
+    if any(shown.values()):
+        queue_url += "?" + urlencode({k: v for k, v in shown.items() if v})
     context = {
         "world": data,
         "environments": environments(data["state"]),
         "turns": turns["results"],
         "turn_pages": page_links(
-            request, "turn_offset", count=turns["count"], limit=TURNS_PER_PAGE, offset=turn_offset
+            request,
+            "turn_offset",
+            count=turns["count"],
+            limit=TURNS_PER_PAGE,
+            offset=turn_offset,
+            path=world_url,
         ),
         "attempts": attempts["results"],
         "attempt_pages": page_links(
@@ -89,6 +101,7 @@ def _world_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], dic
             count=attempts["count"],
             limit=ATTEMPTS_PER_PAGE,
             offset=attempt_offset,
+            path=world_url,
         ),
         "queue_url": queue_url,
         "queue_active": active,
@@ -142,9 +155,11 @@ def _retry_attempt(request: HttpRequest, world: dict[str, Any]) -> dict[str, Any
 @require_http_methods(["GET", "HEAD"])
 def world_detail_page(request: HttpRequest, slug: str) -> HttpResponse:
     context, data = _world_context(request, slug)
-    return respond(
+    response = respond(
         request, "worlds_app/world_detail.html", context, data, partial="worlds_app/_queue.html"
     )
+    stop_polling_when(response, request, not context["queue_active"])
+    return response
 
 
 @page
@@ -291,8 +306,25 @@ def world_compare_page(request: HttpRequest, slug: str, other: str) -> HttpRespo
         }
         for t in data["turns"]
     ]
+    metrics = [
+        {
+            **m,
+            "world_text": value_text(m["world_value"]),
+            "other_text": value_text(m["other_value"]),
+            "turns": [
+                {
+                    **t,
+                    "world_text": t["world_error"] or value_text(t["world"]),
+                    "other_text": t["other_error"] or value_text(t["other"]),
+                }
+                for t in m["turns"]
+            ],
+        }
+        for m in data["metrics"]
+    ]
     context = {
         "cmp": data,
+        "metrics": metrics,
         "turns": turns,
         "prev_offset": max(offset - limit, 0) if offset > 0 else None,
         "next_offset": offset + limit if offset + limit < count else None,

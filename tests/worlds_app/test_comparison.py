@@ -13,10 +13,12 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from scenarios_app.services import scenario_assemble, scenario_fork
+from scenarios_app.services import metric_put, scenario_assemble, scenario_fork
 from tests.support.worlds import create_world, entity_of, fixture_body, run_turn
 from worlds_app.comparison import MAX_VALUE_CHARS, _memory, world_compare
+from worlds_app.models import World
 from worlds_app.services import world_create
+from worlds_app.services.measurements import world_measure
 
 pytestmark = pytest.mark.django_db
 
@@ -104,14 +106,14 @@ def test_compare_pages_over_turns(reader_client: APIClient, diverged: tuple[str,
 def test_compare_query_count_does_not_grow_with_turns(
     diverged: tuple[str, str], django_assert_max_num_queries: Any
 ) -> None:
-    # two worlds, the hashes, the page's states, the page's tool calls: whatever the number of
-    # turns.
-    with django_assert_max_num_queries(5):
+    # two worlds, the hashes, the page's states, the page's tool calls, and each world's metric
+    # series (its row, its measurements, their metrics): whatever the number of turns.
+    with django_assert_max_num_queries(11):
         result = world_compare(slug="base", other="fork", params={})
     assert len(result["turns"]) == 3
     for _ in range(3):
         run_turn("base")
-    with django_assert_max_num_queries(5):
+    with django_assert_max_num_queries(11):
         assert len(world_compare(slug="base", other="fork", params={})["turns"]) == 4
 
 
@@ -154,3 +156,61 @@ def test_memory_difference_is_the_lines_after_the_shared_ones() -> None:
     long = _memory("", "x" * (MAX_VALUE_CHARS + 5))
     assert long["truncated"] is True
     assert len(long["right"] or "") == MAX_VALUE_CHARS
+
+
+def _expression(label: str, text: str, aggregate: str) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "label": label,
+        "kind": "expression",
+        "aggregate": aggregate,
+        "expression": text,
+    }
+
+
+def test_the_comparison_shows_each_metric_on_both_worlds(
+    reader_user: Any, reader_client: APIClient, diverged: tuple[str, str]
+) -> None:
+    """A metric measured on both worlds (as an experiment measures its paired worlds): each
+    turn's value and each world's aggregate, side by side, in the API and on the page; a metric
+    measured on one world only is not compared."""
+    far = metric_put(
+        content=_expression("crumb_far", f"entities.crumb.state == '{FAR_CRUMB}'", "mean")
+    )["hash"]
+    turns = metric_put(content=_expression("turn_no", "turn", "max"))["hash"]
+    only_base = metric_put(content=_expression("only_base", "turn", "sum"))["hash"]
+    world_measure(world_id=World.objects.get(slug="base").pk, metric_hashes=[far, turns, only_base])
+    world_measure(world_id=World.objects.get(slug="fork").pk, metric_hashes=[far, turns])
+
+    body = reader_client.get("/api/worlds/base/compare/fork/").json()
+    by_label = {m["label"]: m for m in body["metrics"]}
+    assert set(by_label) == {"crumb_far", "turn_no"}
+    crumb = by_label["crumb_far"]
+    assert crumb["hash"] == far and crumb["aggregate"] == "mean"
+    # base's crumb is never far; the fork's is far until its ant's rules move it (turn 2)
+    assert [(t["turn"], t["world"], t["other"]) for t in crumb["turns"]] == [
+        (0, 0.0, 1.0),
+        (1, 0.0, 1.0),
+        (2, 0.0, 0.0),
+        (3, None, 0.0),  # the fork ran one turn more
+    ]
+    # the aggregates leave turn 0 (the baseline) out: base's mean 0, the fork's 1/3
+    assert crumb["world_value"] == 0.0 and crumb["other_value"] == pytest.approx(1 / 3)
+    assert (by_label["turn_no"]["world_value"], by_label["turn_no"]["other_value"]) == (2.0, 3.0)
+
+    client = Client()
+    client.force_login(reader_user)
+    page = client.get("/worlds/base/compare/fork/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    section = text[text.index('id="compare-metrics"') :]
+    section = section[: section.index("</section>")]
+    assert "<code>crumb_far</code>" in section and "<code>turn_no</code>" in section
+    assert "only_base" not in section
+    # the aggregates side by side, then each turn's row
+    both = '<strong class="mono">0</strong></td>\n      <td><strong class="mono">0.3333</strong>'
+    assert both in section
+    assert '<td class="num">1</td><td class="mono">0</td><td class="mono">1</td>' in section
+    assert '<td class="num">3</td><td class="mono">—</td><td class="mono">0</td>' in section
+    data = client.get("/worlds/base/compare/fork/?format=json").json()
+    assert data["metrics"] == body["metrics"]

@@ -27,7 +27,15 @@ from chukwa_core.json_values import storable_text
 from cognition_app.recording import interrupt_running, interrupt_stale_judges
 from cognition_app.sources import scrub
 from cognition_app.subject_run import AttemptFailure, StagedEvent
-from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt, World
+from worlds_app.models import (
+    AttemptEvent,
+    AttemptStatus,
+    Experiment,
+    Intervention,
+    Turn,
+    TurnAttempt,
+    World,
+)
 from worlds_app.selectors import RETRYABLE_STATUSES, require_slug
 from worlds_app.services.attempt_recorder import AttemptRecorder
 from worlds_app.services.cancelling import cancel_queued_attempts
@@ -121,17 +129,59 @@ def retry_refusal(attempt: TurnAttempt, world: World) -> ConflictError | None:
     return None
 
 
+# The codes of retry_warning: a retry's 409 that ``force`` overrides.
+RETRY_WARNINGS = ("intervention_still_pending", "experiment_budget_exhausted")
+
+
+def retry_warning(attempt: TurnAttempt, world: World) -> ConflictError | None:
+    """Why a retry of ``attempt`` would fail again the same way (the 409 a retry without
+    ``force`` gets), or None: the cause of its failure is still there."""
+    if attempt.failure_step == "intervention_invalid" and attempt.attempted_turn is not None:
+        pending = (
+            Intervention.objects.filter(
+                world=world, turn=attempt.attempted_turn, consumed_by__isnull=True
+            )
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if pending is not None:
+            return ConflictError(
+                "intervention_still_pending",
+                f"attempt_id: attempt {attempt.seq} failed on intervention {pending} at turn "
+                f"{attempt.attempted_turn}, which is still pending; a retry would apply it "
+                "again. Change or delete it first, or retry with force",
+                {"field": "attempt_id", "intervention": pending, "turn": attempt.attempted_turn},
+            )
+    if world.experiment_id is not None:
+        experiment = (
+            Experiment.objects.filter(pk=world.experiment_id, budget_exhausted_at__isnull=False)
+            .values_list("slug", flat=True)
+            .first()
+        )
+        if experiment is not None:
+            return ConflictError(
+                "experiment_budget_exhausted",
+                f"attempt_id: the budget of experiment {experiment!r} is exhausted; a retry's "
+                "LLM calls would be refused. Retry with force to queue it anyway",
+                {"field": "attempt_id", "experiment": experiment},
+            )
+    return None
+
+
 def turn_attempt_retryable(*, attempt_id: str) -> bool:
     """Whether the attempt could be retried now (pages show the button only then)."""
     attempt = TurnAttempt.objects.select_related("world").filter(pk=attempt_id).first()
     return attempt is not None and retry_refusal(attempt, attempt.world) is None
 
 
-def turn_attempt_retry(*, attempt_id: str, requested_by: str = "") -> EnqueueResult:
+def turn_attempt_retry(
+    *, attempt_id: str, requested_by: str = "", force: bool = False
+) -> EnqueueResult:
     """Queue again the turn of the failed or interrupted attempt that ended its world's last
     batch, plus the turns that batch had left (cancelled after it), as a new batch. 409 when the
     attempt did not end the world's last batch, or while anything of the world is queued or
-    running (the world must be at rest: a retry never races another batch)."""
+    running (the world must be at rest: a retry never races another batch); 409 too, unless
+    ``force``, when its failure's cause is still there (:func:`retry_warning`)."""
     try:
         pk = uuid.UUID(str(attempt_id))
     except ValueError:
@@ -147,6 +197,9 @@ def turn_attempt_retry(*, attempt_id: str, requested_by: str = "") -> EnqueueRes
         refusal = retry_refusal(attempt, world)
         if refusal is not None:
             raise refusal
+        warning = None if force else retry_warning(attempt, world)
+        if warning is not None:
+            raise warning
         # Its own turn again, and the turns its batch had left (cancelled because it failed).
         count = attempt.batch_size - attempt.batch_index
         return _enqueue_locked(world, count, requested_by)
@@ -201,7 +254,7 @@ def _fail(
             )
         )
         recorder.close_running(f"attempt failed: {failure.step}")
-        _cancel_rest_of_batch(attempt, f"cancelled: attempt {attempt.pk} of this batch failed")
+        _cancel_rest_of_batch(attempt, f"cancelled: attempt {attempt.seq} of this batch failed")
         kick_on_commit(attempt.world_id)
         export_on_commit(attempt.pk)
 
@@ -403,7 +456,7 @@ def turn_attempt_reap(*, now: datetime | None = None) -> list[str]:
             )
             interrupt_running(attempt_id=attempt.pk, reason=reason)
             _cancel_rest_of_batch(
-                attempt, f"cancelled: attempt {attempt.pk} of this batch was interrupted"
+                attempt, f"cancelled: attempt {attempt.seq} of this batch was interrupted"
             )
             kick_on_commit(attempt.world_id)
             export_on_commit(attempt.pk)

@@ -24,6 +24,7 @@ from scenarios_app.pickers import (
     component_choices,
     profile_labels,
     scenario_choices,
+    workflow_binding,
     workflow_choices,
 )
 from scenarios_app.selectors import workflow_content, workflow_versions
@@ -91,16 +92,20 @@ def _page_context(request: HttpRequest, **extra: Any) -> dict[str, Any]:
     data = request.POST if request.method == "POST" else request.GET
     world_slug = checked_slug(data.get("world", "").strip())
     subject_id = data.get("subject", "").strip()
+    derived_from = _derived_from(data) or str(extra.get("source_hash", ""))
     defaults = fork_defaults(world_slug, subject_id)
     scenario = data.get("scenario", "").strip() or defaults["scenario"]
-    derived_from = _derived_from(data)
+    # The fork's profile follows the workflow loaded: the label that runs it in that scenario
+    # (or, with no scenario chosen, where it runs), before the chosen subject's own.
+    loaded = workflow_binding(derived_from, scenario)
+    scenario = scenario or loaded["scenario"]
     return {
         **picker_context(world_slug, subject_id),
         "content": data.get("content", ""),
         "source_hash": derived_from,
         "versions": workflow_versions(workflow_hash=derived_from) if derived_from else None,
         "scenario": scenario,
-        "label": data.get("label", "").strip() or defaults["label"],
+        "label": data.get("label", "").strip() or loaded["label"] or defaults["label"],
         "labels": profile_labels(scenario) if is_hash(scenario) else [],
         "fork_name": data.get("name", "").strip(),
         "note": data.get("note", ""),
@@ -172,7 +177,9 @@ def workflow_author_profiles(request: HttpRequest) -> HttpResponse:
             {"field": "scenario"},
         )
     labels = profile_labels(scenario)
-    context = {"labels": labels, "label": request.GET.get("label", "").strip()}
+    # the profile that runs the workflow being edited, when this scenario has one
+    loaded = workflow_binding(_derived_from(request.GET), scenario) if scenario else {"label": ""}
+    context = {"labels": labels, "label": request.GET.get("label", "").strip() or loaded["label"]}
     return respond(
         request,
         "authoring/_labels.html",

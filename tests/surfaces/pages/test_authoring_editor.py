@@ -13,7 +13,11 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from scenarios_app.fixture_files import load_fixture
-from scenarios_app.models import CognitionWorkflow, WorkflowDerivation
+from scenarios_app.models import (
+    CognitionWorkflow,
+    ScenarioCognitionProfile,
+    WorkflowDerivation,
+)
 from scenarios_app.services import (
     cognition_workflow_derive,
     cognition_workflow_put,
@@ -177,3 +181,34 @@ def test_flatten_shows_multi_line_strings_line_by_line() -> None:
         "    x",
         "    y",
     ]
+
+
+def test_the_fork_preselects_the_profile_of_the_workflow_loaded(operator: Client) -> None:
+    """The park runs two profiles, ant and walker (ant first by label): loading the walker's
+    workflow preselects the park and walker for the fork, on the page and when the scenario
+    picker asks for the park's labels again."""
+    body = {k: v for k, v in copy.deepcopy(load_fixture("park")).items() if k != "note"}
+    body.pop("name", None)
+    park = scenario_assemble(data=body)["scenario_hash"]
+    walker = (
+        ScenarioCognitionProfile.objects.select_related("profile")
+        .get(scenario_id=park, label="walker")
+        .profile.workflow_id
+    )
+    assert operator.get(f"{PROFILES}?scenario={park}&format=json").json()["labels"] == [
+        "ant",
+        "walker",
+    ]
+    page = operator.get(f"{AUTHOR}?workflow={walker}").content.decode()
+    assert f'<option value="{park}" selected>' in page
+    assert '<option value="walker" selected>' in page
+    assert '<option value="ant" selected>' not in page
+    partial = operator.get(f"{PROFILES}?scenario={park}&derived_from={walker}", **HTMX)
+    labels = partial.content.decode()
+    assert '<option value="walker" selected>' in labels
+    assert '<option value="ant" selected>' not in labels
+    # the picker sends the version being edited along with the scenario
+    assert "hx-include=\"this, [name='derived_from']\"" in page
+    # an explicit choice still wins
+    chosen = operator.get(f"{PROFILES}?scenario={park}&derived_from={walker}&label=ant", **HTMX)
+    assert '<option value="ant" selected>' in chosen.content.decode()

@@ -272,6 +272,36 @@ def test_operator_runs_turns(operator: Client, rules_world: tuple[World, TurnAtt
     assert TurnAttempt.objects.filter(world__slug="rules", status="queued").count() == 4
 
 
+def test_the_attempts_card_polls_the_world_page_until_nothing_runs(
+    operator: Client, rules_world: tuple[World, TurnAttempt]
+) -> None:
+    # The run-turns answer (a POST-only URL) polls the world page, which answers GET with the
+    # card and, out of band, the figures, state and turns the attempts change.
+    response = operator.post("/worlds/rules/run-turns/", {"count": "1"}, HTTP_HX_REQUEST="true")
+    partial = response.content.decode()
+    assert 'hx-get="/worlds/rules/"' in partial
+    assert "run-turns/?" not in partial and 'hx-get="/worlds/rules/run-turns/"' not in partial
+    poll = operator.get("/worlds/rules/", HTTP_HX_REQUEST="true")
+    assert poll.status_code == 200
+    body = poll.content.decode()
+    assert body.startswith('<section id="queue"') and 'hx-get="/worlds/rules/"' in body
+    for oob in ('id="world-stats"', 'id="world-state"', 'id="turns"'):
+        assert oob in body, oob
+    assert body.count('hx-swap-oob="morph"') == 3
+    assert '<div class="n" id="world-current-turn">2</div>' in body
+    # Once the attempt has run, the answer is the last one (HTTP 286: HTMX stops polling) and
+    # shows the new turn.
+    (queued,) = TurnAttempt.objects.filter(world__slug="rules", status="queued")
+    turn_attempt_run(attempt_id=str(queued.pk), owner="test")
+    poll = operator.get("/worlds/rules/", HTTP_HX_REQUEST="true")
+    assert poll.status_code == 286
+    body = poll.content.decode()
+    assert '<div class="n" id="world-current-turn">3</div>' in body
+    assert "hx-trigger" not in body.split("</section>")[0]
+    # The full page never carries out-of-band copies.
+    assert "hx-swap-oob" not in html(operator, "/worlds/rules/")
+
+
 def test_reader_cannot_run_turns(reader: Client, rules_world: tuple[World, TurnAttempt]) -> None:
     response = reader.post("/worlds/rules/run-turns/", {"count": "1"})
     assert response.status_code == 403
