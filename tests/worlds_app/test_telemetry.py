@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -27,7 +28,7 @@ from tests.cognition_app.test_park import BUY_CANDY, final, set_state
 from tests.support.fixtures import TEST_API_KEY
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worlds import create_world, fixture_body, run_turn
-from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
+from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt
 from worlds_app.services import (
     dispatch,
     turn_attempt_claim,
@@ -91,7 +92,9 @@ def test_a_committed_park_turn_is_one_trace_attempt_subject_node_chat_and_tool(
     assert root.attributes["chukwa.attempt.turn"] == 1
     assert root.status.status_code is StatusCode.OK
     # the root reads as the turn: its page in, what it told out
-    assert root.attributes["input.value"] == f"/attempts/{attempt.pk}/"
+    # its absolute page (CHUKWA_SITE_URL); a world outside any experiment names none
+    assert root.attributes["input.value"] == f"{settings.CHUKWA_SITE_URL}/attempts/{attempt.pk}/"
+    assert "chukwa.experiment" not in root.attributes and "chukwa.arm" not in root.attributes
     assert "bob: Bob buys the last candy bar." in str(root.attributes["output.value"])
     assert attempt.started_at and attempt.ended_at
     assert root.start_time == int(attempt.started_at.timestamp() * 1e9)
@@ -418,6 +421,14 @@ def test_with_content_capture_spans_carry_the_genai_messages_and_tool_call(
     (output,) = json.loads(str(attrs["gen_ai.output.messages"]))
     assert output["role"] == "assistant"
     assert json.loads(output["parts"][0]["content"]) == BUY_CANDY
+    # the root's input: the page, then the world as the subjects found it (turn 0)
+    (root,) = [s for s in spans if s.parent is None]
+    opening = str((root.attributes or {})["input.value"])
+    assert opening.startswith(f"{settings.CHUKWA_SITE_URL}/attempts/{attempt.pk}/\n")
+    assert "The world at turn 0:" in opening
+    turn0 = Turn.objects.get(world=attempt.world, number=0).state
+    for entity in turn0["entities"]:
+        assert f"- {entity['id']} ({entity['environment']}): " in opening
     assert attrs["output.value"] == call.raw_text
     assert attrs["llm.input_messages.0.message.role"] == call.messages[0]["role"]
     # the tool the model elected: its call id, arguments and result
@@ -586,3 +597,38 @@ def test_an_operators_intervention_is_on_the_root_span_and_in_its_output() -> No
     assert intervention.attributes["chukwa.intervention.operator"] == "alice"
     assert intervention.attributes["chukwa.intervention.note"] == "rain starts"
     assert not [s for s in attempt_spans(attempt_id=attempt.pk) if s.name == "invoke_agent "]
+
+
+def test_an_experiment_worlds_root_span_names_its_experiment_arm_and_replicate() -> None:
+    from scenarios_app.services import metric_put
+    from worlds_app.services import turn_attempt_run
+    from worlds_app.services.experiments import experiment_create
+
+    scenario = scenario_assemble(data=fixture_body("picnic_rules"))["scenario_hash"]
+    metric = metric_put(
+        content={
+            "version": 1,
+            "label": "t",
+            "kind": "expression",
+            "aggregate": "mean",
+            "expression": "turn",
+        }
+    )["hash"]
+    experiment_create(
+        data={
+            "slug": "traced",
+            "arms": [
+                {"label": "calm", "scenario_ref": {"hash": scenario}},
+                {"label": "windy", "scenario_ref": {"hash": scenario}},
+            ],
+            "replicates": 2,
+            "turns": 1,
+            "metrics": [{"hash": metric}],
+        }
+    )
+    attempt = TurnAttempt.objects.get(world__slug="traced--windy--2")
+    assert turn_attempt_run(attempt_id=str(attempt.pk), owner="test") == "committed"
+    (root,) = [s for s in attempt_spans(attempt_id=attempt.pk) if s.parent is None]
+    attributes = dict(root.attributes or {})
+    assert (attributes["chukwa.experiment"], attributes["chukwa.arm"]) == ("traced", "windy")
+    assert attributes["chukwa.replicate"] == 2

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
@@ -19,7 +20,14 @@ from opentelemetry.trace import Span, Status, StatusCode
 from cognition_app.models import InvocationKind, InvocationStatus, SourceInvocation
 from cognition_app.sources import scrub, scrub_json
 from scenarios_app.models import ResponseSource
-from worlds_app.models import AttemptEvent, AttemptStatus, EventKind, PatchTransition, TurnAttempt
+from worlds_app.models import (
+    AttemptEvent,
+    AttemptStatus,
+    EventKind,
+    PatchTransition,
+    Turn,
+    TurnAttempt,
+)
 from worlds_app.telemetry.attributes import (
     AGENT,
     CHAIN,
@@ -137,10 +145,35 @@ def _error(span: Span, error_type: str, message: str) -> None:
     span.set_attribute("error.type", error_type)
 
 
+def _opening(attempt: TurnAttempt) -> str:
+    """The root's input: the attempt's absolute page URL and, with content capture on, the
+    world as its subjects found it (the turn before: each environment's content, each entity's
+    place and state, scrubbed)."""
+    url = settings.CHUKWA_SITE_URL + attempt.get_absolute_url()
+    if attempt.attempted_turn is None or not capture_content():
+        return url  # without content capture, the page alone
+    previous = attempt.attempted_turn - 1
+    before = (
+        Turn.objects.filter(world_id=attempt.world_id, number=previous)
+        .values_list("state", flat=True)
+        .first()
+    )
+    if not before:
+        return url
+    lines = [url, "", f"The world at turn {previous}:"]
+    for label, content in sorted(before.get("environments", {}).items()):
+        lines.append(f"- {label}: {scrub(str(content))[:300]}")
+    for entity in before.get("entities", []):
+        place = entity.get("environment", "")
+        state = scrub(str(entity.get("state", "")))[:300]
+        lines.append(f"- {entity.get('id')} ({place}): {state}")
+    return "\n".join(lines)
+
+
 def attempt_spans(*, attempt_id: str | UUID) -> list[ReadableSpan]:
     """The finished spans of one finished attempt's trace (empty if it is not finished)."""
     attempt = (
-        TurnAttempt.objects.select_related("world")
+        TurnAttempt.objects.select_related("world__experiment")
         .filter(pk=attempt_id, status__in=FINISHED)
         .first()
     )
@@ -156,7 +189,8 @@ def attempt_spans(*, attempt_id: str | UUID) -> list[ReadableSpan]:
         .values_list("patch_seq", "op", "target_id")
     )
     providers = _providers(invocations)
-    slug = attempt.world.slug
+    world = attempt.world
+    slug = world.slug
     session = {"session.id": slug, "gen_ai.conversation.id": slug}
     committed = attempt.status == AttemptStatus.COMMITTED
     # The node the attempt failed in: the one its failure names, else the one whose call failed
@@ -236,8 +270,13 @@ def attempt_spans(*, attempt_id: str | UUID) -> list[ReadableSpan]:
                 "chukwa.attempt.failure_step": attempt.failure_step,
                 "chukwa.attempt.failure_subject": attempt.failure_subject,
                 "chukwa.attempt.failure_reason": scrub(attempt.failure_reason),
-                # What the turn is for a reader: its page, and what it told (or why it failed).
-                "input.value": attempt.get_absolute_url(),
+                # an experiment's world says which experiment, arm and replicate it is
+                "chukwa.experiment": world.experiment.slug if world.experiment else None,
+                "chukwa.arm": world.arm or None,
+                "chukwa.replicate": world.replicate,
+                # What the turn is for a reader: its page (absolute, at CHUKWA_SITE_URL), the
+                # situation it started from, and what it told (or why it failed).
+                "input.value": _opening(attempt),
                 "input.mime_type": "text/plain",
                 "output.value": (
                     "\n\n".join(f"{n['subject']}: {n['narration']}" for n in narrations)
