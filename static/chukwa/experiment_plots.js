@@ -24,6 +24,14 @@
     return Number.isInteger(value) ? String(value) : value.toPrecision(4).replace(/\.?0+$/, "");
   }
 
+  // an axis's numbers by the metric's type: a proportion (0–1) as a percentage, anything else
+  // with no trailing zeros (a count's integers as integers), never "0.000000"
+  function axisFormat(metric) {
+    var m = metric.metric || {};
+    if (m.range_low === 0 && m.range_high === 1) return ".0%";
+    return "~g";
+  }
+
   function colour() {
     return { domain: data.arms, range: dark.matches ? DARK : LIGHT };
   }
@@ -49,7 +57,13 @@
       style: style(),
       x: { label: "turn", domain: [0, last], ticks: Math.min(last, width < 480 ? 6 : 12), tickFormat: "d" },
       // a bounded metric's axis starts at its lower bound (a count's at 0: its band never dips)
-      y: { label: "mean", grid: true, nice: true, zero: metric.metric.range_low === 0 },
+      y: {
+        label: "mean",
+        grid: true,
+        nice: true,
+        zero: metric.metric.range_low === 0,
+        tickFormat: axisFormat(metric),
+      },
       color: Object.assign({ legend: true }, colour()),
       marks: [
         P.areaY(rows, { x: "turn", y1: "low", y2: "high", fill: "arm", fillOpacity: 0.18, curve: "linear" }),
@@ -107,7 +121,14 @@
       marginLeft: Math.min(140, 16 + 7.5 * longest),
       marginRight: 16,
       style: style(),
-      x: { label: "value", grid: true, nice: true, domain: [low, high], ticks: width < 480 ? 4 : 8 },
+      x: {
+        label: "value",
+        grid: true,
+        nice: true,
+        domain: [low, high],
+        ticks: width < 480 ? 4 : 8,
+        tickFormat: axisFormat(metric),
+      },
       y: {
         label: null,
         domain: [arms.length - 0.5, -0.5],
