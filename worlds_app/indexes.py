@@ -54,6 +54,8 @@ class AttemptFilters(TypedDict, total=False):
 
     status: str
     world: str
+    experiment: str  # an experiment's slug: its worlds only
+    arm: str  # an arm's label: the worlds of that arm only
     subject: str  # an entity that thought in the attempt (events, invocations, or its failure)
     model: str  # requested or answering model of one of its LLM calls
     since: datetime  # queued at or after
@@ -90,6 +92,10 @@ def _filtered_attempts(filters: AttemptFilters) -> QuerySet[TurnAttempt]:
         qs = qs.filter(status=filters["status"])
     if "world" in filters:
         qs = qs.filter(world__slug=filters["world"])
+    if "experiment" in filters:
+        qs = qs.filter(world__experiment__slug=filters["experiment"])
+    if "arm" in filters:
+        qs = qs.filter(world__arm=filters["arm"])
     if "subject" in filters:
         subject = filters["subject"]
         here = OuterRef("pk")
