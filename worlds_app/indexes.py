@@ -182,3 +182,9 @@ def turn_list(*, slug: str, limit: int, offset: int) -> dict[str, Any]:
         "offset": offset,
         "results": turns,
     }
+
+
+def world_choices(*, limit: int = 200) -> list[dict[str, Any]]:
+    """The newest worlds with their last committed turn: what a metric can be tried on."""
+    rows = World.objects.order_by("-created_at", "slug").values("slug", "name", "current_turn")
+    return [dict(row) for row in rows[:limit]]
