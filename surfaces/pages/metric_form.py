@@ -133,7 +133,7 @@ def _form(data: QueryDict) -> dict[str, Any]:
     names = (*COMMON_FIELDS, *KIND_FIELDS.get(kind, JSON_FIELDS))
     form: dict[str, Any] = {name: data.get(name, "").strip() for name in names}
     form["kind"] = kind
-    if not data:  # a fresh form: the defaults of each kind
+    if "label" not in data:  # a fresh form (perhaps with its kind chosen): the defaults
         form.update(aggregate="mean", scale_min="1", scale_max="5")
         form["max_generation_attempts"] = str(DEFAULT_JUDGE_GENERATION_ATTEMPTS)
     form["world"] = data.get("world", "").strip()
