@@ -34,6 +34,17 @@ class Outcome:
     llm_call_id: UUID | None = None  # a judge's (accepted, or last) generation
 
 
+@dataclass(frozen=True)
+class Trial:
+    """What trying a metric on one turn answers (nothing is written): the outcome it would
+    record — None when it was not asked (a judge tried without ``ask``) —, and for a kind that
+    calls a model the messages it sends and the model's rationale."""
+
+    outcome: Outcome | None
+    messages: list[dict[str, str]] | None = None
+    rationale: str | None = None
+
+
 def typed_result(result: Any) -> Outcome:
     """A number or a boolean (true = 1) is a value; null and anything else are errors."""
     if result is None:

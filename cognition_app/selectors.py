@@ -177,6 +177,8 @@ class LlmCallFilters(TypedDict, total=False):
     world: str
     subject: str
     model: str  # requested or answering model
+    experiment: str  # an experiment's slug: its worlds' calls only
+    arm: str  # an arm's label: the calls of that arm's worlds only
     since: datetime  # started at or after
     until: datetime  # started before
 
@@ -234,6 +236,10 @@ def llm_call_list(*, filters: LlmCallFilters, limit: int, offset: int) -> dict[s
     if "world" in filters:
         # a lookup through the foreign key (a schema link), not an import of the worlds app
         qs = qs.filter(invocation__world__slug=filters["world"])
+    if "experiment" in filters:
+        qs = qs.filter(invocation__world__experiment__slug=filters["experiment"])
+    if "arm" in filters:
+        qs = qs.filter(invocation__world__arm=filters["arm"])
     if "subject" in filters:
         qs = qs.filter(invocation__subject_id=filters["subject"])
     if "model" in filters:
@@ -303,6 +309,8 @@ class InvocationFilters(TypedDict, total=False):
     subject: str
     status: str  # an InvocationStatus
     world: str
+    experiment: str  # an experiment's slug: its worlds' calls only
+    arm: str  # an arm's label: the calls of that arm's worlds only
     since: datetime  # started at or after
     until: datetime  # started before
 
@@ -324,6 +332,10 @@ def source_invocation_list(
     if "world" in filters:
         # a lookup through the foreign key (a schema link), not an import of the worlds app
         qs = qs.filter(world__slug=filters["world"])
+    if "experiment" in filters:
+        qs = qs.filter(world__experiment__slug=filters["experiment"])
+    if "arm" in filters:
+        qs = qs.filter(world__arm=filters["arm"])
     if "since" in filters:
         qs = qs.filter(started_at__gte=filters["since"])
     if "until" in filters:

@@ -603,3 +603,16 @@ def source_interfaces(*, source_hashes: set[str]) -> dict[str, str]:
     if not source_hashes:
         return {}
     return dict(ResponseSource.objects.filter(pk__in=source_hashes).values_list("pk", "interface"))
+
+
+def scenario_names_of(*, hashes: Iterable[str]) -> dict[str, list[str]]:
+    """hash → the names that point at it now (sorted), for any number of scenarios: one query.
+    A scenario no name points at is left out."""
+    wanted = {h for h in hashes if h}
+    found: dict[str, list[str]] = {}
+    if not wanted:
+        return found
+    rows = ScenarioName.objects.filter(scenario_id__in=wanted).order_by("name")
+    for name, scenario_hash in rows.values_list("name", "scenario_id"):
+        found.setdefault(scenario_hash, []).append(name)
+    return found

@@ -26,6 +26,7 @@ from chukwa_core.experiment_design import (
     WorldProgress,
 )
 from cognition_app.models import LlmCall
+from scenarios_app.selectors import scenario_names_of
 from worlds_app.models import AttemptStatus, Experiment, Measurement, World
 from worlds_app.selectors import require_slug
 
@@ -122,6 +123,18 @@ def _cost(paid: dict[str, Any] | None) -> Decimal | None:
     return None if paid["unpriced"] else (paid["spent_cost"] or Decimal(0))
 
 
+def arm_scenarios(design: ExperimentDesign) -> dict[str, dict[str, Any]]:
+    """Per arm label, its scenario's hash and the names that point at it now: one query."""
+    names = scenario_names_of(hashes=[arm.scenario_hash for arm in design.arms])
+    return {
+        arm.label: {
+            "scenario_hash": arm.scenario_hash,
+            "scenario_names": names.get(arm.scenario_hash, []),
+        }
+        for arm in design.arms
+    }
+
+
 def experiment_get(*, slug: str) -> dict[str, Any]:
     """Design, status, progress (worlds, turns, measurements), tokens, cost, failed worlds."""
     experiment = experiment_row(slug)
@@ -163,6 +176,7 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
         "tokens": int(spent["spent_tokens"]),
         "cost": _cost(spent),
         "failed_worlds": failed,
+        "arm_scenarios": arm_scenarios(design),
         "worlds": [
             {
                 "slug": w["slug"],

@@ -54,6 +54,8 @@ class AttemptFilters(TypedDict, total=False):
 
     status: str
     world: str
+    experiment: str  # an experiment's slug: its worlds only
+    arm: str  # an arm's label: the worlds of that arm only
     subject: str  # an entity that thought in the attempt (events, invocations, or its failure)
     model: str  # requested or answering model of one of its LLM calls
     since: datetime  # queued at or after
@@ -90,6 +92,10 @@ def _filtered_attempts(filters: AttemptFilters) -> QuerySet[TurnAttempt]:
         qs = qs.filter(status=filters["status"])
     if "world" in filters:
         qs = qs.filter(world__slug=filters["world"])
+    if "experiment" in filters:
+        qs = qs.filter(world__experiment__slug=filters["experiment"])
+    if "arm" in filters:
+        qs = qs.filter(world__arm=filters["arm"])
     if "subject" in filters:
         subject = filters["subject"]
         here = OuterRef("pk")
@@ -176,3 +182,9 @@ def turn_list(*, slug: str, limit: int, offset: int) -> dict[str, Any]:
         "offset": offset,
         "results": turns,
     }
+
+
+def world_choices(*, limit: int = 200) -> list[dict[str, Any]]:
+    """The newest worlds with their last committed turn: what a metric can be tried on."""
+    rows = World.objects.order_by("-created_at", "slug").values("slug", "name", "current_turn")
+    return [dict(row) for row in rows[:limit]]

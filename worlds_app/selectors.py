@@ -15,7 +15,7 @@ from chukwa_core.ids import is_hash, label_problem
 from cognition_app.budgets import BudgetLimits
 from cognition_app.selectors import cost_totals_from_row
 from cognition_app.sources.components import source_content
-from scenarios_app.selectors import parse_paging
+from scenarios_app.selectors import parse_paging, scenario_names_of
 from worlds_app import read_sql
 from worlds_app.models import (
     ACTIVE_STATUSES,
@@ -125,12 +125,11 @@ def world_list(*, params: Mapping[str, Any]) -> dict[str, Any]:
         count = rows[0]["total"]
     else:
         count = read_sql.world_count(scenario=scenario) if offset else 0
-    return {
-        "count": count,
-        "limit": limit,
-        "offset": offset,
-        "results": [world_summary(row) for row in rows],
-    }
+    results = [world_summary(row) for row in rows]
+    names = scenario_names_of(hashes=[w["scenario_hash"] for w in results])
+    for world in results:
+        world["scenario_names"] = names.get(world["scenario_hash"], [])
+    return {"count": count, "limit": limit, "offset": offset, "results": results}
 
 
 BUDGET_LIMITS = ("max_tokens_per_turn", "max_cost_per_turn", "max_tokens_total", "max_cost_total")
@@ -174,8 +173,11 @@ def world_get(*, slug: str) -> dict[str, Any]:
         raise NotFoundError("world_not_found", f"slug: no world {slug!r}", {"field": "slug"})
     if row["turn_id"] is None:  # a world always has its current turn
         raise Turn.DoesNotExist(f"world {slug!r} has no turn {row['current_turn']}")
+    summary = world_summary(row)
+    names = scenario_names_of(hashes=[summary["scenario_hash"]])
     return {
-        **world_summary(row),
+        **summary,
+        "scenario_names": names.get(summary["scenario_hash"], []),
         "simulation_time": row["simulation_time"],
         "state": row["state"],
         "state_hash": row["state_hash"],

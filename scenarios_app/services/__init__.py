@@ -13,7 +13,7 @@ from scenarios_app.services.components import (
     metric_put,
     response_source_put,
 )
-from scenarios_app.services.drafts import nothing_stored, workflow_draft
+from scenarios_app.services.drafts import metric_draft, nothing_stored, workflow_draft
 from scenarios_app.services.forks import scenario_fork
 from scenarios_app.services.manifest import (
     AssembleResult,
@@ -39,6 +39,7 @@ __all__ = [
     "entity_put",
     "environment_put",
     "json_schema_put",
+    "metric_draft",
     "metric_put",
     "nothing_stored",
     "response_source_put",

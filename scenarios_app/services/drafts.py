@@ -1,4 +1,4 @@
-"""Workflows as they would be stored, without storing them: the store's own put path inside a
+"""Workflows and metrics as they would be stored, without storing them: the store's own put path inside a
 transaction that is always rolled back (the author's validation as you type, the review before
 saving, the preview)."""
 
@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from django.db import transaction
 
-from scenarios_app.models import CognitionWorkflow
+from scenarios_app.models import CognitionWorkflow, Metric
 from scenarios_app.services._store import Resolver
 
 T = TypeVar("T")
@@ -31,3 +31,16 @@ def workflow_draft(content: Any) -> tuple[str, bool, dict[str, Any]]:
     workflow_hash, would_be_new = Resolver().put_workflow(content)
     stored = CognitionWorkflow.objects.values_list("content", flat=True).get(pk=workflow_hash)
     return workflow_hash, would_be_new, stored
+
+
+def metric_draft(content: Any) -> tuple[str, dict[str, Any]]:
+    """The metric ``content`` as the store would keep it — checked by the put's own validation
+    (a ChukwaError naming the field), a judge's inline source resolved, its kind's defaults
+    filled in — and its hash; nothing is stored."""
+
+    def work() -> tuple[str, dict[str, Any]]:
+        metric_hash, _ = Resolver().put_metric(content)
+        stored = Metric.objects.values_list("content", flat=True).get(pk=metric_hash)
+        return metric_hash, stored
+
+    return nothing_stored(work)

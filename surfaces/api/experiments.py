@@ -22,6 +22,7 @@ from surfaces.api.contract import (
     LABEL_SCHEMA,
     READ_ERRORS,
     WRITE_ERRORS,
+    HashOutField,
     InstantField,
     JSONObjectField,
     LabelOutField,
@@ -329,6 +330,16 @@ class ExperimentDesignSerializer(serializers.Serializer):
         return super().to_representation(data)
 
 
+class ArmScenarioSerializer(serializers.Serializer):
+    scenario_hash = HashOutField()
+    scenario_names = serializers.ListField(
+        child=LabelOutField(), help_text="the scenario names that point at scenario_hash now"
+    )
+
+    class Meta:
+        ref_name = "ArmScenario"
+
+
 class ExperimentSerializer(serializers.Serializer):
     slug = LabelOutField()
     name = serializers.CharField()
@@ -342,6 +353,10 @@ class ExperimentSerializer(serializers.Serializer):
         max_digits=20, decimal_places=10, allow_null=True, help_text="null when a call has no price"
     )
     failed_worlds = FailedWorldSerializer(many=True)
+    arm_scenarios = serializers.DictField(
+        child=ArmScenarioSerializer(),
+        help_text="per arm label, its scenario's hash and the names that point at it now",
+    )
     worlds = ExperimentWorldSerializer(many=True)
     created_by = serializers.CharField()
     started_at = InstantField()

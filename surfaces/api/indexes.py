@@ -1,6 +1,6 @@
 """Cross-world indexes: ``GET /api/attempts/``, ``GET /api/llm-calls/`` and
-``GET /api/source-invocations/``, filtered by status, world, subject, model or source and time,
-paged. The filter serializers here also validate the
+``GET /api/source-invocations/``, filtered by status, world, experiment and arm, subject, model
+or source and time, paged. The filter serializers here also validate the
 browser's index pages (``surfaces/pages/indexes.py``)."""
 
 from __future__ import annotations
@@ -34,14 +34,23 @@ from surfaces.api.worlds import STATUSES, AttemptFailureSerializer
 from worlds_app import indexes as world_indexes
 
 
-class AttemptFilterSerializer(PagingQuerySerializer, SinceUntilMixin):
+class ExperimentFilterMixin(serializers.Serializer):
+    """The experiment filters every index shares: its worlds, and of those one arm's."""
+
+    experiment = LabelField(required=False, help_text="only the worlds of this experiment (slug)")
+    arm = LabelField(
+        required=False, help_text="only the worlds of this arm (its label; any experiment's)"
+    )
+
+
+class AttemptFilterSerializer(PagingQuerySerializer, SinceUntilMixin, ExperimentFilterMixin):
     status = serializers.ChoiceField(choices=STATUSES, required=False)
     world = LabelField(required=False, help_text="only this world's attempts")
     subject = text_filter("only attempts in which this entity thought (or failed)")
     model = text_filter("only attempts with an LLM call to this model (requested or answering)")
 
 
-class LlmCallFilterSerializer(PagingQuerySerializer, SinceUntilMixin):
+class LlmCallFilterSerializer(PagingQuerySerializer, SinceUntilMixin, ExperimentFilterMixin):
     status = serializers.ChoiceField(
         choices=list(CALL_OUTCOMES),
         required=False,
@@ -56,7 +65,7 @@ INVOCATION_KINDS = tuple(InvocationKind.values)
 INVOCATION_STATUSES = tuple(InvocationStatus.values)
 
 
-class InvocationFilterSerializer(PagingQuerySerializer, SinceUntilMixin):
+class InvocationFilterSerializer(PagingQuerySerializer, SinceUntilMixin, ExperimentFilterMixin):
     kind = serializers.ChoiceField(choices=INVOCATION_KINDS, required=False)
     source = text_filter("only calls of this source (its label) or this tool (its name)")  # type: ignore[assignment]  # the API's field name shadows a Field attribute
     subject = text_filter("only calls made for this entity")

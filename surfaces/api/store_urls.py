@@ -1,8 +1,10 @@
 from django.urls import path
 
 from surfaces.api import store as api
+from surfaces.api.metric_try import MetricTryApi
 
-urlpatterns = []
+# Before the metric routes: "try" is no hash.
+urlpatterns = [path("metrics/try/", MetricTryApi.as_view(), name="api-metric-try")]
 for segment, kind in api.COLLECTIONS.items():
     views = api.COMPONENT_VIEWS[segment]
     urlpatterns += [

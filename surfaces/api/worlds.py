@@ -100,6 +100,9 @@ class WorldSummarySerializer(serializers.Serializer):
     name = serializers.CharField()
     label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
     scenario_hash = HashOutField()
+    scenario_names = serializers.ListField(
+        child=LabelOutField(), help_text="the scenario names that point at scenario_hash now"
+    )
     scenario_ref = JSONObjectField(help_text="the reference the world was created from")
     replay_from = ReplayFromSerializer(
         allow_null=True, help_text="the world whose recordings it replays, if any"

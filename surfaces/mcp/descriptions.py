@@ -303,6 +303,13 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         "measurement per committed turn (turn 0 included) and metric that has none yet, so "
         "asking again writes nothing new. Read them with measurement_list."
     ),
+    "metric_try": (
+        "Try a metric before storing it: content (as metrics_put takes it), world (slug), turn "
+        "(a committed turn). Answers value or error {code, message} — what it would record on "
+        "that turn — and the turn view it read; writes nothing. For an llm_judge, the messages "
+        "it would send; the judge is called only with ask: true (one call traced as a try, "
+        "counted against the world's budget)."
+    ),
     "measurement_list": (
         "A world's measurements: per metric and turn, a value or an error (code: metric_null, "
         "metric_type, metric_error, subject_not_agent) and when it was measured; optional "

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
 from chukwa_core.errors import ChukwaError, invalid
@@ -153,6 +154,13 @@ def experiment_new_page(request: HttpRequest) -> HttpResponse:
     posted = request.method == "POST"
     form = _form(request.POST if posted else request.GET)
     action = request.POST.get("action", "") if posted else ""
+    if action == "new_metric":
+        # to the metric form, which returns here with what was typed and the new metric ticked
+        typed = [
+            (k, v) for k, v in request.POST.lists() if k not in ("action", "csrfmiddlewaretoken")
+        ]
+        back = f"{reverse('page-experiment-new')}?{urlencode(typed, doseq=True)}"
+        return HttpResponseRedirect(f"{reverse('page-metric-new')}?{urlencode({'next': back})}")
     if action == "add_arm" and len(form["arms"]) < MAX_ARM_ROWS:
         form["arms"].append({"label": "", "scenario": ""})
     elif action.startswith("remove_arm_") and len(form["arms"]) > MIN_ARMS:

@@ -106,6 +106,10 @@ def _detail_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], di
     context = {
         **_progress_context(request, data),
         "design": design,
+        # each arm with the names that point at its scenario (shown beside the short hash)
+        "arm_rows": [
+            (arm, data["arm_scenarios"][arm.label]["scenario_names"]) for arm in design.arms
+        ],
         "metrics": [{"hash": h, "label": labels.get(h, h[:12])} for h in design.metrics],
         "results": results.results,
         "analysis": results,

@@ -41,10 +41,18 @@ def _field(
     }
 
 
+def _experiment_fields(params: Any) -> list[dict[str, Any]]:
+    return [
+        _field("experiment", "Experiment", params, hint="experiment slug"),
+        _field("arm", "Arm", params, hint="arm label, e.g. control"),
+    ]
+
+
 def _common_fields(params: Any, statuses: Any) -> list[dict[str, Any]]:
     return [
         _field("status", "Status", params, choices=statuses),
         _field("world", "World", params, hint="world slug"),
+        *_experiment_fields(params),
         _field("subject", "Subject", params, hint="entity id, e.g. bob"),
         _field("model", "Model", params, hint="requested or answering model"),
         _field("since", "Since", params, hint=TIME_HINT),
@@ -107,6 +115,7 @@ def invocation_index_page(request: HttpRequest) -> HttpResponse:
             _field("source", "Source", request.GET, hint="label or tool, e.g. buy_candy"),
             _field("status", "Status", request.GET, choices=INVOCATION_STATUSES),
             _field("world", "World", request.GET, hint="world slug"),
+            *_experiment_fields(request.GET),
             _field("subject", "Subject", request.GET, hint="entity id, e.g. bob"),
             _field("since", "Since", request.GET, hint=TIME_HINT),
             _field("until", "Until", request.GET, hint=TIME_HINT),

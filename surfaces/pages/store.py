@@ -11,7 +11,8 @@ from django.template.loader import select_template
 from django.utils.safestring import mark_safe
 
 from chukwa_core.errors import NotFoundError
-from chukwa_core.metric_kinds import registered_kind
+from chukwa_core.metric_kinds import registered_kind, turn_scale, world_scale_of
+from chukwa_core.metric_types import scale_label
 from chukwa_core.workflow_refs import REF_KINDS
 from scenarios_app import selectors
 from scenarios_app.selectors import COLLECTION_SEGMENTS, SCENARIO_KINDS, ComponentKind
@@ -158,6 +159,8 @@ def _metric_summary(metric_hash: str, content: dict[str, Any]) -> dict[str, Any]
     )
     return {
         "kind_summary": kind.summary if kind is not None else "",
+        "turn_type": scale_label(turn_scale(content)) if kind is not None else "",
+        "world_type": scale_label(world_scale_of(content)) if kind is not None else "",
         "fields_template": fields.template.name,
         "own_fields": [
             (key, json.dumps(value, indent=2, ensure_ascii=False))

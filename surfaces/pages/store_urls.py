@@ -3,11 +3,13 @@
 from django.urls import URLPattern, path
 
 from surfaces.pages import store as views
+from surfaces.pages.metric_form import metric_new_page
 
 # <str:…> rather than a hash converter: a malformed hash must reach the selector and become a
 # 400 page, not a resolver 404.
 urlpatterns: list[URLPattern] = [
     path("store/", views.store_index, name="page-store"),
+    path("metrics/new/", metric_new_page, name="page-metric-new"),
     path("store/<str:segment>/", views.component_list_page, name="page-component-list"),
     path(
         "store/<str:segment>/<str:hash>/",

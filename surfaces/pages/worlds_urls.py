@@ -2,13 +2,14 @@
 
 from django.urls import URLPattern, path
 
-from surfaces.pages import attempts, interventions, provenance
+from surfaces.pages import attempts, interventions, measure, provenance
 from surfaces.pages import worlds as views
 
 urlpatterns: list[URLPattern] = [
     path("worlds/", views.world_list_page, name="page-world-list"),
     path("worlds/<str:slug>/", views.world_detail_page, name="page-world-detail"),
     path("worlds/<str:slug>/run-turns/", views.world_run_turns, name="page-world-run-turns"),
+    path("worlds/<str:slug>/measure/", measure.world_measure_page, name="page-world-measure"),
     path(
         "worlds/<str:slug>/interventions/",
         interventions.intervention_add,

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from django import template
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from surfaces.pages.metric_strip import value_text
 
@@ -20,6 +20,18 @@ def short(value: Any, length: int = 12) -> str:
     if len(text) <= length:
         return format_html("<code>{}</code>", text)
     return format_html('<code title="{}">{}…</code>', text, text[:length])
+
+
+@register.filter
+def named(value: Any, names: Any) -> str:
+    """A scenario's hash shortened, with the names that point at it beside it (each a link to
+    its name's page): ``park · e065e2e7…``."""
+    if not names:
+        return short(value)
+    links = format_html_join(
+        ", ", '<a class="scenario-name" href="/names/{}/">{}</a>', ((n, n) for n in names)
+    )
+    return format_html("{} · {}", links, short(value))
 
 
 @register.filter

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from selenium import webdriver
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
 
 from scenarios_app.services import metric_put, response_source_put
 from tests.conftest import LLM_SOURCE
@@ -145,3 +146,80 @@ def test_measured_metrics_on_the_world_turn_and_metric_pages(
     assert "judge" in call_page and "Turn 1: nothing strains belief." in call_page
     assert low_contrast(browser) == []
     full_page_shot(browser, "metrics-9-judge-call-1400", 1400)
+
+
+def test_making_a_metric_checked_as_typed_and_tried_on_a_turn(
+    live_server: object, browser: webdriver.Chrome, toy_sources: str, scripted_llm: ScriptedLLM
+) -> None:
+    """An operator types an expression (a mistake is named beside the field as it is typed),
+    tries it on a committed turn (its value and the turn view), tries a judge (its messages,
+    then its score when asked), and stores the expression."""
+    base = live_server.url  # type: ignore[attr-defined]
+    operator = User.objects.create_user("olga", password=PASSWORD)
+    operator.groups.add(Group.objects.get_or_create(name="operators")[0])
+    buyers_world("buyers", 2)
+    response_source_put(content=LLM_SOURCE)
+    sign_in(browser, base, "olga", PASSWORD)
+
+    browser.get(f"{base}/metrics/new/")
+    browser.find_element(By.ID, "mf-label").send_keys("bought")
+    browser.find_element(By.ID, "mf-expression").send_keys("length(calls[?")
+    wait_for(
+        lambda: "Incomplete expression" in browser.find_element(By.ID, "mf-expression-error").text,
+        10,
+        "the expression's error beside it",
+    )
+    assert browser.find_element(By.ID, "mf-expression-error").is_displayed()
+    full_page_shot(browser, "metric-form-1-error-1400", 1400)
+    expression = browser.find_element(By.ID, "mf-expression")
+    expression.clear()
+    expression.send_keys(DRANK)
+    wait_for(
+        lambda: "binary (0 or 1)" in browser.find_element(By.ID, "metric-check").text,
+        10,
+        "the check's types",
+    )
+    assert not browser.find_element(By.ID, "mf-expression-error").is_displayed()
+    Select(browser.find_element(By.ID, "mf-world")).select_by_value("buyers")
+    turn = browser.find_element(By.ID, "mf-turn")
+    turn.clear()
+    turn.send_keys("1")
+    browser.find_element(By.CSS_SELECTOR, "button[value=try]").click()
+    value = wait_for(lambda: browser.find_elements(By.ID, "try-value"), 10, "the try's value")
+    assert value[0].text == "1.0"
+    browser.find_element(By.CSS_SELECTOR, ".try-view summary").click()
+    assert "buy_candy" in browser.find_element(By.ID, "try-result").text
+    assert low_contrast(browser) == []
+    assert sideways_overflow(browser) <= 0
+    full_page_shot(browser, "metric-form-2-tried-1400", 1400)
+    browser.set_window_size(390, 900)
+    assert sideways_overflow(browser) <= 0
+    full_page_shot(browser, "metric-form-3-tried-390", 390)
+    browser.set_window_size(1400, 1000)
+    browser.find_element(By.CSS_SELECTOR, "button[value=save]").click()
+    wait_for(lambda: "/store/metrics/" in browser.current_url, 10, "the metric's page")
+    assert "binary (0 or 1)" in browser.find_element(By.ID, "turn-type").text
+
+    browser.get(f"{base}/metrics/new/?kind=llm_judge")
+    browser.find_element(By.ID, "mf-label").send_keys("plausible")
+    Select(browser.find_element(By.ID, "mf-source")).select_by_index(1)
+    browser.find_element(By.ID, "mf-system").send_keys("You rate how plausible a turn is.")
+    browser.find_element(By.ID, "mf-user").send_keys("Rate this turn 1-5:\n{{turn.patches}}")
+    Select(browser.find_element(By.ID, "mf-world")).select_by_value("buyers")
+    turn = browser.find_element(By.ID, "mf-turn")
+    turn.clear()
+    turn.send_keys("1")
+    browser.find_element(By.CSS_SELECTOR, "button[value=try]").click()
+    wait_for(
+        lambda: "Ann presses the button" in browser.find_element(By.ID, "try-result").text,
+        10,
+        "the judge's messages: " + browser.find_element(By.ID, "metric-form").text[-600:],
+    )
+    assert scripted_llm.requests == []
+    scripted_llm.script(json.dumps({"score": 4, "rationale": "A vending machine does that."}))
+    browser.find_element(By.ID, "ask-judge").click()
+    score = wait_for(lambda: browser.find_elements(By.ID, "try-value"), 20, "the judge's score")
+    assert score[0].text == "4.0" and len(scripted_llm.requests) == 1
+    assert "A vending machine does that." in browser.find_element(By.ID, "try-result").text
+    assert low_contrast(browser) == []
+    full_page_shot(browser, "metric-form-4-judge-asked-1400", 1400)

@@ -16,10 +16,11 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from chukwa_core.metric_values import Outcome
+from chukwa_core.metric_values import Outcome, Trial
 from chukwa_core.prompt_templates import PLACEHOLDER_RE
 from chukwa_core.rendering import environment_rendered, subject_rendered
 from chukwa_core.world_state import WorldState, memory_of
+from cognition_app.budgets import BudgetLedger
 from cognition_app.judges import JudgeFailed, judge_turn
 from cognition_app.models import InvocationKind, InvocationStatus, SourceInvocation
 from cognition_app.sources import REPLAY_STRICT, CallContext, Replay
@@ -60,6 +61,12 @@ def _render(template: str, values: Mapping[str, str]) -> str:
     return PLACEHOLDER_RE.sub(lambda match: values[match.group(1)], template)
 
 
+# A try's judge calls (``judge_try``) carry this before the metric's label as their node id:
+# they are traced and paid for like a measurement's, but no measurement links to them, and
+# replay neither serves a try nor is served by one.
+TRY_NODE_PREFIX = "try:"
+
+
 def _judge_replay(world: World) -> Replay | None:
     """A world that replays another is measured from that world's judge calls (their request
     keys: the same prompts about the same turns are asked again)."""
@@ -67,13 +74,66 @@ def _judge_replay(world: World) -> Replay | None:
         return None
     judges = SourceInvocation.objects.filter(
         kind=InvocationKind.JUDGE, status=InvocationStatus.SUCCEEDED
-    )
+    ).exclude(node_id__startswith=TRY_NODE_PREFIX)
     return Replay(
         source_world_slug=world.replay_from["world"],
         strict=world.replay_from["mode"] == REPLAY_STRICT,
         recorded=judges.filter(world_id=world.replay_source_id),
         used=judges.filter(world_id=world.pk),
     )
+
+
+def judge_messages(
+    content: Mapping[str, Any], view: TurnView, state: Mapping[str, Any] | None
+) -> tuple[str, str]:
+    """The system and user messages a judge is sent about one turn view (with ``subject``,
+    ``state`` is the turn's world state, from which that agent's own view is rendered)."""
+    values = prompt_values(view, state, content.get("subject"))
+    return _render(content["system"], values), _render(content["user_template"], values)
+
+
+def _judge_one(
+    *,
+    world: World,
+    content: Mapping[str, Any],
+    number: int,
+    messages: tuple[str, str],
+    node_id: str,
+    ledger: BudgetLedger | None,
+    replay: Replay | None,
+) -> tuple[Outcome, str | None]:
+    """One judging of one turn: its outcome, and the judge's rationale when it scored."""
+    counter = itertools.count(1)
+    ctx = CallContext(
+        attempt_id=None,
+        world_id=world.pk,
+        world_slug=world.slug,
+        attempted_turn=number,
+        next_seq=lambda: next(counter),
+        node_id=node_id,
+        subject_id=content.get("subject") or "",
+        world_seed=world.seed,
+        replay=replay,
+        budget=ledger,
+    )
+    try:
+        score = judge_turn(
+            ctx=ctx,
+            source_hash=content["source"]["hash"],
+            system=messages[0],
+            user=messages[1],
+            low=float(content["scale"]["min"]),
+            high=float(content["scale"]["max"]),
+            max_generation_attempts=content["max_generation_attempts"],
+        )
+    except JudgeFailed as exc:
+        failed = Outcome(
+            error_code=exc.code,
+            error_message=exc.message[:MAX_ERROR_MESSAGE],
+            llm_call_id=exc.llm_call_id,
+        )
+        return failed, None
+    return Outcome(value=score.score, llm_call_id=score.llm_call_id), score.rationale
 
 
 def judged(
@@ -84,42 +144,40 @@ def judged(
     could not score has its error (``judge_output``, or the source's failure class) and the last
     generation. The ``llm_judge`` kind's evaluator (``metric_evaluators``)."""
     content = metric["content"]
-    subject = content.get("subject")
-    states = turn_states(world=world, numbers=turns) if subject is not None else {}
+    states = turn_states(world=world, numbers=turns) if "subject" in content else {}
     ledger = budget_ledger(world_budget_limits(world_id=world.pk), world.experiment_id)
     replay = _judge_replay(world)
-    counter = itertools.count(1)
     for number in turns:
-        values = prompt_values(views[number], states.get(number), subject)
-        ctx = CallContext(
-            attempt_id=None,
-            world_id=world.pk,
-            world_slug=world.slug,
-            attempted_turn=number,
-            next_seq=lambda: next(counter),
+        outcome, _ = _judge_one(
+            world=world,
+            content=content,
+            number=number,
+            messages=judge_messages(content, views[number], states.get(number)),
             node_id=f"metric:{metric['label']}",
-            subject_id=subject or "",
-            world_seed=world.seed,
+            ledger=ledger,
             replay=replay,
-            budget=ledger,
         )
-        try:
-            score = judge_turn(
-                ctx=ctx,
-                source_hash=content["source"]["hash"],
-                system=_render(content["system"], values),
-                user=_render(content["user_template"], values),
-                low=float(content["scale"]["min"]),
-                high=float(content["scale"]["max"]),
-                max_generation_attempts=content["max_generation_attempts"],
-            )
-        except JudgeFailed as exc:
-            yield {
-                number: Outcome(
-                    error_code=exc.code,
-                    error_message=exc.message[:MAX_ERROR_MESSAGE],
-                    llm_call_id=exc.llm_call_id,
-                )
-            }
-        else:
-            yield {number: Outcome(value=score.score, llm_call_id=score.llm_call_id)}
+        yield {number: outcome}
+
+
+def judge_try(*, world: World, metric: Mapping[str, Any], view: TurnView, ask: bool) -> Trial:
+    """What the metric's judge is sent about one committed turn, and with ``ask`` its score:
+    one live judging traced as a try (node ``try:<label>``), counted against the world's budget,
+    linked to no measurement. The ``llm_judge`` kind's trial (``metric_evaluators``)."""
+    content = metric["content"]
+    number = view["turn"]
+    states = turn_states(world=world, numbers=[number]) if "subject" in content else {}
+    system, user = judge_messages(content, view, states.get(number))
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    if not ask:
+        return Trial(outcome=None, messages=messages)
+    outcome, rationale = _judge_one(
+        world=world,
+        content=content,
+        number=number,
+        messages=(system, user),
+        node_id=f"{TRY_NODE_PREFIX}{metric['label']}"[:64],  # the column's width
+        ledger=budget_ledger(world_budget_limits(world_id=world.pk), world.experiment_id),
+        replay=None,  # a try is asked live
+    )
+    return Trial(outcome=outcome, messages=messages, rationale=rationale)

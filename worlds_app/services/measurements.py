@@ -140,7 +140,7 @@ class MeasureResult(TypedDict):
     written: int
 
 
-def _subject_problem(metric: Mapping[str, Any], views: Mapping[int, TurnView]) -> Outcome | None:
+def subject_problem(metric: Mapping[str, Any], views: Mapping[int, TurnView]) -> Outcome | None:
     """Every agent a metric asks about (a judge's ``subject``) must be an agent of the world
     (which no turn changes)."""
     if not views:
@@ -186,7 +186,7 @@ def world_measure(*, world_id: int, metric_hashes: list[str]) -> MeasureResult:
         turns = [n for n in missing[metric["hash"]] if n in views]
         if not turns:
             continue
-        problem = _subject_problem(metric, views)
+        problem = subject_problem(metric, views)
         # each batch is written as soon as it is measured (a judge's: one turn), so a measuring
         # cut short (a worker killed) keeps what it measured and asks again only the rest
         batches: Iterable[Mapping[int, Outcome]] = (
