@@ -16,6 +16,7 @@ from chukwa_core.statistics.pairs import (
     pair_up,
     paired_t_interval,
     reconcile,
+    sign_flip_test,
     smallest_exact_p,
 )
 from chukwa_core.statistics.types import (
@@ -135,3 +136,30 @@ def d_z_size(differences: np.ndarray) -> tuple[EffectSize, ...]:
             library("numpy"),
         ),
     )
+
+
+class MeanDifferenceStatistics:
+    """What count and continuous metrics share: the pair compared by the mean paired difference
+    with its paired t interval, the sign-flip permutation test and d_z; power by the paired t
+    test. A family gives its arm interval (``summarize``)."""
+
+    def compare(
+        self,
+        scale: MetricScale,
+        control: Sequence[float | None],
+        treatment: Sequence[float | None],
+        *,
+        seed: int,
+    ) -> PairedEffect:
+        return compare_means(
+            scale,
+            control,
+            treatment,
+            test=lambda differences: sign_flip_test(differences, seed=seed),
+            effect_sizes=d_z_size,
+        )
+
+    def power(
+        self, *, effect: float, sd: float, alpha: float, power: float, n: int | None
+    ) -> PowerAnswer:
+        return t_power(effect=effect, sd=sd, alpha=alpha, power=power, n=n)
