@@ -44,7 +44,7 @@ EXPORT_COLUMNS = (
 def _type_basis(content: dict[str, Any]) -> str:
     if "type" in content:
         return "declared by the metric"
-    return "inferred from the metric (declare type to choose)"
+    return "inferred; an expression may declare its type"
 
 
 def _registered(experiment: Experiment, design: ExperimentDesign) -> tuple[str, int, set[str]]:
