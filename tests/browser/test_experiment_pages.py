@@ -183,16 +183,21 @@ def _check_results(browser: webdriver.Chrome, results: ExperimentResults) -> Non
             row = section.find_element(
                 By.CSS_SELECTOR, f"table.results-arms tr[data-arm='{arm.arm}']"
             )
-            for key in ("mean", "sd", "ci_low", "ci_high"):
+            shown = arm.ci_status == "shown"
+            for key in ("mean", "sd", *(("ci_low", "ci_high") if shown else ())):
                 cell = row.find_element(By.CSS_SELECTOR, f"[data-key='{key}']")
                 value = getattr(arm, key)
                 expected = "" if value is None else repr(value)
                 assert cell.get_attribute("data-value") == expected, (arm.arm, key)
+            ci = row.find_element(By.CSS_SELECTOR, "[data-key='ci']")
+            assert ci.get_attribute("data-status") == arm.ci_status
             assert row.find_element(By.CSS_SELECTOR, "[data-key='n']").text == str(arm.n)
         for effect in metric.effects:
             row = section.find_element(
                 By.CSS_SELECTOR, f"table.results-effects tr[data-arm='{effect.arm}']"
             )
-            for key in ("difference", "ci_low", "ci_high", "p_value"):
+            shown = effect.ci_status == "shown"
+            keys = ("difference", "p_value", "p_holm", *(("ci_low", "ci_high") if shown else ()))
+            for key in keys:
                 cell = row.find_element(By.CSS_SELECTOR, f"[data-key='{key}']")
                 assert cell.get_attribute("data-value") == repr(getattr(effect, key)), key
