@@ -72,9 +72,15 @@ def _constrains(schema: dict[str, Any]) -> bool:
 def _portable(schema: dict[str, Any]) -> dict[str, Any]:
     """OpenAPI 3.0's schema idioms as portable JSON Schema: ``nullable: true`` becomes an
     ``anyOf`` with a ``{"type": "null"}`` branch (never a ``type`` list, which one-type clients
-    reject), and a schema that constrains nothing becomes :data:`ANY_JSON_VALUE`."""
+    reject), ``minimum: 0, exclusiveMinimum: true`` becomes ``exclusiveMinimum: 0``, and a
+    schema that constrains nothing becomes :data:`ANY_JSON_VALUE`."""
     schema = dict(schema)
     nullable = bool(schema.pop("nullable", False))
+    # OpenAPI 3.0's boolean exclusive bounds are JSON Schema's numeric ones
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(schema.get(exclusive), bool):
+            if schema.pop(exclusive) and bound in schema:
+                schema[exclusive] = schema.pop(bound)
     keep = {k: schema.pop(k) for k in _ANNOTATIONS if k in schema}
     if not _constrains(schema):
         return {"anyOf": [dict(branch) for branch in ANY_JSON_VALUE], **keep}
