@@ -8,8 +8,10 @@ simulated worlds. Pure: no Django."""
 from __future__ import annotations
 
 import platform
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from chukwa_core.experiment_results_types import (
     ArmResult,
@@ -36,7 +38,13 @@ from chukwa_core.statistics.libraries import version
 from chukwa_core.statistics.multiplicity import HOLM
 from chukwa_core.statistics.pairs import RESAMPLES
 
-CHUKWA_VERSION = "0.1.0"  # pyproject.toml's
+
+def chukwa_version() -> str:
+    """Chukwa's version, as pyproject.toml (its one home) says it."""
+    return str(tomllib.loads(PYPROJECT.read_text())["project"]["version"])
+
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 MISSING_REASONS = ("world_incomplete", "world_running", "metric_error", "not_measured")
 MISSING_DATA_RULE = (
     "A world that stopped short of its last planned turn is missing for every metric "
@@ -272,7 +280,7 @@ def with_holm(results: Sequence[MetricResult]) -> tuple[tuple[MetricResult, ...]
 
 def software() -> Software:
     return Software(
-        chukwa=CHUKWA_VERSION,
+        chukwa=chukwa_version(),
         python=platform.python_version(),
         numpy=version("numpy"),
         scipy=version("scipy"),

@@ -251,6 +251,12 @@ class ExperimentDesign:
             found["primary"] = self.primary
         return found
 
+    def public_json(self) -> dict[str, Any]:
+        """The design as reads show it (the API, a page's ``?format=json``): the stored form with
+        every optional part present (null when not given) and ``first_turn``."""
+        optional = {"start_time": None, "budget": None, "branch_from": None, "replay_from": None}
+        return {**optional, "primary": None, **self.to_json(), "first_turn": self.first_turn}
+
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> ExperimentDesign:
         """The design as stored by ``to_json`` (validated when it was created)."""

@@ -318,15 +318,7 @@ class ExperimentDesignSerializer(serializers.Serializer):
         design = instance if isinstance(instance, ExperimentDesign) else None
         if design is None:
             raise TypeError("an ExperimentDesign is serialized")
-        data: dict[str, Any] = {
-            "start_time": None,
-            "budget": None,
-            "branch_from": None,
-            "replay_from": None,
-            "primary": None,
-            **design.to_json(),
-            "first_turn": design.first_turn,
-        }
+        data = design.public_json()
         return super().to_representation(data)
 
 

@@ -31,7 +31,7 @@ WORLDS_OPEN = 40  # the worlds table starts folded beyond this many worlds
 def _public(data: dict[str, Any]) -> dict[str, Any]:
     """The experiment's read as ``?format=json`` gives it: the design in its stored form."""
     design: ExperimentDesign = data["design"]
-    return {**data, "design": {**design.to_json(), "first_turn": design.first_turn}}
+    return {**data, "design": design.public_json()}
 
 
 def _percent(done: int, planned: int) -> int:

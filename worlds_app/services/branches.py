@@ -9,6 +9,7 @@ from typing import Any
 
 from chukwa_core.component_validation import check_keys, require_object
 from chukwa_core.errors import invalid
+from chukwa_core.experiment_design import BranchFrom
 from chukwa_core.ids import label_problem
 from chukwa_core.world_state import WorldState, copy_entity, is_agent
 from worlds_app.models import Turn, World
@@ -51,6 +52,14 @@ def branch_point(value: Any) -> BranchPoint:
             f"{_first_turn(parent)} to {parent.current_turn})",
         )
     return BranchPoint(parent, turn)
+
+
+def design_branch_point(branch: BranchFrom | None) -> BranchPoint | None:
+    """The branch point an experiment's typed design names, checked again (the parent may have
+    been deleted since the design was made); None for a design that does not branch."""
+    if branch is None:
+        return None
+    return branch_point({"world": branch.world, "turn": branch.turn})
 
 
 def _first_turn(world: World) -> int:

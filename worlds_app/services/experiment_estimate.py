@@ -34,7 +34,7 @@ from cognition_app.costs import price_at, worst_case_cost
 from cognition_app.sources.retry import retry_policy
 from scenarios_app.models import ResponseSource
 from scenarios_app.selectors import metric_rows
-from worlds_app.services.branches import branch_point
+from worlds_app.services.branches import design_branch_point
 from worlds_app.services.experiment_design import design_of
 from worlds_app.services.experiment_power import experiment_power
 from worlds_app.services.worlds import parse_start_time, world_start
@@ -153,8 +153,7 @@ def experiment_estimate(*, data: Any) -> Estimate:
     power = None if power_asked is None else experiment_power(value=power_asked, design=design)
     replicates, turns = design.replicates, design.turns
     tally = _Tally()
-    branch = design.branch_from
-    point = branch_point({"world": branch.world, "turn": branch.turn}) if branch else None
+    point = design_branch_point(design.branch_from)
     start = parse_start_time(design.start_time)
     for arm in design.arms:
         # the arm's start, checked as creating it would (a branch that does not fit, a start

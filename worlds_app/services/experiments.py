@@ -24,7 +24,7 @@ from chukwa_core.hashing import json_hash
 from chukwa_core.seeds import replicate_seed
 from worlds_app.models import Experiment, Intervention, Turn, TurnAttempt, World
 from worlds_app.selectors import require_slug
-from worlds_app.services.branches import branch_point
+from worlds_app.services.branches import design_branch_point
 from worlds_app.services.cancelling import cancel_queued
 from worlds_app.services.dispatch import admit_on_commit, measure_on_commit
 from worlds_app.services.experiment_design import (
@@ -92,11 +92,7 @@ def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> 
     every world is measured at its first turn (the baseline)."""
     design = experiment.typed_design
     replayed = design.replay_from
-    point = (
-        branch_point({"world": design.branch_from.world, "turn": design.branch_from.turn})
-        if design.branch_from is not None
-        else None
-    )
+    point = design_branch_point(design.branch_from)
     slugs = design.world_slugs(replicates)
     taken = World.objects.filter(slug__in=slugs).values_list("slug", flat=True).first()
     if taken is not None:
