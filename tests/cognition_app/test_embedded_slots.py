@@ -2,7 +2,8 @@
 own database connection as two worker processes are: with the deployment's bound on the endpoint
 (``CHUKWA_LLM_MAX_CONCURRENCY=1``, what the stack sets) both commit within a ``timeout_ms`` that
 covers one generation only, because the wait for the model happens before a call's deadline
-starts; without it, the same two turns time out waiting in the model's queue."""
+starts; without it, both calls' clocks start at once and the later one's includes the wait in the
+model's queue (so a deadline covering one generation is exceeded)."""
 
 from __future__ import annotations
 
@@ -99,12 +100,23 @@ def test_two_workers_share_the_embedded_model_without_timing_out(
         assert earlier.ended_at is not None
         assert later.started_at >= earlier.ended_at  # one at a time, waiting before its deadline
 
+    # The control: without the bound both calls start their clocks at once and the model serves
+    # them one after the other, so the later call's recorded duration (what its deadline is
+    # measured against) includes the whole wait for the other's generation. Asserted from the
+    # recorded clocks, not by guessing a deadline between two noisy durations: a deadline is
+    # exceeded exactly when the duration it is measured against is, so this is the cause of the
+    # time-out, shown for every load the machine happens to be under.
     monkeypatch.delenv("CHUKWA_LLM_MAX_CONCURRENCY")
-    unbounded = run_turns(scenario, ["unbounded-a", "unbounded-b"])
-    failed = [a for a in unbounded if a.status == "failed"]
-    assert failed, (
-        "without the bound, the wait in the model's queue counts: one times out",
-        one,
-        [[g.duration_ms for g in generations(a)] for a in unbounded],
+    unbounded = run_turns(generous, ["unbounded-a", "unbounded-b"])
+    assert [a.status for a in unbounded] == ["committed", "committed"], [
+        a.failure_reason for a in unbounded
+    ]
+    first, later = sorted(
+        (g for a in unbounded for g in generations(a)), key=lambda g: g.ended_at or g.started_at
     )
-    assert all("timeout_ms" in a.failure_reason for a in failed), [a.failure_reason for a in failed]
+    assert first.ended_at is not None and later.ended_at is not None
+    # The later call's clock started while the model was still generating the other reply, and
+    # ran through (nearly) all of it: the queue wait is inside the time its deadline measures.
+    waited_ms = (first.ended_at - later.started_at).total_seconds() * 1000
+    assert waited_ms >= 0.5 * (first.duration_ms or 0), (waited_ms, first.duration_ms)
+    assert (later.duration_ms or 0) >= waited_ms, (later.duration_ms, waited_ms)
