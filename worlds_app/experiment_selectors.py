@@ -9,13 +9,13 @@ running; else ``failed`` when some world stopped short of its turns (the others 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.db.models import Count, F, IntegerField, Max, Min, Q, Sum, Value
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 
 from chukwa_core.errors import NotFoundError
 from chukwa_core.experiment_design import (
@@ -29,6 +29,7 @@ from cognition_app.models import LlmCall
 from scenarios_app.selectors import scenario_names_of
 from worlds_app.models import AttemptStatus, Experiment, Measurement, World
 from worlds_app.selectors import require_slug
+from worlds_app.services.experiment_time import time_of
 
 __all__ = ["COMPLETED", "RUNNING", "experiment_get", "experiment_list", "experiment_row"]
 
@@ -95,15 +96,40 @@ def _progress(
 
 
 def eta_seconds(
-    *, status: str, committed: int, planned: int, first_started: datetime | None, now: datetime
+    *,
+    status: str,
+    design: ExperimentDesign,
+    worlds: list[dict[str, Any]],
+    committed: int,
+    calls: Mapping[str, int],
 ) -> int | None:
-    """Seconds until the remaining planned turns commit at the rate so far (turns committed
-    since the experiment's first turn started, by the time elapsed); None when nothing has
-    committed yet or the experiment is not running."""
-    if status != RUNNING or committed <= 0 or first_started is None:
+    """Seconds until the remaining turns commit, by the estimate's model (``time_of``): each
+    unfinished world's turns left, at the calls per committed turn the experiment has made so
+    far (``calls``: per source hash), each at its model's observed median latency, worlds side
+    by side as the limits allow. None when the experiment is not running, nothing has committed
+    yet, or a model's latency is unknown."""
+    if status != RUNNING or committed <= 0 or not calls:
         return None
-    elapsed = max((now - first_started).total_seconds(), 0.0)
-    return round(max(planned - committed, 0) * elapsed / committed)
+    per_turn = {source: count / committed for source, count in calls.items()}
+    left = [
+        {
+            source: rate * max(design.last_turn - w["current_turn"], 0)
+            for source, rate in per_turn.items()
+        }
+        for w in worlds
+        if not design.world_finished(w["current_turn"])
+    ]
+    return time_of(left).seconds
+
+
+def _calls_by_source(world_ids: list[int]) -> dict[str, int]:
+    """The experiment's recorded LLM calls, counted per source hash."""
+    rows = (
+        LlmCall.objects.filter(invocation__world_id__in=world_ids)
+        .values("invocation__source_hash")
+        .annotate(n=Count("pk"))
+    )
+    return {row["invocation__source_hash"]: row["n"] for row in rows}
 
 
 def _totals() -> dict[str, Any]:
@@ -157,13 +183,12 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
     if progress.status != RUNNING:
         ends = [w["last_ended"] for w in worlds if w["last_ended"] is not None]
         finished_at = max(ends) if ends else experiment.cancelled_at
-    starts = [w["first_started"] for w in worlds if w["first_started"] is not None]
     eta = eta_seconds(
         status=progress.status,
+        design=design,
+        worlds=worlds,
         committed=progress.turns_committed,
-        planned=progress.turns_planned,
-        first_started=min(starts) if starts else None,
-        now=timezone.now(),
+        calls=_calls_by_source(world_ids) if progress.status == RUNNING else {},
     )
     return {
         "slug": experiment.slug,

@@ -181,6 +181,15 @@ class EstimateSerializer(serializers.Serializer):
     power = PowerEstimateSerializer(
         allow_null=True, help_text="the replicates needed for the power asked; null: not asked"
     )
+    seconds = serializers.IntegerField(
+        allow_null=True,
+        help_text="the expected wall time: the models' observed median latency, the "
+        "concurrency the limits allow, each world's turns in sequence; null when a model's "
+        "latency is unknown (no call of it recorded yet)",
+    )
+    seconds_basis = serializers.CharField(
+        help_text="what seconds rests on (latencies, calls, concurrency), or why it is null"
+    )
 
     class Meta:
         ref_name = "ExperimentEstimate"
@@ -215,8 +224,10 @@ class ProgressSerializer(serializers.Serializer):
 class DetailProgressSerializer(ProgressSerializer):
     eta_seconds = serializers.IntegerField(
         allow_null=True,
-        help_text="seconds until the remaining turns commit at the rate so far; "
-        "null when nothing has committed yet or the experiment is not running",
+        help_text="seconds until the remaining turns commit, by the estimate's time model "
+        "(the calls per turn so far at the models' observed median latency, worlds side by "
+        "side as the limits allow); null when nothing has committed yet, a model's latency "
+        "is unknown or the experiment is not running",
     )
 
     class Meta:

@@ -7,6 +7,7 @@ says how many replicates that needs."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict
 from typing import Any
@@ -18,6 +19,7 @@ from django.views.decorators.http import require_http_methods
 
 from chukwa_core.errors import ChukwaError, invalid
 from chukwa_core.experiment_design import BUDGET_LIMITS
+from chukwa_core.experiment_time import LONG_SECONDS, duration_text
 from scenarios_app.pickers import metric_choices, scenario_choices
 from surfaces.pages.authoring.common import error_dict, forbidden_unless_operator
 from surfaces.pages.rendering import page, respond, wants_json
@@ -33,6 +35,9 @@ TEXT_FIELDS = ("slug", "name", "description", "replicates", "turns", "seed")
 POWER_FIELDS = ("power_metric", "power_effect", "power_sd", "power_pilot")
 BUDGET_FIELDS = BUDGET_LIMITS
 ARM_FIELD = re.compile(r"^arms\[(\d+)\]\.(label|scenario_ref)")
+# an arm's intervention (one per arm on the form; the API takes any number)
+IV_FIELD = re.compile(r"^arms\[(\d+)\]\.interventions(?:\[0\](?:\.(turn|patch|note))?)?")
+IV_PARTS = ("turn", "note", "patch")
 
 
 def _form(data: QueryDict) -> dict[str, Any]:
@@ -40,11 +45,18 @@ def _form(data: QueryDict) -> dict[str, Any]:
     metrics ticked."""
     labels = data.getlist("arm_label")
     scenarios = data.getlist("arm_scenario")
+    typed = {part: data.getlist(f"arm_iv_{part}") for part in IV_PARTS}
     count = max(len(labels), len(scenarios), MIN_ARMS)
+
+    def nth(values: list[str], i: int) -> str:
+        return (values[i] if i < len(values) else "").strip()
+
     arms = [
         {
-            "label": (labels[i] if i < len(labels) else "").strip(),
-            "scenario": (scenarios[i] if i < len(scenarios) else "").strip(),
+            "label": nth(labels, i),
+            "scenario": nth(scenarios, i),
+            "iv": {part: nth(typed[part], i) for part in IV_PARTS},
+            "iv_open": any(nth(typed[part], i) for part in IV_PARTS),
         }
         for i in range(min(count, MAX_ARM_ROWS))
     ]
@@ -92,15 +104,34 @@ def _power(form: dict[str, Any]) -> dict[str, Any] | None:
     return power
 
 
+def _intervention(typed: dict[str, str], where: str) -> dict[str, Any]:
+    """An arm's intervention as the API takes it: the turn a number when it reads as one, the
+    patch parsed from its JSON, the note when given; the design's rules check the rest (the
+    same errors as the API's, naming ``arms[i].interventions[0].<field>``)."""
+    item: dict[str, Any] = {}
+    if typed["turn"]:
+        item["turn"] = int(typed["turn"]) if typed["turn"].isdigit() else typed["turn"]
+    if typed["patch"]:
+        try:
+            item["patch"] = json.loads(typed["patch"])
+        except ValueError as exc:
+            raise invalid("invalid_patch", f"{where}.patch", f"is not JSON: {exc}") from None
+    if typed["note"]:
+        item["note"] = typed["note"]
+    return item
+
+
 def _design(form: dict[str, Any]) -> dict[str, Any]:
     """The API's design from the form: empty fields left out, numbers read as numbers; the
     experiment service checks everything else, as for the API."""
-    arms = [
-        {"label": arm["label"], "scenario_ref": {"hash": arm["scenario"]}}
-        if arm["scenario"]
-        else {"label": arm["label"], "scenario_ref": {}}
-        for arm in form["arms"]
-    ]
+    arms: list[dict[str, Any]] = []
+    for index, row in enumerate(form["arms"]):
+        ref = {"hash": row["scenario"]} if row["scenario"] else {}
+        arm: dict[str, Any] = {"label": row["label"], "scenario_ref": ref}
+        if any(row["iv"].values()):
+            where = f"arms[{index}].interventions[0]"
+            arm["interventions"] = [_intervention(row["iv"], where)]
+        arms.append(arm)
     design: dict[str, Any] = {
         "slug": form["slug"],
         "arms": arms,
@@ -127,6 +158,9 @@ def _design(form: dict[str, Any]) -> dict[str, Any]:
 def field_key(field: str) -> str:
     """Where on the form an error's field is shown: ``arms[1].label`` on the second arm row's
     label, ``metrics[0]`` on the metrics, ``budget.max_cost_total`` on that budget field."""
+    match = IV_FIELD.match(field)
+    if match:
+        return f"arm-{match.group(1)}-iv" + (f"-{match.group(2)}" if match.group(2) else "")
     match = ARM_FIELD.match(field)
     if match:
         which = "label" if match.group(2) == "label" else "scenario"
@@ -139,6 +173,10 @@ def field_key(field: str) -> str:
         key = "power_" + field.removeprefix("power.")
         return key if key in POWER_FIELDS else "power"
     return head
+
+
+def _time_text(seconds: int | None) -> str:
+    return "unknown" if seconds is None else duration_text(seconds)
 
 
 def _with_error(exc: ChukwaError) -> dict[str, Any]:
@@ -162,7 +200,9 @@ def experiment_new_page(request: HttpRequest) -> HttpResponse:
         back = f"{reverse('page-experiment-new')}?{urlencode(typed, doseq=True)}"
         return HttpResponseRedirect(f"{reverse('page-metric-new')}?{urlencode({'next': back})}")
     if action == "add_arm" and len(form["arms"]) < MAX_ARM_ROWS:
-        form["arms"].append({"label": "", "scenario": ""})
+        form["arms"].append(
+            {"label": "", "scenario": "", "iv": dict.fromkeys(IV_PARTS, ""), "iv_open": False}
+        )
     elif action.startswith("remove_arm_") and len(form["arms"]) > MIN_ARMS:
         index = action.removeprefix("remove_arm_")
         if index.isdigit() and int(index) < len(form["arms"]):
@@ -197,6 +237,9 @@ def experiment_new_page(request: HttpRequest) -> HttpResponse:
         if wants_json(request):
             raise
         context["error"] = _with_error(exc)
+        key = str(context["error"]["key"])
+        for row, arm in enumerate(form["arms"]):
+            arm["iv_open"] = arm["iv_open"] or key.startswith(f"arm-{row}-iv")
         partial = action == "estimate" and getattr(request, "htmx", False)
         if partial:
             context["estimate_error"] = context["error"]
@@ -207,6 +250,8 @@ def experiment_new_page(request: HttpRequest) -> HttpResponse:
         return response
     if action == "estimate":
         estimate = context["estimate"]
+        context["time_text"] = _time_text(estimate["seconds"])
+        context["time_long"] = (estimate["seconds"] or 0) > LONG_SECONDS
         power = estimate["power"]
         data = {**estimate, "power": None if power is None else asdict(power)}
         if getattr(request, "htmx", False) and not wants_json(request):

@@ -37,6 +37,7 @@ from scenarios_app.selectors import metric_rows
 from worlds_app.services.branches import design_branch_point
 from worlds_app.services.experiment_design import design_of
 from worlds_app.services.experiment_power import experiment_power
+from worlds_app.services.experiment_time import time_of
 from worlds_app.services.worlds import parse_start_time, world_start
 
 METHOD = (
@@ -73,6 +74,9 @@ class Estimate(TypedDict):
     method: str
     # replicates needed for a power, when the request asked (``experiment_power``)
     power: PowerEstimate | None
+    # the expected wall time (``experiment_time.time_of``) and what it rests on
+    seconds: int | None
+    seconds_basis: str
 
 
 class _Tally:
@@ -155,7 +159,11 @@ def experiment_estimate(*, data: Any) -> Estimate:
     tally = _Tally()
     point = design_branch_point(design.branch_from)
     start = parse_start_time(design.start_time)
+    # the calls one world of each arm is expected to make, per source: one generation per model
+    # node per agent per turn, and each judge's calls per measured turn (for the time estimate)
+    expected: list[dict[str, float]] = []
     for arm in design.arms:
+        world_calls: dict[str, float] = {}
         # the arm's start, checked as creating it would (a branch that does not fit, a start
         # time with no room for a turn: the same 400)
         scenario_hash = arm.scenario_hash
@@ -175,6 +183,8 @@ def experiment_estimate(*, data: Any) -> Estimate:
                 if node.get("type") not in ("llm_text", "llm_tool_loop"):
                     continue
                 looping = node["type"] == "llm_tool_loop"
+                source = node["llm_source_ref"]["hash"]
+                world_calls[source] = world_calls.get(source, 0) + turns
                 tally.add(
                     who="agents",
                     source_hash=node["llm_source_ref"]["hash"],
@@ -197,6 +207,11 @@ def experiment_estimate(*, data: Any) -> Estimate:
                 prompt=_tokens(calls.prompt_chars + world),
                 growing=False,
             )
+            world_calls[calls.source_hash] = (
+                world_calls.get(calls.source_hash, 0) + calls.calls * judged_turns
+            )
+        expected.extend(dict(world_calls) for _ in range(replicates))
+    time = time_of(expected)
     budget = design.budget
     total_tokens = tally.prompt + tally.completion
     cost = None if tally.unpriced else tally.cost
@@ -222,4 +237,6 @@ def experiment_estimate(*, data: Any) -> Estimate:
         "within_budget": within,
         "method": METHOD,
         "power": power,
+        "seconds": time.seconds,
+        "seconds_basis": time.basis,
     }

@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from chukwa_core.errors import ChukwaError
 from chukwa_core.experiment_table import results_table
+from chukwa_core.experiment_time import duration_text
 from chukwa_core.ids import is_hash
 from worlds_app.experiment_results import experiment_results
 from worlds_app.experiment_selectors import COMPLETED, RUNNING, experiment_get
@@ -81,6 +82,9 @@ def estimate_text(estimate: Estimate) -> str:
         f"tokens at most: {tokens['total']} "
         f"({tokens['prompt']} prompt, {tokens['completion']} completion)",
         f"cost at most: {estimate['cost'] if estimate['cost'] is not None else 'unknown'}",
+        "time: "
+        + ("unknown" if estimate["seconds"] is None else duration_text(estimate["seconds"]))
+        + f" ({estimate['seconds_basis']})",
     ]
     if estimate["unpriced"]:
         lines.append(f"unpriced: {', '.join(estimate['unpriced'])}")

@@ -1,0 +1,165 @@
+"""The time an experiment takes (docs/experiments.md, "Time estimate"), over real HTTP: before any
+call of its model has been recorded the estimate's ``seconds`` is null and its basis says why;
+once turns have run on the scripted model (a real HTTP server answering after a delay), it is
+the observed median latency times the calls each world makes in sequence, shared over the
+concurrency the deployment allows, with that basis named; ``run_experiment --estimate`` prints
+it; the live ETA of a running experiment comes from the same model."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+
+from chukwa_core.experiment_time import duration_text, wall_seconds
+from cognition_app.models import LlmCall
+from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.worlds import run_turn
+from tests.surfaces.api.test_experiment_power import ESTIMATE, http
+from tests.worlds_app.test_experiment_budget import API_KEY, USAGE, _design, _final, _scenario
+from worlds_app.experiment_selectors import experiment_get
+from worlds_app.models import Experiment, TurnAttempt, World
+from worlds_app.services import turn_attempt_run
+from worlds_app.services.experiments import experiment_create
+from worlds_app.services.worlds import world_create
+
+DELAY = 0.3  # every scripted answer waits this long before it is sent
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[ScriptedLLM]:
+    with ScriptedLLM() as server:
+        yield server
+
+
+@pytest.fixture
+def model_env(llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch) -> ScriptedLLM:
+    monkeypatch.setenv("CHUKWA_LLM_BASE_URL", llm.base_url)
+    monkeypatch.setenv("CHUKWA_LLM_API_KEY", API_KEY)
+    monkeypatch.setenv("CHUKWA_LLM_MAX_CONCURRENCY", "1")
+    llm.route(lambda request: Reply(text=_final("The ant waits."), usage=USAGE, delay_s=DELAY))
+    return llm
+
+
+def _median_latency() -> tuple[float, int]:
+    """The scripted model's recorded successful calls: their median duration, and how many."""
+    rows = LlmCall.objects.filter(
+        requested_model="scripted-model", status="succeeded", ended_at__isnull=False
+    ).values_list("started_at", "ended_at")
+    durations = [(ended - started).total_seconds() for started, ended in rows]
+    return statistics.median(durations), len(durations)
+
+
+def _whole_up(answer: int | None, seconds: float) -> bool:
+    """``answer`` is ``seconds`` rounded up (summed in another order: within float noise)."""
+    return answer is not None and math.ceil(seconds - 1e-6) <= answer <= math.ceil(seconds + 1e-6)
+
+
+def test_the_wall_time_model() -> None:
+    # one world: its turns in sequence, whatever the concurrency
+    assert wall_seconds([30.0], 4) == 30.0
+    # three worlds of 30 s: one at a time 90 s, two at a time 45 s, three or more 30 s
+    assert [wall_seconds([30.0] * 3, p) for p in (1, 2, 3, 8)] == [90.0, 45.0, 30.0, 30.0]
+    # a long world bounds the time however wide the rest run
+    assert wall_seconds([100.0, 10.0, 10.0], 3) == 100.0
+    assert wall_seconds([], 1) == 0.0
+    with pytest.raises(ValueError, match="at least 1"):
+        wall_seconds([1.0], 0)
+    assert [duration_text(s) for s in (47, 845, 7380)] == ["47 s", "14 min 05 s", "2 h 03 min"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.integration
+def test_seconds_is_null_before_a_call_then_the_observed_median_over_the_concurrency(
+    live_server: Any,
+    operator_user: User,
+    model_env: ScriptedLLM,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    scenario = _scenario()
+    design = _design("timed", scenario)  # 2 arms by 3 replicates by 3 turns, one agent
+    path = tmp_path / "design.json"
+    path.write_text(json.dumps(design))
+    with http(live_server, operator_user) as client:
+        before = client.post(ESTIMATE, json=design)
+        assert before.status_code == 200, before.text
+        assert before.json()["seconds"] is None
+        basis = before.json()["seconds_basis"]
+        assert "no call of scripted-model (CHUKWA_LLM_BASE_URL) has been recorded yet" in basis
+        out = StringIO()
+        call_command("run_experiment", str(path), "--estimate", stdout=out)
+        assert f"time: unknown ({basis})" in out.getvalue()
+
+        # three turns of a world on the same source: calls recorded with their latency
+        world_create(data={"slug": "stopwatch", "scenario_ref": {"hash": scenario}})
+        for _ in range(3):
+            assert run_turn("stopwatch").status == "committed"
+        median, observed = _median_latency()
+        assert median >= DELAY and observed >= 3
+
+        after = client.post(ESTIMATE, json=design).json()
+        # 6 worlds of 3 calls each (one per turn, in sequence), one call at a time
+        assert _whole_up(after["seconds"], 18 * median)
+        assert after["seconds"] >= 18 * DELAY
+        assert after["seconds_basis"].startswith("observed median ")
+        assert f"over {observed} calls of scripted-model" in after["seconds_basis"]
+        assert "1 at a time (CHUKWA_LLM_MAX_CONCURRENCY=1)" in after["seconds_basis"]
+        assert "18 calls over 6 worlds, each world's turns in sequence" in after["seconds_basis"]
+        out = StringIO()
+        call_command("run_experiment", str(path), "--estimate", stdout=out)
+        printed = f"time: {duration_text(after['seconds'])} ({after['seconds_basis']})"
+        assert printed in out.getvalue()
+
+        # four at a time: the work shared over four slots (18 / 4 calls), longer than a world
+        monkeypatch.setenv("CHUKWA_LLM_MAX_CONCURRENCY", "4")
+        four = client.post(ESTIMATE, json=design).json()
+        assert _whole_up(four["seconds"], 4.5 * median)
+        assert "4 at a time (CHUKWA_LLM_MAX_CONCURRENCY=4)" in four["seconds_basis"]
+        # no endpoint bound: every world at once, so one world's three turns in sequence
+        monkeypatch.delenv("CHUKWA_LLM_MAX_CONCURRENCY")
+        wide = client.post(ESTIMATE, json=design).json()
+        assert _whole_up(wide["seconds"], 3 * median)
+        assert "6 at a time (6 worlds)" in wide["seconds_basis"]
+        # a bad bound is named, not guessed around
+        monkeypatch.setenv("CHUKWA_LLM_MAX_CONCURRENCY", "many")
+        bad = client.post(ESTIMATE, json=design).json()
+        assert bad["seconds"] is None and "CHUKWA_LLM_MAX_CONCURRENCY" in bad["seconds_basis"]
+    assert not Experiment.objects.exists()
+    assert list(World.objects.values_list("slug", flat=True)) == ["stopwatch"]
+
+
+@pytest.mark.django_db
+@pytest.mark.integration
+def test_the_live_eta_uses_the_same_model(
+    model_env: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scenario = _scenario()
+    experiment_create(data=_design("clocked", scenario), created_by="op")
+    assert experiment_get(slug="clocked")["progress"]["eta_seconds"] is None  # nothing yet
+    first = (
+        TurnAttempt.objects.filter(world__slug="clocked--control--1", status="queued")
+        .order_by("seq")
+        .first()
+    )
+    assert first is not None
+    assert turn_attempt_run(attempt_id=str(first.pk), owner="test") == "committed"
+    median, _ = _median_latency()
+    calls = LlmCall.objects.filter(invocation__world__experiment__slug="clocked").count()
+    assert calls >= 1
+    # 17 turns left (one world has two, five have three) at ``calls`` per turn, one at a time
+    state = experiment_get(slug="clocked")
+    assert state["progress"]["turns_committed"] == 1
+    assert _whole_up(state["progress"]["eta_seconds"], 17 * calls * median)
+    # every world at once: the longest world (three turns) bounds it
+    monkeypatch.delenv("CHUKWA_LLM_MAX_CONCURRENCY")
+    eta = experiment_get(slug="clocked")["progress"]["eta_seconds"]
+    assert _whole_up(eta, 3 * calls * median)
