@@ -98,6 +98,9 @@ def test_launching_with_an_arm_intervention_and_a_time_warning(
     _type(browser, "arm-1-iv-turn", "1")
     browser.find_element(By.CSS_SELECTOR, "button[value=estimate]:not(.sr-only)").click()
     wait_for(lambda: browser.find_elements(By.ID, "estimate-time"), 30, "the estimate")
+    # the launch's errors, which no longer hold, are gone with the estimate
+    wait_for(lambda: not browser.find_elements(By.ID, "form-error"), 10, "the error cleared")
+    assert not browser.find_elements(By.ID, "arm-1-iv-turn-error")
     warning = browser.find_element(By.ID, "estimate-time-warning").text
     assert "more than ten minutes" in warning
     assert browser.find_element(By.ID, "estimate-time").text.startswith("about ")
