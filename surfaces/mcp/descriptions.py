@@ -266,8 +266,9 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
     "experiment_estimate": (
         "Price an experiment's design before running it (the same body as experiment_create): "
         "the most LLM calls it could make, completion tokens (a bound) and prompt tokens "
-        "(estimated), the cost at today's prices, and whether it fits its budget. Writes "
-        "nothing."
+        "(estimated), the cost at today's prices, whether it fits its budget, and the "
+        "expected wall time (seconds, from the models' observed latency, with its basis; null "
+        "before a call of a model has been recorded). Writes nothing."
     ),
     "experiment_list": (
         "Every experiment, newest first: status, progress and failed worlds (as "
