@@ -32,6 +32,7 @@ TOOL_INTERFACES = frozenset({HTTP_JSON_INTERFACE, MCP_TOOL_INTERFACE})
 MAX_SOURCE_CONCURRENCY = 256
 SCHEMA_DELIVERIES = frozenset({"response_format", "prompt_only"})
 TIMEOUT_MS_MAX = 600_000
+MAX_LATENCY_MS = TIMEOUT_MS_MAX  # a declared latency_ms: no longer than a call may take
 # A source's optional transport retry policy: tries in all (the first included) and the wait
 # before the second, doubled before each later one.
 RETRY_ATTEMPTS_MAX = 5
@@ -207,10 +208,20 @@ def validate_response_source_content(content: object, field: str = "content") ->
                 "provider",
                 "retry",
                 "limits",
+                "latency_ms",
             ),
             code=code,
         )
         require_string(interface["model"], f"{iface_field}.model", code)
+        if "latency_ms" in interface:
+            # what one call is expected to take, for time estimates until calls are observed
+            latency = interface["latency_ms"]
+            if not is_int(latency) or not 1 <= latency <= MAX_LATENCY_MS:
+                raise invalid(
+                    code,
+                    f"{iface_field}.latency_ms",
+                    f"must be an integer 1…{MAX_LATENCY_MS} (milliseconds), got {latency!r}",
+                )
         if "provider" in interface:
             # Said by the author, never guessed: the protocol is OpenAI's for every backend.
             provider = interface["provider"]

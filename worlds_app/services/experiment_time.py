@@ -4,13 +4,15 @@ live ETA while it runs, one function (``time_of``) over the model in
 
 Its inputs are read, never assumed:
 - each model's **latency** is the median wall time of its most recent successful recorded calls
-  (the endpoint variable and model the source names, ``RECENT_CALLS`` of them);
+  (the endpoint variable and model the source names, ``RECENT_CALLS`` of them); until one is
+  recorded, the source's declared ``latency_ms`` if it has one;
 - the **concurrency** is the tightest of what admission enforces: the deployment's bound on the
   endpoint (``<P>_MAX_CONCURRENCY``), each source's ``limits.concurrency``, and how many worlds
   of one experiment run at once (``CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT``), never more than the
   worlds there are;
 - the **calls** each world still makes, source by source (the caller says).
-Before any call of a model is recorded, ``seconds`` is None and the basis says which model.
+Before any call of a model is recorded (and with no declared latency), ``seconds`` is None and
+the basis says which model.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ RECENT_CALLS = 50
 @dataclass(frozen=True)
 class Latency:
     median: float  # seconds
-    calls: int
+    calls: int  # how many it was observed over; 0 when declared (the source's latency_ms)
 
 
 def observed_latency(*, url_env: str, model: str) -> Latency | None:
@@ -96,18 +98,25 @@ def time_of(worlds: Sequence[Mapping[str, float]]) -> TimeEstimate:
         iface = interfaces.get(source, {})
         url_env, model = str(iface.get("base_url_env", "")), str(iface.get("model", ""))
         latency = observed_latency(url_env=url_env, model=model)
-        if latency is None:
+        if latency is not None:
+            text = (
+                f"observed median {seconds_text(latency.median)} over {latency.calls} "
+                f"call{'s' if latency.calls != 1 else ''} of {model}"
+            )
+        elif isinstance(iface.get("latency_ms"), int):
+            latency = Latency(median=iface["latency_ms"] / 1000, calls=0)
+            text = (
+                f"declared latency_ms {iface['latency_ms']} of {model} (no call of it recorded yet)"
+            )
+        else:
             return TimeEstimate(
                 None,
-                f"no call of {model or '?'} ({url_env or '?'}) has been recorded yet, "
-                "so its latency is unknown: run a turn with it first",
+                f"no call of {model or '?'} ({url_env or '?'}) has been recorded yet and its "
+                "source declares no latency_ms, so its latency is unknown: run a turn with it "
+                "first",
             )
         latencies[source] = latency
-        seen.setdefault(
-            (url_env, model),
-            f"observed median {seconds_text(latency.median)} over {latency.calls} "
-            f"call{'s' if latency.calls != 1 else ''} of {model}",
-        )
+        seen.setdefault((url_env, model), text)
     try:
         parallel, binding = _parallel(list(interfaces.values()), len(busy))
     except SourceFailure as exc:

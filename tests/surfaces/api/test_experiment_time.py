@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from rest_framework.test import APIClient
 
 from chukwa_core.experiment_time import duration_text, wall_seconds
 from cognition_app.models import LlmCall
+from scenarios_app.models import ResponseSource
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worlds import run_turn
 from tests.surfaces.api.test_experiment_power import ESTIMATE, http
@@ -94,7 +96,10 @@ def test_seconds_is_null_before_a_call_then_the_observed_median_over_the_concurr
         assert before.status_code == 200, before.text
         assert before.json()["seconds"] is None
         basis = before.json()["seconds_basis"]
-        assert "no call of scripted-model (CHUKWA_LLM_BASE_URL) has been recorded yet" in basis
+        assert basis.startswith(
+            "no call of scripted-model (CHUKWA_LLM_BASE_URL) has been recorded yet and its "
+            "source declares no latency_ms"
+        )
         out = StringIO()
         call_command("run_experiment", str(path), "--estimate", stdout=out)
         assert f"time: unknown ({basis})" in out.getvalue()
@@ -163,3 +168,62 @@ def test_the_live_eta_uses_the_same_model(
     monkeypatch.delenv("CHUKWA_LLM_MAX_CONCURRENCY")
     eta = experiment_get(slug="clocked")["progress"]["eta_seconds"]
     assert _whole_up(eta, 3 * calls * median)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.integration
+def test_a_declared_latency_stands_in_until_calls_are_observed(
+    live_server: Any, operator_user: User, model_env: ScriptedLLM
+) -> None:
+    # a source that says what a call takes (2 s), on a model never called here
+    scenario = _scenario(model="declared-model", latency_ms=2000)
+    design = _design("declared", scenario)
+    with http(live_server, operator_user) as client:
+        answer = client.post(ESTIMATE, json=design).json()
+        assert answer["seconds"] == 36  # 6 worlds by 3 calls of 2 s, one at a time
+        assert answer["seconds_basis"].startswith(
+            "declared latency_ms 2000 of declared-model (no call of it recorded yet); "
+            "1 at a time (CHUKWA_LLM_MAX_CONCURRENCY=1)"
+        )
+        # once calls are observed, they count instead
+        world_create(data={"slug": "observed", "scenario_ref": {"hash": scenario}})
+        assert run_turn("observed").status == "committed"
+        observed = client.post(ESTIMATE, json=design).json()
+        median = statistics.median(
+            (ended - started).total_seconds()
+            for started, ended in LlmCall.objects.filter(
+                requested_model="declared-model", status="succeeded"
+            ).values_list("started_at", "ended_at")
+        )
+        assert observed["seconds_basis"].startswith("observed median ")
+        assert "of declared-model" in observed["seconds_basis"]
+        assert _whole_up(observed["seconds"], 18 * median)
+        assert observed["seconds"] < 36  # the scripted model answers in 0.3 s, not 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("bad", [0, -5, 600_001, 1.5, "2000", True])
+def test_a_bad_declared_latency_is_refused_naming_the_field(
+    operator_client: APIClient, bad: object
+) -> None:
+    content = {
+        "version": 1,
+        "label": "chat",
+        "interface": {
+            "name": "llm_chat_completions",
+            "model": "m",
+            "base_url_env": "CHUKWA_LLM_BASE_URL",
+            "schema_delivery": "response_format",
+            "timeout_ms": 60000,
+            "latency_ms": bad,
+        },
+    }
+    answer = operator_client.post("/api/response-sources/", {"content": content}, format="json")
+    assert answer.status_code == 400, answer.json()
+    assert answer.json()["error"]["details"]["field"] == "content.interface.latency_ms"
+    assert "1…600000 (milliseconds)" in answer.json()["error"]["message"]
+    assert not ResponseSource.objects.exists()
+    good = {**content, "interface": {**content["interface"], "latency_ms": 1500}}
+    assert operator_client.post(
+        "/api/response-sources/", {"content": good}, format="json"
+    ).status_code in (200, 201)
