@@ -340,3 +340,30 @@ def test_a_generated_client_reads_the_results_as_classes(
     (effect,) = result.effects
     assert isinstance(effect, models.ExperimentEffect)
     assert (effect.arm, effect.control, effect.n_pairs, effect.p_value) == ("b", "a", 0, None)
+
+
+def test_the_experiment_estimate_is_declared_field_by_field(tmp_path: Path) -> None:
+    """The estimate's time (``seconds``, null when a latency is unknown, and its basis) is in
+    the document beside what it counts and prices."""
+    target = tmp_path / "schema.json"
+    call_command("spectacular", "--format", "openapi-json", "--file", str(target))
+    document = json.loads(target.read_text())
+    resolve = _components_resolver(document)
+    answer = document["paths"]["/api/experiments/estimate/"]["post"]["responses"]["200"]
+    name, estimate = resolve(answer["content"]["application/json"]["schema"])
+    assert name == "ExperimentEstimate"
+    assert _field_types(estimate) == {
+        "worlds": "integer",
+        "turns_per_world": "integer",
+        "calls": "ref",
+        "tokens": "ref",
+        "cost": "string?",
+        "unpriced": "array",
+        "unbounded": "array",
+        "budget": "object?",
+        "within_budget": "boolean?",
+        "method": "string",
+        "power": "ref?",
+        "seconds": "integer?",
+        "seconds_basis": "string",
+    }
