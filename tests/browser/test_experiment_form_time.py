@@ -2,15 +2,13 @@
 one arm: a bad turn is refused next to its field with nothing written; the estimate shows the
 expected time from the model's observed latency (turns run on the scripted model over real
 HTTP, one call at a time) and warns that it is past ten minutes; the launch plans the
-intervention on that arm's worlds only. The estimate is saved as docs/img/experiment-form-time.png
-(and in test-artifacts/)."""
+intervention on that arm's worlds only. The estimate is saved as
+test-artifacts/experiment-form-time.png (docs/img/ holds a copy a person looked at)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +27,6 @@ from worlds_app.services.worlds import world_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 PASSWORD = "a-long-password-1"
-DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
 DELAY = 1.0  # each scripted answer's latency
 PATCH = {
     "narration": "A breeze crosses the plate.",
@@ -111,8 +108,6 @@ def test_launching_with_an_arm_intervention_and_a_time_warning(
     assert sideways_overflow(browser) <= 0
     full_page_shot(browser, "experiment-form-time-1400", 1400)
     browser.find_element(By.ID, "estimate").screenshot(str(ARTIFACTS / "experiment-form-time.png"))
-    DOCS_IMG.mkdir(exist_ok=True)
-    shutil.copy(ARTIFACTS / "experiment-form-time.png", DOCS_IMG / "experiment-form-time.png")
     browser.set_window_size(390, 900)
     assert sideways_overflow(browser) <= 0
     full_page_shot(browser, "experiment-form-time-390", 390)
