@@ -41,14 +41,17 @@ from cognition_app.sources.admission.base import CallRequest, Held, Refused, Wai
 
 logger = logging.getLogger(__name__)
 
-# KEYS: concurrency, requests, tokens, pause. ARGV: now_ms, token, lease_ms, concurrency,
+# KEYS: concurrency, requests, tokens, pause. ARGV: token, lease_ms, concurrency,
 # requests_per_minute, tokens_per_minute, tokens, window_ms. Returns {1, "", 0} when taken, else
-# {0, <the limit that binds>, <ms until it may free up, 0 if unknown>}.
+# {0, <the limit that binds>, <ms until it may free up, 0 if unknown>}. The time is Redis's own
+# (``TIME``), never a worker's: a worker whose clock is off cannot stretch or cut a window or a
+# lease.
 _ACQUIRE = """
-local now = tonumber(ARGV[1])
-local conc, rpm, tpm, tokens = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
-  tonumber(ARGV[7])
-local window = tonumber(ARGV[8])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local conc, rpm, tpm, tokens = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
+  tonumber(ARGV[6])
+local window = tonumber(ARGV[7])
 local paused = redis.call('PTTL', KEYS[4])
 if paused > 0 then return {0, 'rate_limited', paused} end
 if conc > 0 then
@@ -81,15 +84,15 @@ if tpm > 0 then
   end
 end
 if conc > 0 then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   redis.call('PEXPIRE', KEYS[1], 3600000)
 end
 if rpm > 0 then
-  redis.call('ZADD', KEYS[2], now, ARGV[2])
+  redis.call('ZADD', KEYS[2], now, ARGV[1])
   redis.call('PEXPIRE', KEYS[2], 2 * window)
 end
 if tpm > 0 then
-  redis.call('ZADD', KEYS[3], now, ARGV[2] .. ':' .. ARGV[7])
+  redis.call('ZADD', KEYS[3], now, ARGV[1] .. ':' .. ARGV[6])
   redis.call('PEXPIRE', KEYS[3], 2 * window)
 end
 return {1, '', 0}
@@ -126,7 +129,7 @@ class _Leases:
                 continue
             try:
                 pipe = client().pipeline(transaction=False)
-                expires = _now_ms() + int(_lease_seconds() * 1000)
+                expires = _redis_now_ms() + int(_lease_seconds() * 1000)
                 for token, key in held.items():
                     pipe.zadd(key, {token: expires}, xx=True)
                 pipe.execute()
@@ -156,8 +159,10 @@ def _lease_seconds() -> float:
     return float(settings.CHUKWA_LIMIT_LEASE_SECONDS)
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _redis_now_ms() -> int:
+    """Redis's clock (the one every lease and window is scored on), in milliseconds."""
+    seconds, micros = client().time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def _keys(source_hash: str) -> list[str]:
@@ -197,7 +202,6 @@ def take_capacity(
     token = uuid.uuid4().hex
     conc = int(limits.get("concurrency", 0))
     args = [
-        _now_ms(),
         token,
         int(_lease_seconds() * 1000),
         conc,
@@ -255,16 +259,25 @@ def reset_seconds(value: str | None) -> float | None:
     return hours * 3600 + minutes * 60 + seconds + millis / 1000
 
 
+# KEYS: pause. ARGV: ms. A pause only grows: set only when none is longer (one script, so two
+# workers pausing at once cannot both read "none" and the shorter write last).
+_PAUSE = """
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+  return 1
+end
+return 0
+"""
+
+
 def pause_for(source_hash: str, seconds: float) -> None:
-    """Hold every worker's calls to the source for ``seconds`` (the endpoint asked so)."""
+    """Hold every worker's calls to the source for ``seconds`` (the endpoint asked so); a pause
+    already longer is kept (a shorter one never cuts it)."""
     millis = int(min(seconds, 60.0) * 1000)
     if millis <= 0:
         return
     try:
-        pause = _keys(source_hash)[3]
-        current = client().pttl(pause)
-        if current is None or current < millis:
-            client().set(pause, "1", px=millis)
+        client().register_script(_PAUSE)(keys=[_keys(source_hash)[3]], args=[millis])
     except (RedisError, OSError) as exc:  # the endpoint's own 429s still slow us down
         logger.warning("source %s not paused, Redis unavailable (%s)", source_hash[:12], exc)
 
