@@ -569,9 +569,10 @@ class Annotation(models.Model):
 
 class Measurement(models.Model):
     """One metric's result on one committed turn of a world (docs/measurement.md): a value or an
-    error (code and message), never both. A branch's turns before its branch point are measured
-    as its own rows too (their views are its parent's), so a world's series is whole. Written
-    once: measuring again finds the row and writes nothing."""
+    error (code and message), never both. A branch's turns before its branch point are its
+    parent's rows and are measured as the parent's (once for every branch sharing them); a
+    branch's reads take them from there, so its series is whole. Written once: measuring again
+    finds the row and writes nothing."""
 
     world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="measurements")
     turn_number = models.IntegerField()

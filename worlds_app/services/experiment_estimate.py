@@ -37,6 +37,7 @@ from scenarios_app.selectors import metric_rows
 from worlds_app.services.branches import design_branch_point
 from worlds_app.services.experiment_design import design_of
 from worlds_app.services.experiment_power import experiment_power
+from worlds_app.services.measurements import unmeasured_before
 from worlds_app.services.worlds import parse_start_time, world_start
 
 METHOD = (
@@ -155,6 +156,13 @@ def experiment_estimate(*, data: Any) -> Estimate:
     tally = _Tally()
     point = design_branch_point(design.branch_from)
     start = parse_start_time(design.start_time)
+    # a branch's turns before its branch point are its parent's, measured once for all the
+    # worlds (as the parent's): the calls still to make for those not measured yet
+    shared = (
+        unmeasured_before(point.parent, point.turn.number, list(design.metrics))
+        if point is not None
+        else {}
+    )
     for arm in design.arms:
         # the arm's start, checked as creating it would (a branch that does not fit, a start
         # time with no room for a turn: the same 400)
@@ -193,7 +201,7 @@ def experiment_estimate(*, data: Any) -> Estimate:
                 who="judges",
                 source_hash=calls.source_hash,
                 per_run=calls.calls,
-                runs=judged_turns * replicates,
+                runs=judged_turns * replicates + shared.pop(metric["hash"], 0),
                 prompt=_tokens(calls.prompt_chars + world),
                 growing=False,
             )
