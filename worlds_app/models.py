@@ -260,6 +260,9 @@ class TurnAttempt(models.Model):
     failure_reason = models.TextField(blank=True)
     produced_turn = models.IntegerField(null=True, blank=True)
     requested_by = models.CharField(max_length=200, blank=True)
+    # what a running attempt's call waits for now (a model slot and who holds it, a rate limit,
+    # an interactive turn first); "" when none waits (docs/operations.md, "Interactive first")
+    waiting_for = models.CharField(max_length=300, blank=True)
 
     class Meta:
         ordering = ["world", "seq"]
