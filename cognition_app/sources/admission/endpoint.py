@@ -27,8 +27,8 @@ from redis.exceptions import RedisError
 from chukwa_core.ids import bound_concurrency_env_name
 from chukwa_core.source_validation import MAX_SOURCE_CONCURRENCY
 from cognition_app.failures import SourceFailure
-from cognition_app.sources.admission import cluster
 from cognition_app.sources.admission.base import CallRequest, Held, Refused, Wait
+from cognition_app.sources.admission.cluster import client as redis_client
 from cognition_app.sources.admission.priority import (
     INTERACTIVE_FIRST,
     held_by,
@@ -66,7 +66,7 @@ class EndpointConcurrency:
         # The two-key form of the locks: the first names the endpoint's variable, the second the
         # slot (the single-key locks elsewhere hash names into a different key space).
         space = zlib.crc32(f"chukwa endpoint slots {url_env}".encode()) - 2**31
-        redis = cluster.client()
+        redis = redis_client()
         waiting_key = redis_key("endpoint", url_env, "interactive")
         interactive = request.interactive
         if not interactive and lane_gate(redis, waiting_key, request.token, False, False):
