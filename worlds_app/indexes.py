@@ -83,6 +83,7 @@ ATTEMPT_ROW_FIELDS = (
     "failure_step",
     "failure_subject",
     "failure_reason",
+    "waiting_for",
 )
 
 
@@ -140,6 +141,7 @@ def attempt_list(*, filters: AttemptFilters, limit: int, offset: int) -> dict[st
                 "failure": (
                     {"step": step, "subject_id": subject, "reason": reason} if reason else None
                 ),
+                "waiting_for": row["waiting_for"] if row["status"] == "running" else "",
                 "cost": costs.get(str(row["id"]), NO_COST),
             }
         )

@@ -17,7 +17,14 @@ from chukwa_core.metric_values import aggregate
 from chukwa_core.seeds import agreement_seed
 from chukwa_core.statistics.types import MetricType
 from scenarios_app.selectors import metric_content, metric_rows
-from worlds_app.models import Annotation, AnnotationTarget, AnnotationValueKind, Measurement
+from worlds_app.history import history_owners
+from worlds_app.models import (
+    Annotation,
+    AnnotationTarget,
+    AnnotationValueKind,
+    Measurement,
+    World,
+)
 from worlds_app.selectors import require_slug, require_turn_number, world_row
 
 # The most turns a world page draws per metric (the newest); the API lists them all.
@@ -64,12 +71,24 @@ def _metric_filter(metric: str | None) -> Q:
     raise invalid("invalid_query", "metric", f"{metric!r} is neither a hash nor a metric label")
 
 
+def _in_history(world: World) -> Q:
+    """The measurements of the world's history: its own turns' rows, and for a branch its
+    parent's rows of the turns before the branch point (measured once, as the parent's)."""
+    found = Q(pk__in=[])
+    end: int | None = None
+    for owner, start in history_owners(world):
+        own = Q(world_id=owner, turn_number__gte=start)
+        found |= own & Q(turn_number__lt=end) if end is not None else own
+        end = start
+    return found
+
+
 def measurement_list(*, slug: str, metric: str | None) -> dict[str, Any]:
     """A world's measurements (of one metric: a hash, or a label for all its versions), by
     metric and turn. One query after the world's."""
     world = world_row(slug)
     rows = (
-        Measurement.objects.filter(_metric_filter(metric), world=world)
+        Measurement.objects.filter(_metric_filter(metric), _in_history(world))
         .order_by("metric__label", "metric_id", "turn_number")
         .values(*_ROW_FIELDS)
     )
@@ -81,8 +100,11 @@ def turn_measurements(*, slug: str, number: int) -> list[dict[str, Any]]:
     """One turn's measurements, by metric label; a judge's with the rationale of its score."""
     require_slug(slug)
     require_turn_number(number)
+    world = World.objects.select_related("branch_parent").filter(slug=slug).first()
+    if world is None:
+        return []
     rows = (
-        Measurement.objects.filter(world__slug=slug, turn_number=number)
+        Measurement.objects.filter(_in_history(world), turn_number=number)
         .order_by("metric__label", "metric_id")
         .values(
             *_ROW_FIELDS,
@@ -102,7 +124,7 @@ def world_metric_series(*, slug: str) -> list[dict[str, Any]]:
     world = world_row(slug)
     start = world.branched_from_turn or 0
     rows = (
-        Measurement.objects.filter(world=world)
+        Measurement.objects.filter(_in_history(world))
         .order_by("metric__label", "metric_id", "turn_number")
         .values("metric_id", "turn_number", "value", "error_code", "error_message")
     )

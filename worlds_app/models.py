@@ -260,6 +260,9 @@ class TurnAttempt(models.Model):
     failure_reason = models.TextField(blank=True)
     produced_turn = models.IntegerField(null=True, blank=True)
     requested_by = models.CharField(max_length=200, blank=True)
+    # what a running attempt's call waits for now (a model slot and who holds it, a rate limit,
+    # an interactive turn first); "" when none waits (docs/operations.md, "Interactive first")
+    waiting_for = models.CharField(max_length=300, blank=True)
 
     class Meta:
         ordering = ["world", "seq"]
@@ -569,9 +572,10 @@ class Annotation(models.Model):
 
 class Measurement(models.Model):
     """One metric's result on one committed turn of a world (docs/measurement.md): a value or an
-    error (code and message), never both. A branch's turns before its branch point are measured
-    as its own rows too (their views are its parent's), so a world's series is whole. Written
-    once: measuring again finds the row and writes nothing."""
+    error (code and message), never both. A branch's turns before its branch point are its
+    parent's rows and are measured as the parent's (once for every branch sharing them); a
+    branch's reads take them from there, so its series is whole. Written once: measuring again
+    finds the row and writes nothing."""
 
     world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="measurements")
     turn_number = models.IntegerField()

@@ -340,6 +340,7 @@ def attempt_get(
         "started_at": attempt["started_at"],
         "ended_at": attempt["ended_at"],
         "duration_ms": attempt["duration_ms"],
+        "waiting_for": attempt["waiting_for"] if attempt["status"] == AttemptStatus.RUNNING else "",
         "failure": (
             {
                 "step": attempt["failure_step"],

@@ -50,18 +50,21 @@ def run_turn_attempt(self: Task, attempt_id: str) -> str | None:
 @shared_task(name="worlds.reap_expired_attempts", acks_late=True, time_limit=120)
 def reap_expired_attempts() -> dict[str, Any]:
     """The periodic safety net: interrupt attempts whose worker died, then re-send the next
-    attempt of every world left with queued attempts and nothing running."""
+    attempt of every world left with queued attempts and nothing running, and the measuring of
+    every idle experiment world whose measure message was lost."""
     from worlds_app.services import turn_attempt_reap, turn_attempt_redrive
+    from worlds_app.services.measure_redrive import measure_redrive
 
     try:
         reaped = turn_attempt_reap()
-        return {"reaped": reaped, "redriven": turn_attempt_redrive()}
+        redriven = turn_attempt_redrive()
+        return {"reaped": reaped, "redriven": redriven, "measures": measure_redrive()}
     except (OperationalError, InterfaceError) as exc:
         # The database is down: nothing to reap or re-drive until it is back, and the next
         # period (seconds away) is the retry. Each step commits on its own, so nothing is
         # left half-done.
         logger.warning("reaper skipped this period: database unavailable (%s)", type(exc).__name__)
-        return {"reaped": [], "redriven": [], "skipped": "database unavailable"}
+        return {"reaped": [], "redriven": [], "measures": [], "skipped": "database unavailable"}
 
 
 # Routed to the control queue (settings.CELERY_TASK_ROUTES): exporting never takes a turn worker.

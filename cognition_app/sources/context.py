@@ -23,6 +23,12 @@ class ReplaySource(Protocol):
     def take(self, key: str) -> SourceInvocation | None: ...
 
 
+# The lanes of a call at every limit (``CallContext.lane``).
+INTERACTIVE = "interactive"
+EXPERIMENT = "experiment"
+JUDGE = "judge"
+
+
 @dataclass
 class CallContext:
     attempt_id: UUID | None  # None outside any attempt (a metric's judge)
@@ -57,6 +63,14 @@ class CallContext:
     # the wait for capacity under the source's cluster-wide ``limits`` (its rows record it)
     limit_wait_ms: int | None = None
     limit_wait: str = ""
+    # the call's lane at every limit (cognition_app.sources.admission.priority): an
+    # ``interactive`` turn's call is served before queued ``experiment`` and ``judge`` calls
+    lane: str = INTERACTIVE
+    # who the call is for, as a call waiting for a slot names its holder ("world w's turn 3",
+    # "experiment e's judge plausible on world w, turn 2")
+    who: str = ""
+    # told, as the call waits for capacity, what it waits for ("" once it holds it)
+    on_wait: Callable[[str], None] | None = None
 
     def check_cancelled(self, what: str) -> None:
         if self.cancel is not None:

@@ -589,6 +589,11 @@ class AttemptDetailApi(APIView):
         ended_at = InstantField(allow_null=True)
         duration_ms = serializers.IntegerField(allow_null=True)
         failure = AttemptFailureSerializer(allow_null=True)
+        waiting_for = serializers.CharField(
+            allow_blank=True,
+            help_text="what a running attempt's call waits for now (a model slot and who holds it, "
+            "a rate limit, an interactive turn served first); empty when none waits",
+        )
         events = AttemptEventSerializer(many=True)
         events_next_after = serializers.IntegerField(
             allow_null=True,

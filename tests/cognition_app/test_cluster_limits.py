@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -259,3 +260,75 @@ def test_a_concurrency_limit_holds_across_two_worker_groups(llm: ScriptedLLM) ->
     assert {owner.split("@")[0] for owner in owners} == {f"{queue}-a", f"{queue}-b"}, owners
     waited = SourceInvocation.objects.filter(world__slug__in=slugs, limit_wait="concurrency")
     assert waited.exists() and all(w.limit_wait_ms > 0 for w in waited)
+
+
+# --- Redis's clock, pauses that only grow -----------------------------------------------------
+
+SKEWED_HOLDER = """
+import sys, time, django
+django.setup()
+real = time.time
+time.time = lambda: real() - 3600  # this worker's clock is an hour behind
+from cognition_app.sources.admission.cluster import take_capacity
+held = take_capacity(sys.argv[1], {"concurrency": 1, "requests_per_minute": 1}, 0)
+print("held" if hasattr(held, "give_back") else "not held", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_whose_clock_is_an_hour_off_neither_frees_nor_stretches_a_limit() -> None:
+    """Leases and windows are scored on Redis's clock: a slot taken by a worker whose own clock
+    is an hour behind still binds the others (scored on its clock, its lease would look an
+    hour expired and be swept), and its request counts in the minute's window."""
+    source = "c" * 64
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "chukwa_site.settings",
+        "CHUKWA_DB_NAME": connection.settings_dict["NAME"],
+    }
+    holder = subprocess.Popen(
+        [sys.executable, "-c", SKEWED_HOLDER, source],
+        cwd=PROJECT_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == b"held"
+        conc_key, requests_key = cluster_limits._keys(source)[:2]
+        ((_, expires),) = cluster_limits.client().zrange(conc_key, 0, 0, withscores=True)
+        ((_, sent),) = cluster_limits.client().zrange(requests_key, 0, 0, withscores=True)
+        redis_now = cluster_limits._redis_now_ms()
+        assert redis_now - 5000 < sent <= redis_now  # on Redis's clock, not an hour ago
+        assert expires > redis_now
+        waiting = cluster_limits.take_capacity(source, {"concurrency": 1}, 0)
+        assert not isinstance(waiting, Held) and waiting.limit == "concurrency"
+        window = cluster_limits.take_capacity(source, {"requests_per_minute": 1}, 0)
+        assert not isinstance(window, Held) and window.limit == "requests_per_minute"
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+
+
+@pytest.mark.django_db
+def test_a_shorter_pause_never_cuts_a_longer_one() -> None:
+    source = "d" * 64
+    pause_key = cluster_limits._keys(source)[3]
+    cluster_limits.pause_for(source, 30.0)
+    cluster_limits.pause_for(source, 0.5)
+    assert cluster_limits.client().pttl(pause_key) > 25_000
+    # many workers pausing at once: the longest wins, whatever the order they land in
+    other = "e" * 64
+    threads = [
+        threading.Thread(target=cluster_limits.pause_for, args=(other, seconds))
+        for seconds in [0.2, 40.0, 0.3, 1.0, 0.1, 2.0] * 5
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert cluster_limits.client().pttl(cluster_limits._keys(other)[3]) > 35_000
+    # and a longer pause does replace a shorter one
+    cluster_limits.pause_for(source, 50.0)
+    assert cluster_limits.client().pttl(pause_key) > 45_000
+    cluster_limits.client().delete(pause_key, cluster_limits._keys(other)[3])

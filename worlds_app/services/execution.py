@@ -14,6 +14,7 @@ import copy
 import itertools
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, NamedTuple
 from uuid import UUID
 
@@ -31,6 +32,7 @@ from cognition_app.budgets import BudgetLimits
 from cognition_app.models import SourceInvocation
 from cognition_app.runner import run_subject_workflow
 from cognition_app.sources import REPLAY_STRICT, CallContext, CancelScope, Replay, SourceFailure
+from cognition_app.sources.context import EXPERIMENT, INTERACTIVE
 from cognition_app.subject_run import (
     AttemptFailure,
     StagedEvent,
@@ -47,6 +49,14 @@ from worlds_app.services.subject_threads import think_concurrently
 CONCURRENT = "concurrent"
 # Targets a patch *sets* (an append to a memory adds to it: two appends both stay).
 SET_TARGETS = frozenset({"entity_state", "environment"})
+
+
+def attempt_waiting(attempt_id: UUID, waiting_for: str) -> None:
+    """What the running attempt's call waits for now ("" once it holds its capacity), for the
+    attempt page and the world page's live card."""
+    TurnAttempt.objects.filter(pk=attempt_id, status=AttemptStatus.RUNNING).update(
+        waiting_for=waiting_for[:300]
+    )
 
 
 class StagedTransition(NamedTuple):
@@ -172,7 +182,15 @@ class _TurnRun:
             return next(self._counter)
 
     def make_call_context(self, **fields: Any) -> CallContext:
+        experiment = self.world.experiment_id is not None
         return CallContext(
+            lane=EXPERIMENT if experiment else INTERACTIVE,
+            who=(
+                f"experiment world {self.world.slug}, turn {self.attempted_turn}"
+                if experiment
+                else f"world {self.world.slug}'s turn {self.attempted_turn}"
+            ),
+            on_wait=partial(attempt_waiting, self.attempt.pk),
             attempt_id=self.attempt.pk,
             world_id=self.world.pk,
             world_slug=self.world.slug,

@@ -38,6 +38,7 @@ from worlds_app.services.branches import design_branch_point
 from worlds_app.services.experiment_design import design_of
 from worlds_app.services.experiment_power import experiment_power
 from worlds_app.services.experiment_time import time_of
+from worlds_app.services.measurements import unmeasured_before
 from worlds_app.services.worlds import parse_start_time, world_start
 
 METHOD = (
@@ -162,6 +163,13 @@ def experiment_estimate(*, data: Any) -> Estimate:
     # the calls one world of each arm is expected to make, per source: one generation per model
     # node per agent per turn, and each judge's calls per measured turn (for the time estimate)
     expected: list[dict[str, float]] = []
+    # a branch's turns before its branch point are its parent's, measured once for all the
+    # worlds (as the parent's): the calls still to make for those not measured yet
+    shared = (
+        unmeasured_before(point.parent, point.turn.number, list(design.metrics))
+        if point is not None
+        else {}
+    )
     for arm in design.arms:
         world_calls: dict[str, float] = {}
         # the arm's start, checked as creating it would (a branch that does not fit, a start
@@ -203,7 +211,7 @@ def experiment_estimate(*, data: Any) -> Estimate:
                 who="judges",
                 source_hash=calls.source_hash,
                 per_run=calls.calls,
-                runs=judged_turns * replicates,
+                runs=judged_turns * replicates + shared.pop(metric["hash"], 0),
                 prompt=_tokens(calls.prompt_chars + world),
                 growing=False,
             )

@@ -24,6 +24,7 @@ from cognition_app.budgets import BudgetLedger
 from cognition_app.judges import JudgeFailed, judge_turn
 from cognition_app.models import InvocationKind, InvocationStatus, SourceInvocation
 from cognition_app.sources import REPLAY_STRICT, CallContext, Replay
+from cognition_app.sources.context import JUDGE
 from worlds_app.models import World
 from worlds_app.selectors import world_budget_limits
 from worlds_app.services.experiment_budget import budget_ledger
@@ -105,6 +106,11 @@ def _judge_one(
     """One judging of one turn: its outcome, and the judge's rationale when it scored."""
     counter = itertools.count(1)
     ctx = CallContext(
+        lane=JUDGE,
+        who=(
+            f"{'experiment world' if world.experiment_id else 'world'} {world.slug}'s judge "
+            f"{node_id.removeprefix('metric:')}, turn {number}"
+        ),
         attempt_id=None,
         world_id=world.pk,
         world_slug=world.slug,

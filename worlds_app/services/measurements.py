@@ -7,10 +7,13 @@ turn: it reads committed turns only, on workers of its own queue.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import zlib
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, TypedDict
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from chukwa_core.errors import invalid
 from chukwa_core.ids import is_hash, label_problem
@@ -28,6 +31,8 @@ from worlds_app.turn_view import TurnView, turn_views
 logger = logging.getLogger(__name__)
 
 MAX_METRICS_PER_REQUEST = 50
+# the first key of the measuring locks (the second is the world's id)
+MEASURING_LOCK_SPACE = zlib.crc32(b"chukwa measuring") - 2**31
 
 
 class MetricSummary(TypedDict):
@@ -160,27 +165,94 @@ def subject_problem(metric: Mapping[str, Any], views: Mapping[int, TurnView]) ->
 
 def world_measure(*, world_id: int, metric_hashes: list[str]) -> MeasureResult:
     """Write the missing measurements of every committed turn of a world for some metrics.
-    Idempotent: a (world, turn, metric) that has its row is not measured again, and a redelivered
-    task writes nothing twice (the unique constraint; conflicts are ignored)."""
+    Idempotent: a (world, turn, metric) that has its row is not measured again, and a judge is
+    asked at most once for it whatever the number of measure tasks running at once: each
+    world's turns are measured under that world's measuring lock (:func:`measuring_lock`),
+    what is missing read once the lock is held. A branch's turns before its branch point are
+    its parent's rows and are measured as the parent's, once for every branch sharing them (a
+    branched experiment's shared turns are judged once, not once per world)."""
     world = World.objects.select_related("branch_parent").filter(pk=world_id).first()
     if world is None:  # deleted since the request
         return {"world": None, "turns": 0, "written": 0}
-    numbers = range(first_turn(history_owners(world)), world.current_turn + 1)
+    segments = history_segments(world)
     metrics = metric_rows(hashes=metric_hashes)
+    result: MeasureResult = {
+        "world": world.slug,
+        "turns": sum(len(numbers) for _, numbers in segments),
+        "written": 0,
+    }
+    for owner, numbers in segments:
+        with measuring_lock(owner.pk):
+            result["written"] += _measure_own(owner, numbers, metrics)
+    return result
+
+
+def history_segments(world: World, end: int | None = None) -> list[tuple[World, range]]:
+    """The world's committed history (before turn ``end``, if given) as (the world whose rows
+    hold them, turn numbers), the world's own turns first: a branch's turns before its branch
+    point are its parent's (and its parent's parent's). A deleted parent ends the chain."""
+    segments: list[tuple[World, range]] = []
+    current: World | None = world
+    end = world.current_turn + 1 if end is None else end
+    while current is not None:
+        start = current.branched_from_turn or 0
+        segments.append((current, range(start, end)))
+        if current.branched_from_turn is None:
+            break
+        end = start
+        parent = current.branch_parent
+        current = (
+            World.objects.select_related("branch_parent").filter(pk=parent.pk).first()
+            if parent is not None
+            else None
+        )
+    return segments
+
+
+def unmeasured_before(world: World, end: int, metric_hashes: list[str]) -> dict[str, int]:
+    """Per metric, how many of the world's committed turns before ``end`` have no measurement
+    yet (a branched experiment's shared turns: what measuring its worlds will still ask)."""
+    counts = dict.fromkeys(metric_hashes, 0)
+    for owner, numbers in history_segments(world, end):
+        done = Counter(
+            Measurement.objects.filter(
+                world=owner, metric_id__in=metric_hashes, turn_number__in=list(numbers)
+            ).values_list("metric_id", flat=True)
+        )
+        for metric_hash in metric_hashes:
+            counts[metric_hash] += len(numbers) - done[metric_hash]
+    return counts
+
+
+@contextmanager
+def measuring_lock(world_id: int) -> Iterator[None]:
+    """The world's measuring lock: a PostgreSQL session advisory lock (two-key form: the
+    measuring space, the world's id), so measure tasks of one world, on any worker, measure
+    one after the other and the later finds the earlier's rows. A worker that dies gives it
+    back with its connection."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s, %s)", [MEASURING_LOCK_SPACE, world_id])
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [MEASURING_LOCK_SPACE, world_id])
+
+
+def _measure_own(world: World, numbers: range, metrics: list[dict[str, Any]]) -> int:
+    """Measure the turns ``numbers`` the world's own rows hold (its measuring lock held)."""
     done = set(
         Measurement.objects.filter(
-            world=world, metric_id__in=[m["hash"] for m in metrics]
+            world=world,
+            metric_id__in=[m["hash"] for m in metrics],
+            turn_number__in=list(numbers),
         ).values_list("metric_id", "turn_number")
     )
     missing = {m["hash"]: [n for n in numbers if (m["hash"], n) not in done] for m in metrics}
     wanted = {n for turns in missing.values() for n in turns}
-    result: MeasureResult = {
-        "world": world.slug,
-        "turns": len(numbers),
-        "written": 0,
-    }
     if not wanted:
-        return result
+        return 0
+    written = 0
     views = turn_views(world=world, numbers=wanted)
     for metric in metrics:
         turns = [n for n in missing[metric["hash"]] if n in views]
@@ -196,8 +268,8 @@ def world_measure(*, world_id: int, metric_hashes: list[str]) -> MeasureResult:
         )
         for outcomes in batches:
             _write(world, metric, outcomes)
-            result["written"] += len(outcomes)
-    return result
+            written += len(outcomes)
+    return written
 
 
 def _in_type(metric: Mapping[str, Any], outcome: Outcome) -> Outcome:

@@ -6,6 +6,7 @@ record of the waits that the call's trace keeps."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -13,7 +14,7 @@ from typing import Any, Protocol
 from cognition_app.budgets import Reservation
 from cognition_app.failures import SourceFailure
 from cognition_app.models import ModelPrice
-from cognition_app.sources.context import CallContext
+from cognition_app.sources.context import INTERACTIVE, CallContext
 
 # How often a request waiting for capacity tries again (and looks at its attempt's cancel flag)
 # when the limit cannot say when capacity returns; the longest it sleeps when it can.
@@ -32,6 +33,18 @@ class CallRequest:
     prompt_tokens: int  # the prompt estimate
     max_completion: int | None  # the source's max_tokens, if any
     price: ModelPrice | None  # the price in force (read only under a budget)
+    # names this request while it waits (a lane's registration, a slot's holder)
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def interactive(self) -> bool:
+        """Whether the request is an interactive turn's (served first at every limit)."""
+        return self.ctx.lane == INTERACTIVE
+
+    @property
+    def who(self) -> str:
+        """Who the request is for, as a request waiting for its slot names it."""
+        return self.ctx.who or f"world {self.ctx.world_slug}'s turn {self.ctx.attempted_turn}"
 
     @property
     def limits(self) -> Mapping[str, int]:
@@ -61,10 +74,16 @@ class Held:
 @dataclass(frozen=True)
 class Wait:
     """Not now: ``limit`` binds (as the trace names it); capacity may return in ``retry_in``
-    seconds (None: unknown, try again after a step; 0: the limit already waited, try at once)."""
+    seconds (None: unknown, try again after a step; 0: the limit already waited, try at once);
+    ``reason``, what the request waits for in words (a slot and who holds it, an interactive
+    turn served first), shown on the waiting attempt."""
 
     limit: str
     retry_in: float | None = None
+    reason: str = ""
+
+    def said(self) -> str:
+        return self.reason or f"capacity: the {self.limit} limit"
 
 
 @dataclass(frozen=True)
@@ -106,13 +125,21 @@ class LimitWaits:
 def take_waiting(limit: Limit, request: CallRequest, waits: LimitWaits) -> Held | Refused:
     """The one wait loop: ask ``limit`` until it holds or refuses, sleeping a step (or until
     it says capacity returns) between asks, each wait added to ``waits`` under the name of what
-    bound. A stop of the attempt ends the wait at once."""
+    bound, and what it waits for told to the call's ``on_wait`` as it changes (then "" once
+    held). A stop of the attempt ends the wait at once."""
     cancel = request.ctx.cancel
+    told = ""
     while True:
         before = time.monotonic()
         outcome = limit.take(request)
         if not isinstance(outcome, Wait):
+            if told:
+                _tell(request, "")
             return outcome
+        said = outcome.said()
+        if said != told:
+            _tell(request, said)
+            told = said
         if outcome.retry_in is None:
             step = WAIT_STEP_SECONDS
         elif outcome.retry_in <= 0:
@@ -125,3 +152,8 @@ def take_waiting(limit: Limit, request: CallRequest, waits: LimitWaits) -> Held 
         elif step:
             time.sleep(step)
         waits.add(outcome.limit, time.monotonic() - before)
+
+
+def _tell(request: CallRequest, waiting_for: str) -> None:
+    if request.ctx.on_wait is not None:
+        request.ctx.on_wait(waiting_for)

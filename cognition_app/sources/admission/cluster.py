@@ -38,28 +38,56 @@ from redis.exceptions import RedisError
 
 from cognition_app.failures import SourceFailure
 from cognition_app.sources.admission.base import CallRequest, Held, Refused, Wait
+from cognition_app.sources.admission.priority import WAITING_MS, held_by
 
 logger = logging.getLogger(__name__)
 
-# KEYS: concurrency, requests, tokens, pause. ARGV: now_ms, token, lease_ms, concurrency,
-# requests_per_minute, tokens_per_minute, tokens, window_ms. Returns {1, "", 0} when taken, else
-# {0, <the limit that binds>, <ms until it may free up, 0 if unknown>}.
+# KEYS: concurrency, requests, tokens, pause, interactive waiting, holders. ARGV: token,
+# lease_ms, concurrency, requests_per_minute, tokens_per_minute, tokens, window_ms, interactive
+# (1/0), who, waiting_ms. Returns {1, "", 0, ""} when taken, else {0, <the limit that binds>,
+# <ms until it may free up, 0 if unknown>, <who holds the concurrency slots>}. The time is
+# Redis's own (``TIME``), never a worker's: a worker whose clock is off cannot stretch or cut a
+# window or a lease. An interactive call that must wait registers itself (``priority``); a call
+# of another lane waits while one is registered.
 _ACQUIRE = """
-local now = tonumber(ARGV[1])
-local conc, rpm, tpm, tokens = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
-  tonumber(ARGV[7])
-local window = tonumber(ARGV[8])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local conc, rpm, tpm, tokens = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
+  tonumber(ARGV[6])
+local window = tonumber(ARGV[7])
+local interactive = ARGV[8] == '1'
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+local function wait(limit, ms, holders)
+  if interactive then
+    redis.call('ZADD', KEYS[5], now + tonumber(ARGV[10]), ARGV[1])
+    redis.call('PEXPIRE', KEYS[5], 60000)
+  end
+  return {0, limit, ms, holders or ''}
+end
+if not interactive and redis.call('ZCARD', KEYS[5]) > 0 then
+  return {0, 'interactive_first', 0, ''}
+end
 local paused = redis.call('PTTL', KEYS[4])
-if paused > 0 then return {0, 'rate_limited', paused} end
+if paused > 0 then return wait('rate_limited', paused) end
 if conc > 0 then
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now)
+  for i = 1, #gone do redis.call('HDEL', KEYS[6], gone[i]) end
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-  if redis.call('ZCARD', KEYS[1]) >= conc then return {0, 'concurrency', 0} end
+  if redis.call('ZCARD', KEYS[1]) >= conc then
+    local holding = redis.call('ZRANGE', KEYS[1], 0, -1)
+    local names = {}
+    for i = 1, #holding do
+      local name = redis.call('HGET', KEYS[6], holding[i])
+      if name then names[#names + 1] = name end
+    end
+    return wait('concurrency', 0, table.concat(names, '; '))
+  end
 end
 if rpm > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
   if redis.call('ZCARD', KEYS[2]) >= rpm then
     local oldest = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-    return {0, 'requests_per_minute', tonumber(oldest[2]) + window - now}
+    return wait('requests_per_minute', tonumber(oldest[2]) + window - now)
   end
 end
 if tpm > 0 then
@@ -74,26 +102,38 @@ if tpm > 0 then
     for i = 1, #entries, 2 do
       freed = freed - tonumber(string.match(entries[i], ':(%d+)$'))
       if freed + tokens <= tpm then
-        return {0, 'tokens_per_minute', tonumber(entries[i + 1]) + window - now}
+        return wait('tokens_per_minute', tonumber(entries[i + 1]) + window - now)
       end
     end
-    return {0, 'tokens_per_minute', 0}
+    return wait('tokens_per_minute', 0)
   end
 end
+if interactive then redis.call('ZREM', KEYS[5], ARGV[1]) end
 if conc > 0 then
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[2])
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   redis.call('PEXPIRE', KEYS[1], 3600000)
+  redis.call('HSET', KEYS[6], ARGV[1], ARGV[9])
+  redis.call('PEXPIRE', KEYS[6], 3600000)
 end
 if rpm > 0 then
-  redis.call('ZADD', KEYS[2], now, ARGV[2])
+  redis.call('ZADD', KEYS[2], now, ARGV[1])
   redis.call('PEXPIRE', KEYS[2], 2 * window)
 end
 if tpm > 0 then
-  redis.call('ZADD', KEYS[3], now, ARGV[2] .. ':' .. ARGV[7])
+  redis.call('ZADD', KEYS[3], now, ARGV[1] .. ':' .. ARGV[6])
   redis.call('PEXPIRE', KEYS[3], 2 * window)
 end
-return {1, '', 0}
+return {1, '', 0, ''}
 """
+
+# What a wait on each limit is, in words (the waiting attempt shows it).
+_WAITING_FOR = {
+    "interactive_first": "the source's limits: an interactive turn's call, served first",
+    "rate_limited": "the source's rate limit: the endpoint asked to pause",
+    "concurrency": "the source's concurrency slots",
+    "requests_per_minute": "the source's requests_per_minute window",
+    "tokens_per_minute": "the source's tokens_per_minute window",
+}
 
 
 class _Leases:
@@ -126,7 +166,7 @@ class _Leases:
                 continue
             try:
                 pipe = client().pipeline(transaction=False)
-                expires = _now_ms() + int(_lease_seconds() * 1000)
+                expires = _redis_now_ms() + int(_lease_seconds() * 1000)
                 for token, key in held.items():
                     pipe.zadd(key, {token: expires}, xx=True)
                 pipe.execute()
@@ -156,32 +196,49 @@ def _lease_seconds() -> float:
     return float(settings.CHUKWA_LIMIT_LEASE_SECONDS)
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _redis_now_ms() -> int:
+    """Redis's clock (the one every lease and window is scored on), in milliseconds."""
+    seconds, micros = client().time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def _keys(source_hash: str) -> list[str]:
     # one deployment's keys (its database's name): stacks sharing a Redis never share limits
     prefix = f"chukwa:{settings.DATABASES['default']['NAME']}:limits:{source_hash}"
-    return [f"{prefix}:{name}" for name in ("concurrency", "requests", "tokens", "pause")]
+    names = ("concurrency", "requests", "tokens", "pause", "interactive", "holders")
+    return [f"{prefix}:{name}" for name in names]
 
 
 class ClusterLimits:
     name = "limits"
 
     def take(self, request: CallRequest) -> Held | Wait | Refused:
-        return take_capacity(request.source_hash, request.limits, request.could_spend)
+        return take_capacity(
+            request.source_hash,
+            request.limits,
+            request.could_spend,
+            token=request.token,
+            who=request.who,
+            interactive=request.interactive,
+        )
 
 
 LIMIT = ClusterLimits()
 
 
 def take_capacity(
-    source_hash: str, limits: Mapping[str, int], tokens: int
+    source_hash: str,
+    limits: Mapping[str, int],
+    tokens: int,
+    *,
+    token: str | None = None,
+    who: str = "",
+    interactive: bool = True,
 ) -> Held | Wait | Refused:
     """Take capacity for one request under ``limits`` (none: nothing to take), or name the limit
-    that binds and when it may free up. A concurrency slot is held until given back (its lease
-    renewed meanwhile); a window's entry stays: the request was sent."""
+    that binds, when it may free up and what the request waits for. A concurrency slot is held
+    until given back (its lease renewed meanwhile); a window's entry stays: the request was
+    sent. ``token`` names the request across its tries (an interactive one's registration)."""
     if not limits:
         return Held()
     tpm = int(limits.get("tokens_per_minute", 0))
@@ -194,10 +251,9 @@ def take_capacity(
             )
         )
     keys = _keys(source_hash)
-    token = uuid.uuid4().hex
+    token = token or uuid.uuid4().hex
     conc = int(limits.get("concurrency", 0))
     args = [
-        _now_ms(),
         token,
         int(_lease_seconds() * 1000),
         conc,
@@ -205,9 +261,12 @@ def take_capacity(
         tpm,
         tokens,
         int(settings.CHUKWA_LIMIT_WINDOW_SECONDS * 1000),
+        int(interactive),
+        who,
+        WAITING_MS,
     ]
     try:
-        taken, limit, retry_ms = client().register_script(_ACQUIRE)(keys=keys, args=args)
+        taken, limit, retry_ms, holders = client().register_script(_ACQUIRE)(keys=keys, args=args)
     except (RedisError, OSError) as exc:  # fail closed: unchecked, the call is not sent
         return Refused(
             SourceFailure(
@@ -218,7 +277,15 @@ def take_capacity(
         )
     if int(taken) != 1:
         limit = limit.decode() if isinstance(limit, bytes) else str(limit)
-        return Wait(limit, retry_in=int(retry_ms) / 1000 if int(retry_ms) > 0 else None)
+        holders = holders.decode() if isinstance(holders, bytes) else str(holders)
+        reason = _WAITING_FOR.get(limit, limit)
+        if limit == "concurrency":
+            reason = f"{reason}: {held_by(holders.split('; '))}"
+        return Wait(
+            "concurrency" if limit == "interactive_first" else limit,
+            retry_in=int(retry_ms) / 1000 if int(retry_ms) > 0 else None,
+            reason=reason,
+        )
     if not conc:
         return Held()
     _leases.hold(keys[0], token)
@@ -229,6 +296,7 @@ def _give_back(key: str, token: str) -> None:
     _leases.drop(token)
     try:
         client().zrem(key, token)
+        client().hdel(key.removesuffix(":concurrency") + ":holders", token)
     except (RedisError, OSError) as exc:  # the lease runs out by itself
         logger.warning("limit slot not given back, Redis unavailable (%s)", exc)
 
@@ -255,16 +323,25 @@ def reset_seconds(value: str | None) -> float | None:
     return hours * 3600 + minutes * 60 + seconds + millis / 1000
 
 
+# KEYS: pause. ARGV: ms. A pause only grows: set only when none is longer (one script, so two
+# workers pausing at once cannot both read "none" and the shorter write last).
+_PAUSE = """
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+  return 1
+end
+return 0
+"""
+
+
 def pause_for(source_hash: str, seconds: float) -> None:
-    """Hold every worker's calls to the source for ``seconds`` (the endpoint asked so)."""
+    """Hold every worker's calls to the source for ``seconds`` (the endpoint asked so); a pause
+    already longer is kept (a shorter one never cuts it)."""
     millis = int(min(seconds, 60.0) * 1000)
     if millis <= 0:
         return
     try:
-        pause = _keys(source_hash)[3]
-        current = client().pttl(pause)
-        if current is None or current < millis:
-            client().set(pause, "1", px=millis)
+        client().register_script(_PAUSE)(keys=[_keys(source_hash)[3]], args=[millis])
     except (RedisError, OSError) as exc:  # the endpoint's own 429s still slow us down
         logger.warning("source %s not paused, Redis unavailable (%s)", source_hash[:12], exc)
 
