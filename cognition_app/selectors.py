@@ -476,7 +476,7 @@ _TOTALS = {
     "unsaved": Count(
         "pk", filter=Q(invocation__reused_from__isnull=False, cost_saved__isnull=True)
     ),
-    "tokens_reused": Sum("tokens_reused"),
+    "reused_tokens": Sum("tokens_reused"),
     "saved": Sum("cost_saved"),
 }
 
@@ -493,7 +493,7 @@ COST_TOTALS_SELECT = (
     "sum(c.completion_tokens) AS completion, sum(c.cached_tokens) AS cached, "
     "count(c.id) FILTER (WHERE inv.reused_from IS NOT NULL) AS reused, "
     "count(c.id) FILTER (WHERE inv.reused_from IS NOT NULL AND c.cost_saved IS NULL) "
-    "AS unsaved, sum(c.tokens_reused) AS tokens_reused, sum(c.cost_saved) AS saved "
+    "AS unsaved, sum(c.tokens_reused) AS reused_tokens, sum(c.cost_saved) AS saved "
     "FROM cognition_app_llmcall c "
     "JOIN cognition_app_sourceinvocation inv ON inv.id = c.invocation_id"
 )
@@ -509,7 +509,7 @@ COST_TOTALS_COLUMNS = (
     "cached",
     "reused",
     "unsaved",
-    "tokens_reused",
+    "reused_tokens",
     "saved",
 )
 
@@ -533,7 +533,7 @@ def _totals(row: Mapping[str, Any]) -> CostTotals:
             "total": prompt + completion,
         },
         "calls_reused": row["reused"],
-        "tokens_reused": row["tokens_reused"] or 0,
+        "tokens_reused": row["reused_tokens"] or 0,
         "cost_saved": None if row["unsaved"] else (row["saved"] or Decimal(0)),
     }
 
