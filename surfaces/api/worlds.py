@@ -110,6 +110,11 @@ class WorldSummarySerializer(serializers.Serializer):
     seed = serializers.IntegerField(
         allow_null=True, help_text="the world's seed (0 ≤ seed < 2^53); null: unseeded"
     )
+    reuse = serializers.ChoiceField(
+        choices=list(REUSE_MODES),
+        help_text="exact: calls whose whole request was answered before are answered from "
+        "the record (docs/costs.md); off: every call is sent",
+    )
     branched_from = BranchFromSerializer(
         allow_null=True, help_text="the world and turn this branch started from; null: none"
     )

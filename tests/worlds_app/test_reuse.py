@@ -30,6 +30,7 @@ from tests.support.worlds import fixture_body, workflow_of
 from worlds_app.experiment_results import export_rows
 from worlds_app.experiment_selectors import experiment_get
 from worlds_app.models import World
+from worlds_app.telemetry import attempt_spans
 
 API_KEY = "test-secret-key"
 START = "2026-05-01T08:00:00+00:00"
@@ -150,6 +151,7 @@ def test_a_seeded_twin_with_reuse_sends_nothing_and_reuse_off_sends_everything(
     _world(operator_client, "twin", scenario, reuse="exact")
     twin = _run(operator_client, "twin", 2)
     assert twin["current_turn"] == 2, twin
+    assert (twin["reuse"], first["reuse"]) == ("exact", "off")  # a world's default: off
     assert len(llm.requests) == sent  # not one request more
     assert _replies("twin") == _replies("first")  # the counter's replies, not new ones
     originals = {str(i.pk) for i in _live(world__slug="first")}
@@ -177,6 +179,16 @@ def test_a_seeded_twin_with_reuse_sends_nothing_and_reuse_off_sends_everything(
     assert "Reused from" in page and str(one.reused_from)[:8] in page
     attempt = browser.get(f"/attempts/{one.attempt_id}/").content.decode()
     assert "Reused from" in attempt
+    # the OTel export: the generation's span is a cache hit naming the original
+    (span,) = [
+        span
+        for span in attempt_spans(attempt_id=one.attempt_id)
+        if span.attributes and span.attributes.get("chukwa.invocation.id") == str(one.pk)
+    ]
+    assert span.attributes is not None
+    assert span.attributes["chukwa.cache_hit"] is True
+    assert span.attributes["chukwa.reused_from"] == str(one.reused_from)
+    assert span.attributes["chukwa.llm_call.cost_saved"] > 0
 
     _world(operator_client, "live", scenario, reuse="off")
     live = _run(operator_client, "live", 2)
