@@ -262,6 +262,33 @@ def test_an_identical_request_in_flight_is_awaited_not_sent_twice(
     assert SourceInvocation.objects.filter(reused_from__isnull=False).count() == 2
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.integration
+def test_when_the_call_in_flight_fails_the_waiting_one_sends_its_own(
+    llm: ScriptedLLM, workers: str, operator_client: Any
+) -> None:
+    llm.reset()
+    # the first request is answered slowly, with HTTP 500 (no retry policy: its attempt fails)
+    llm.route(Counting(fail_first=[Reply(status=500, delay_s=1.5)]))
+    scenario = _scenario()
+    for slug in ("hare", "tortoise"):
+        _world(operator_client, slug, scenario, reuse="exact")
+    for slug in ("hare", "tortoise"):
+        answer = operator_client.post(f"/api/worlds/{slug}/turns/", {"count": 1}, format="json")
+        assert answer.status_code in (200, 201, 202), answer.json()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(llm.requests) < 2:
+        time.sleep(0.2)
+    while time.monotonic() < deadline and not World.objects.filter(current_turn=1).exists():
+        time.sleep(0.2)
+    time.sleep(1)  # nothing more may be sent
+    turns = dict(World.objects.values_list("slug", "current_turn"))
+    assert sorted(turns.values()) == [0, 1], turns  # one failed, the other went on
+    assert len(llm.requests) == 2 and llm.requests[0] == llm.requests[1]
+    assert llm.max_in_flight == 1  # the second waited for the first instead of going along
+    assert not SourceInvocation.objects.filter(reused_from__isnull=False).exists()
+
+
 def _metric() -> dict[str, str]:
     content = {
         "version": 1,
