@@ -29,6 +29,7 @@ INPUT_OPTIONAL = (
     "branch_from",
     "replay_from",
     "primary",
+    "reuse",
 )
 ARM_REQUIRED = ("label", "scenario_ref")
 ARM_OPTIONAL = ("interventions",)
@@ -111,6 +112,8 @@ class ExperimentDesign:
     branch_from: BranchFrom | None = None
     replay_from: ReplayFrom | None = None
     primary: str | None = None  # the primary metric's hash (its comparisons are flagged)
+    # every world's ``reuse`` (docs/costs.md): "exact" (the default of a new experiment) | "off"
+    reuse: str = "exact"
     _labels: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -231,6 +234,7 @@ class ExperimentDesign:
             "turns": self.turns,
             "metrics": list(self.metrics),
             "seed": self.seed,
+            "reuse": self.reuse,
         }
         if self.start_time is not None:
             found["start_time"] = self.start_time
@@ -292,4 +296,6 @@ class ExperimentDesign:
             if replay is None
             else ReplayFrom(replay["experiment"], replay["mode"]),
             primary=stored.get("primary"),
+            # designs stored before reuse existed ran every call live
+            reuse=stored.get("reuse", "off"),
         )

@@ -98,6 +98,14 @@ class SourceInvocation(models.Model):
     # A plain id like the event links: the source world may be deleted later, and the replayed
     # trace must keep saying where its content came from.
     replayed_from = models.UUIDField(null=True, blank=True)
+    # An LLM call's whole request as it would reach the wire: sha256 of the endpoint (the base
+    # URL's value and path) and the canonical JSON body (model, messages, params, seed…). Set on
+    # every LLM call that had an endpoint; what reuse (``reuse: "exact"``) matches on, across
+    # the whole deployment.
+    reuse_key = models.CharField(max_length=64, blank=True)
+    # The recorded succeeded call this one was answered from under reuse: nothing was sent.
+    # A plain id like replayed_from (the original's world may be deleted later).
+    reused_from = models.UUIDField(null=True, blank=True)
     # How long the call waited for capacity under its source's cluster-wide ``limits`` before
     # it was sent, and which limit made it wait (``concurrency``, ``requests_per_minute``,
     # ``tokens_per_minute``, ``rate_limited``: the endpoint asked to slow down); null: no wait.
@@ -129,6 +137,13 @@ class SourceInvocation(models.Model):
             models.Index(
                 fields=["world", "request_key", "attempted_turn", "seq"],
                 name="invocation_request_key_idx",
+            ),
+            # reuse finds a succeeded call by its whole request; partial: only live calls that
+            # succeeded can answer another
+            models.Index(
+                fields=["reuse_key", "started_at"],
+                name="invocation_reuse_key_idx",
+                condition=Q(status="succeeded") & ~Q(reuse_key=""),
             ),
             # the tries of a call; partial: the rows of calls tried once (nearly all) add nothing
             models.Index(
@@ -209,7 +224,9 @@ class LlmCall(models.Model):
     prompt_tokens = models.IntegerField(null=True, blank=True)
     completion_tokens = models.IntegerField(null=True, blank=True)
     cached_tokens = models.IntegerField(null=True, blank=True)
-    usage_source = models.CharField(max_length=16, blank=True)  # provider | estimated | not_sent
+    usage_source = models.CharField(
+        max_length=16, blank=True
+    )  # provider | estimated | not_sent | reused
     base_url_env = models.CharField(max_length=100, blank=True)
     # The price row the cost was computed with; null with a null cost when none matched.
     price = models.ForeignKey(
@@ -217,6 +234,11 @@ class LlmCall(models.Model):
     )
     cost = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
     cost_estimated = models.BooleanField(default=False)  # computed from estimated usage
+    # A call answered under reuse: its cost is 0, its tokens are not spent (prompt and
+    # completion tokens stay null); what it would have spent is here, the original call's
+    # tokens and cost (null when the original's cost was unknown).
+    tokens_reused = models.IntegerField(null=True, blank=True)
+    cost_saved = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
     parse_error = models.TextField(blank=True)
     validation_errors = models.JSONField(default=list)
     artifacts = models.JSONField(default=dict)

@@ -51,6 +51,7 @@ SUMMARY_FIELDS = (
     "model_output_kind",
     "request_key",
     "replayed_from",
+    "reused_from",
     "retry_of_id",
     "limit_wait_ms",
     "limit_wait",
@@ -76,7 +77,8 @@ def invocation_summaries(*, attempt_id: UUID) -> list[dict[str, Any]]:
         # the column list is built from the model's own field names; the id is a parameter
         f"SELECT {_summary_columns()}, c.cost AS cost, c.cost_estimated AS cost_estimated, "  # noqa: S608
         "c.id AS llm_call_id, c.prompt_tokens AS prompt_tokens, "
-        "c.completion_tokens AS completion_tokens, c.ttft_ms AS ttft_ms "
+        "c.completion_tokens AS completion_tokens, c.ttft_ms AS ttft_ms, "
+        "c.tokens_reused AS tokens_reused, c.cost_saved AS cost_saved "
         "FROM cognition_app_sourceinvocation inv "
         "LEFT JOIN cognition_app_llmcall c ON c.invocation_id = inv.id "
         "WHERE inv.attempt_id = %s ORDER BY inv.seq",
@@ -152,6 +154,9 @@ def llm_call_get(*, call_id: str) -> dict[str, Any]:
         },
         "cost": call.cost,  # null: no price matched, shown "unknown" (never 0)
         "cost_estimated": call.cost_estimated,
+        "reused_from": inv.reused_from,
+        "tokens_reused": call.tokens_reused,
+        "cost_saved": call.cost_saved,
         "price_id": call.price_id,
         "parse_error": call.parse_error,
         "validation_errors": call.validation_errors,
@@ -453,6 +458,9 @@ class CostTotals(TypedDict):
     estimated_calls: int  # calls whose cost comes from estimated usage
     calls: int
     tokens: TokenTotals
+    calls_reused: int  # calls answered from a recorded call (reuse): nothing sent, cost 0
+    tokens_reused: int  # their tokens: not spent, not in tokens
+    cost_saved: Decimal | None  # what they cost when sent; null when one of those had no price
 
 
 _TOTALS = {
@@ -464,6 +472,12 @@ _TOTALS = {
     "prompt": Sum("prompt_tokens"),
     "completion": Sum("completion_tokens"),
     "cached": Sum("cached_tokens"),
+    "reused": Count("pk", filter=Q(invocation__reused_from__isnull=False)),
+    "unsaved": Count(
+        "pk", filter=Q(invocation__reused_from__isnull=False, cost_saved__isnull=True)
+    ),
+    "reused_tokens": Sum("tokens_reused"),
+    "saved": Sum("cost_saved"),
 }
 
 
@@ -476,7 +490,10 @@ COST_TOTALS_SELECT = (
     "count(c.id) FILTER (WHERE c.cost IS NULL) AS unknown_calls, "
     "count(c.id) FILTER (WHERE c.cost_estimated) AS estimated_calls, "
     "sum(c.cost) AS cost, sum(c.prompt_tokens) AS prompt, "
-    "sum(c.completion_tokens) AS completion, sum(c.cached_tokens) AS cached "
+    "sum(c.completion_tokens) AS completion, sum(c.cached_tokens) AS cached, "
+    "count(c.id) FILTER (WHERE inv.reused_from IS NOT NULL) AS reused, "
+    "count(c.id) FILTER (WHERE inv.reused_from IS NOT NULL AND c.cost_saved IS NULL) "
+    "AS unsaved, sum(c.tokens_reused) AS reused_tokens, sum(c.cost_saved) AS saved "
     "FROM cognition_app_llmcall c "
     "JOIN cognition_app_sourceinvocation inv ON inv.id = c.invocation_id"
 )
@@ -490,6 +507,10 @@ COST_TOTALS_COLUMNS = (
     "prompt",
     "completion",
     "cached",
+    "reused",
+    "unsaved",
+    "reused_tokens",
+    "saved",
 )
 
 
@@ -511,6 +532,9 @@ def _totals(row: Mapping[str, Any]) -> CostTotals:
             "cached": row["cached"] or 0,
             "total": prompt + completion,
         },
+        "calls_reused": row["reused"],
+        "tokens_reused": row["reused_tokens"] or 0,
+        "cost_saved": None if row["unsaved"] else (row["saved"] or Decimal(0)),
     }
 
 

@@ -139,6 +139,12 @@ def _totals() -> dict[str, Any]:
         "spent_tokens": Coalesce(Sum(tokens, output_field=IntegerField()), Value(0)),
         "spent_cost": Sum("cost"),
         "unpriced": Count("pk", filter=Q(cost__isnull=True)),
+        "calls_reused": Count("pk", filter=Q(invocation__reused_from__isnull=False)),
+        "reused_tokens": Coalesce(Sum("tokens_reused"), Value(0)),
+        "saved_cost": Sum("cost_saved"),
+        "unsaved": Count(
+            "pk", filter=Q(invocation__reused_from__isnull=False, cost_saved__isnull=True)
+        ),
     }
 
 
@@ -200,6 +206,10 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
         "budget": _budget(experiment),
         "tokens": int(spent["spent_tokens"]),
         "cost": _cost(spent),
+        "calls_reused": spent["calls_reused"],
+        "tokens_reused": int(spent["reused_tokens"]),
+        # unknown when a reused call's original had no price (never counted as 0)
+        "cost_saved": None if spent["unsaved"] else (spent["saved_cost"] or Decimal(0)),
         "failed_worlds": failed,
         "arm_scenarios": arm_scenarios(design),
         "worlds": [

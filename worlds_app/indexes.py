@@ -5,6 +5,7 @@ Each answers in a fixed number of queries whatever the history length."""
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, TypedDict
 
 from django.db.models import Case, Exists, OuterRef, Q, QuerySet, Value, When
@@ -68,6 +69,9 @@ NO_COST: CostTotals = {
     "estimated_calls": 0,
     "calls": 0,
     "tokens": {"prompt": 0, "completion": 0, "cached": 0, "total": 0},
+    "calls_reused": 0,
+    "tokens_reused": 0,
+    "cost_saved": Decimal(0),
 }
 
 ATTEMPT_ROW_FIELDS = (

@@ -96,6 +96,10 @@ class World(models.Model):
     # The world's seed (chukwa_core.seeds, docs/determinism.md): its rule-policy draws and the
     # seeds its LLM calls send come from it. NULL: unseeded (draws from the slug, no seed sent).
     seed = models.BigIntegerField(null=True, blank=True)
+    # Reuse (docs/costs.md): "exact" answers an LLM call whose whole request equals a recorded
+    # succeeded call's from that record; "off" sends every call. An experiment's worlds have
+    # their experiment's.
+    reuse = models.CharField(max_length=8, default="off")
     # A branch (docs/worlds.md): the world and committed turn it started from, as given. The
     # parent row may be deleted later (branch_parent becomes NULL); the slug and turn stay.
     branched_from_slug = models.CharField(max_length=64, blank=True)
@@ -126,6 +130,9 @@ class World(models.Model):
                 condition=Q(slug__regex=LABEL_PATTERN), name="world_slug_grammar"
             ),
             models.CheckConstraint(condition=Q(current_turn__gte=0), name="world_turn_gte_0"),
+            models.CheckConstraint(
+                condition=Q(reuse__in=["exact", "off"]), name="world_reuse_mode"
+            ),
             # Rule: a replay source is only ever set together with the replay_from it came from.
             models.CheckConstraint(
                 condition=Q(replay_source__isnull=True) | Q(replay_from__isnull=False),

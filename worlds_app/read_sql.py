@@ -23,7 +23,7 @@ _QUEUED, _RUNNING = AttemptStatus.QUEUED.value, AttemptStatus.RUNNING.value
 # attempt (``last_*``), for a FROM clause that names the world ``w``.
 _SUMMARY_SELECT = (
     "w.id, w.slug, w.name, w.label, w.scenario_id, w.scenario_ref, w.replay_from, "
-    "w.seed, w.branched_from_slug, w.branched_from_turn, w.chronon_seconds, w.current_turn, w.created_at, n.queued, n.running, "
+    "w.seed, w.reuse, w.branched_from_slug, w.branched_from_turn, w.chronon_seconds, w.current_turn, w.created_at, n.queued, n.running, "
     "e.slug AS experiment_slug, w.arm, w.replicate, "
     "l.id AS last_id, l.seq AS last_seq, l.status AS last_status, l.ended_at AS last_ended_at"
 )

@@ -85,6 +85,7 @@ def world_summary(row: Mapping[str, Any]) -> dict[str, Any]:
         "scenario_ref": row["scenario_ref"],
         "replay_from": row["replay_from"],
         "seed": row["seed"],
+        "reuse": row["reuse"],
         "branched_from": (
             {"world": row["branched_from_slug"], "turn": row["branched_from_turn"]}
             if row["branched_from_turn"] is not None

@@ -73,6 +73,8 @@ class CallRecord:
         input_schema_hash: str = "",
         output_schema_hash: str = "",
         replayed_from: UUID | None = None,
+        reuse_key: str = "",
+        reused_from: UUID | None = None,
     ) -> CallRecord:
         """The record of a new call, not written yet (:meth:`open` it before sending)."""
         return cls(
@@ -99,6 +101,8 @@ class CallRecord:
                 tool_loop_round=owner.tool_loop_round,
                 retry_of_id=owner.retry_of,
                 replayed_from=replayed_from,
+                reuse_key=reuse_key,
+                reused_from=reused_from,
                 limit_wait_ms=owner.limit_wait_ms,
                 limit_wait=owner.limit_wait,
             ),

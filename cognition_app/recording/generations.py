@@ -82,6 +82,8 @@ class GenerationRecord(CallRecord):
         price: ModelPrice | None = None,
         replayed_from: UUID | None = None,
         kind: str = InvocationKind.LLM_GENERATION,
+        reuse_key: str = "",
+        reused_from: UUID | None = None,
     ) -> GenerationRecord:
         base = CallRecord.new(
             owner,
@@ -92,6 +94,8 @@ class GenerationRecord(CallRecord):
             request_key=request_key,
             output_schema_hash=output_schema_hash,
             replayed_from=replayed_from,
+            reuse_key=reuse_key,
+            reused_from=reused_from,
         )
         inv = base.invocation
         call = LlmCall(

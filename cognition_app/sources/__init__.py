@@ -26,6 +26,7 @@ from cognition_app.sources.json_sources import invoke_json_source
 from cognition_app.sources.llm import invoke_llm
 from cognition_app.sources.replay import REPLAY_MODES, REPLAY_STRICT, Replay
 from cognition_app.sources.results import JsonResult
+from cognition_app.sources.reuse import REUSE_MODES
 
 # The name the ambient, rule-plan and tool-loop callers have always used: it dispatches on the
 # source's interface (http_json or mcp_tool), so adding mcp_tool changed none of those callers.
@@ -35,6 +36,7 @@ __all__ = [
     "CANCELLED",
     "REPLAY_MODES",
     "REPLAY_STRICT",
+    "REUSE_MODES",
     "CallContext",
     "CancelScope",
     "Generation",

@@ -52,6 +52,9 @@ class CallContext:
     # Set when the world replays another: the worlds layer decides which recordings
     # count and hands them down here, since this layer may not look up worlds.
     replay: ReplaySource | None = None
+    # the world's ``reuse`` is "exact": an LLM call whose whole request equals a recorded
+    # succeeded call's is answered from it (cognition_app.sources.reuse)
+    reuse: bool = False
     # the world's budget in force for this attempt, handed down by the worlds layer,
     # with what the attempt's calls in flight could still spend
     budget: BudgetLedger | None = None

@@ -31,7 +31,8 @@ from cognition_app.sources.deadline import bounded
 from cognition_app.sources.generation import Generation, Judge, verdict_fields
 from cognition_app.sources.llm_replay import replayed_generation
 from cognition_app.sources.replay import fail_miss, request_key_of
-from cognition_app.sources.retry import with_retries
+from cognition_app.sources.retry import retry_policy, with_retries
+from cognition_app.sources.reuse import Flight, reuse_key_of, reused_or_claimed
 from cognition_app.sources.schema_delivery import deliver_schema
 from cognition_app.sources.stream_events import chunk_events, usage_counts
 from cognition_app.sources.transport import body_pieces, error_text, post
@@ -135,6 +136,35 @@ def invoke_llm(
     except SourceFailure as exc:
         config_failure = exc
         base_url = ""
+    flight = None
+    reuse_key = ""
+    if config_failure is None:
+        reuse_key = reuse_key_of(f"{base_url}/chat/completions", body)
+        if ctx.reuse:
+            # Before the conformance check and admission: a reused call sends nothing, so it
+            # takes no slot and reserves no budget; nor does waiting for one in flight.
+            claim_seconds = retry_policy(iface).most_tries * (iface["timeout_ms"] / 1000 + 60)
+            original, flight = reused_or_claimed(
+                reuse_key, ctx=ctx, what=what, claim_seconds=claim_seconds
+            )
+            if original is not None:
+                rows = GenerationRecord.new_generation(
+                    ctx,
+                    source_hash=source_hash,
+                    source=source,
+                    request=request,
+                    request_key=req_key,
+                    output_schema_hash=output_schema_hash,
+                    base_url=base_url,
+                    model=payload["model"],
+                    messages=payload["messages"],
+                    params=params,
+                    response_format=response_format,
+                    base_url_env=iface["base_url_env"],
+                    reused_from=original.pk,
+                    kind=kind,
+                )
+                return replayed_generation(rows, original, judge, reused=True)
     send = _Send(
         ctx=ctx,
         source_hash=source_hash,
@@ -146,6 +176,8 @@ def invoke_llm(
         params=params,
         request=request,
         request_key=req_key,
+        reuse_key=reuse_key,
+        flight=flight,
         response_format=response_format,
         output_schema_hash=output_schema_hash,
         judge=judge,
@@ -154,12 +186,17 @@ def invoke_llm(
     )
     # Each try is admitted on its own (cognition_app.sources.admission): it waits for every
     # limit, reserves its budget and opens its rows; between tries it holds nothing.
-    return with_retries(
-        interface=iface,
-        ctx=ctx,
-        what=what,
-        call=lambda try_ctx: dataclasses.replace(send, ctx=try_ctx).run(config_failure),
-    )
+    try:
+        return with_retries(
+            interface=iface,
+            ctx=ctx,
+            what=what,
+            call=lambda try_ctx: dataclasses.replace(send, ctx=try_ctx).run(config_failure),
+        )
+    except BaseException:
+        if flight is not None:  # the waiters send their own
+            flight.done()
+        raise
 
 
 @dataclass
@@ -177,6 +214,8 @@ class _Send:
     params: dict[str, Any]
     request: dict[str, Any]
     request_key: str
+    reuse_key: str
+    flight: Flight | None  # the single-flight claim on reuse_key, given back once written
     response_format: dict[str, Any] | None
     output_schema_hash: str
     judge: Judge | None
@@ -194,7 +233,9 @@ class _Send:
         if config_failure is not None or ctx.budget is not None:
             price = price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now())
         if config_failure is not None:
-            return self._open_and_stream(config_failure, price, _Release(None, Reservation()))
+            return self._open_and_stream(
+                config_failure, price, _Release(None, Reservation(), flight=self.flight)
+            )
         request = CallRequest(
             source_hash=self.source_hash,
             interface=iface,
@@ -205,7 +246,7 @@ class _Send:
             price=price,
         )
         with admitted(request) as admission:
-            release = _Release(ctx.budget, admission.reservation)
+            release = _Release(ctx.budget, admission.reservation, flight=self.flight)
             sent = dataclasses.replace(self, ctx=admission.traced(ctx))
             try:
                 return sent._open_and_stream(admission.refusal, price, release)
@@ -234,6 +275,7 @@ class _Send:
             source=self.source,
             request=self.request,
             request_key=self.request_key,
+            reuse_key=self.reuse_key,
             output_schema_hash=self.output_schema_hash,
             base_url=self.base_url,
             model=iface["model"],
@@ -278,8 +320,11 @@ class _Release:
     reservation: Reservation
     handed_over: bool = False  # to whoever writes the finished rows
     rows: GenerationRecord | None = None  # once opened: the call's real usage, when it ends
+    flight: Flight | None = None  # given back once a succeeded call's rows are written
 
     def __call__(self) -> None:
+        if self.handed_over and self.flight is not None:
+            self.flight.done()
         if self.ledger is None:
             return
         call = self.rows.call if self.rows is not None else None

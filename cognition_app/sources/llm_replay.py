@@ -4,6 +4,7 @@ as this call's rows with no byte sent."""
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from cognition_app.models import LlmCall, LlmChunk, SourceInvocation
 from cognition_app.recording import GenerationRecord
@@ -11,11 +12,12 @@ from cognition_app.sources.generation import Generation, Judge, verdict_fields
 
 
 def replayed_generation(
-    rows: GenerationRecord, record: SourceInvocation, judge: Judge | None
+    rows: GenerationRecord, record: SourceInvocation, judge: Judge | None, *, reused: bool = False
 ) -> Generation:
     """Serve a generation from ``record``: its text, chunks and usage copied into ``rows`` (this
     call's), judged afresh by this call's judge (pure), no byte sent. Nothing is open while it
-    runs, so both rows are written once, already finished, with the chunks."""
+    runs, so both rows are written once, already finished, with the chunks. ``reused`` (reuse,
+    not replay): its tokens are counted as reused, not spent, and the original's cost as saved."""
     original: LlmCall = record.llm_call
     text = original.raw_text
     usage = {
@@ -44,10 +46,7 @@ def replayed_generation(
             "normalized_text": original.normalized_text,
             "finish_reason": original.finish_reason,
             "response_model": original.response_model,
-            "prompt_tokens": original.prompt_tokens,
-            "completion_tokens": original.completion_tokens,
-            "cached_tokens": original.cached_tokens,
-            "usage_source": original.usage_source,
+            **(_reused_usage(original) if reused else _replayed_usage(original)),
             # Served from the record: nothing was sent, nothing spent (a known zero, so
             # replayed calls neither show as "unknown" cost nor count against a budget).
             "cost": Decimal(0),
@@ -65,3 +64,22 @@ def replayed_generation(
         ),
     )
     return gen
+
+
+def _replayed_usage(original: LlmCall) -> dict[str, Any]:
+    return {
+        "prompt_tokens": original.prompt_tokens,
+        "completion_tokens": original.completion_tokens,
+        "cached_tokens": original.cached_tokens,
+        "usage_source": original.usage_source,
+    }
+
+
+def _reused_usage(original: LlmCall) -> dict[str, Any]:
+    """Nothing spent: the original's tokens counted as reused, its cost as saved (unknown when
+    the original's was)."""
+    return {
+        "tokens_reused": (original.prompt_tokens or 0) + (original.completion_tokens or 0),
+        "cost_saved": original.cost,
+        "usage_source": "reused",
+    }

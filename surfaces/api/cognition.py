@@ -58,6 +58,10 @@ class InvocationSummarySerializer(serializers.Serializer):
     replayed_from = serializers.UUIDField(
         allow_null=True, help_text="the recorded invocation this one was served from (replay)"
     )
+    reused_from = serializers.UUIDField(
+        allow_null=True,
+        help_text="the recorded call this one was answered from under reuse (nothing sent)",
+    )
     retry_of_id = serializers.UUIDField(
         allow_null=True,
         help_text="a later try of a call its source's retry policy tried again: the first try",
@@ -151,6 +155,19 @@ class LlmCallDetailApi(APIView):
             help_text="null: no price matched (unknown, never 0)",
         )
         cost_estimated = serializers.BooleanField(help_text="computed from estimated usage")
+        reused_from = serializers.UUIDField(
+            allow_null=True,
+            help_text="reuse: the recorded call this one was answered from (cost 0, nothing sent)",
+        )
+        tokens_reused = serializers.IntegerField(
+            allow_null=True, help_text="reuse: the original's tokens, not spent"
+        )
+        cost_saved = serializers.DecimalField(
+            max_digits=20,
+            decimal_places=10,
+            allow_null=True,
+            help_text="reuse: what the original cost (null: not reused, or no price)",
+        )
         price_id = serializers.IntegerField(allow_null=True, help_text="the price row used")
         parse_error = _text()
         validation_errors = serializers.JSONField()

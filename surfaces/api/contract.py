@@ -416,7 +416,17 @@ class CostTotalsSerializer(serializers.Serializer):
     )
     estimated_calls = serializers.IntegerField(help_text="calls costed from estimated usage")
     calls = serializers.IntegerField()
-    tokens = TokenTotalsSerializer()
+    tokens = TokenTotalsSerializer(help_text="tokens spent (reused calls' are not)")
+    calls_reused = serializers.IntegerField(
+        help_text="calls answered from a recorded call (reuse): nothing sent, cost 0"
+    )
+    tokens_reused = serializers.IntegerField(help_text="the reused calls' tokens, not spent")
+    cost_saved = serializers.DecimalField(
+        max_digits=30,
+        decimal_places=10,
+        allow_null=True,
+        help_text="what the reused calls cost when they were sent; null when one had no price",
+    )
 
     class Meta:
         ref_name = "CostTotals"

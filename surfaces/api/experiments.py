@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from chukwa_core.experiment_design import STATUSES, ExperimentDesign
 from chukwa_core.experiment_results_types import ExperimentResults
+from cognition_app.sources import REUSE_MODES
 from surfaces.api.contract import (
     LABEL_SCHEMA,
     READ_ERRORS,
@@ -91,6 +92,7 @@ class ExperimentInputSerializer(StrictInputSerializer):
         "branch_from": "invalid_branch_from",
         "replay_from": "invalid_replay_from",
         "primary": "invalid_primary",
+        "reuse": "invalid_reuse",
     }
     slug = StrictCharField(help_text="the experiment; its worlds are <slug>--<arm>--<i>")
     name = StrictCharField(required=False, allow_blank=True)
@@ -136,6 +138,13 @@ class ExperimentInputSerializer(StrictInputSerializer):
         METRIC_REF_SCHEMA,
         required=False,
         help_text="the primary metric (one of metrics): its comparisons are flagged primary",
+    )
+    reuse = serializers.ChoiceField(
+        choices=list(REUSE_MODES),
+        required=False,
+        help_text="exact (default): a call whose whole request equals a recorded succeeded "
+        "call's is answered from it, so the arms of a replicate share replies until their "
+        "requests differ; off: every call is sent",
     )
 
     class Meta:
@@ -321,6 +330,9 @@ class ExperimentDesignSerializer(serializers.Serializer):
     branch_from = DesignBranchSerializer(allow_null=True)
     replay_from = DesignReplaySerializer(allow_null=True)
     primary = serializers.CharField(allow_null=True, help_text="the primary metric's hash")
+    reuse = serializers.ChoiceField(
+        choices=list(REUSE_MODES), help_text="every world's reuse (docs/costs.md)"
+    )
 
     class Meta:
         ref_name = "ExperimentDesign"
@@ -354,6 +366,16 @@ class ExperimentSerializer(serializers.Serializer):
     tokens = serializers.IntegerField()
     cost = serializers.DecimalField(
         max_digits=20, decimal_places=10, allow_null=True, help_text="null when a call has no price"
+    )
+    calls_reused = serializers.IntegerField(
+        help_text="LLM calls answered from a recorded call (reuse): nothing sent"
+    )
+    tokens_reused = serializers.IntegerField(help_text="the tokens of those calls, not spent")
+    cost_saved = serializers.DecimalField(
+        max_digits=20,
+        decimal_places=10,
+        allow_null=True,
+        help_text="what those calls cost when they were sent; null when one had no price",
     )
     failed_worlds = FailedWorldSerializer(many=True)
     arm_scenarios = serializers.DictField(

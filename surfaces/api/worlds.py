@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from chukwa_core.errors import invalid
 from chukwa_core.metric_kinds import BUILT_IN_METRIC_KINDS
-from cognition_app.sources import REPLAY_MODES
+from cognition_app.sources import REPLAY_MODES, REUSE_MODES
 from surfaces.api.branches import (
     BranchFromInputSerializer,
     BranchFromSerializer,
@@ -110,6 +110,11 @@ class WorldSummarySerializer(serializers.Serializer):
     seed = serializers.IntegerField(
         allow_null=True, help_text="the world's seed (0 ≤ seed < 2^53); null: unseeded"
     )
+    reuse = serializers.ChoiceField(
+        choices=list(REUSE_MODES),
+        help_text="exact: calls whose whole request was answered before are answered from "
+        "the record (docs/costs.md); off: every call is sent",
+    )
     branched_from = BranchFromSerializer(
         allow_null=True, help_text="the world and turn this branch started from; null: none"
     )
@@ -203,6 +208,7 @@ class WorldCreateInputSerializer(StrictInputSerializer):
         "branch_from": "invalid_branch_from",
         "branch_from.world": "invalid_branch_from",
         "branch_from.turn": "invalid_branch_from",
+        "reuse": "invalid_reuse",
         **{f"budget.{k}": v for k, v in BudgetInputSerializer.field_codes.items()},
     }
     slug = LabelField()
@@ -246,6 +252,13 @@ class WorldCreateInputSerializer(StrictInputSerializer):
         help_text="start at a committed turn of another world, with a copy of its state; "
         "scenario_ref then defaults to that world's scenario and must have its entity ids, "
         "kinds and environment labels",
+    )
+    reuse = serializers.ChoiceField(
+        choices=list(REUSE_MODES),
+        required=False,
+        help_text="exact: an LLM call whose whole request (endpoint, model, body with seed and "
+        "params) equals a recorded succeeded call's is answered from it, nothing sent; "
+        "off (default): every call is sent",
     )
 
     class Meta:

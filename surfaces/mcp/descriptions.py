@@ -187,7 +187,9 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         "{world, mode}, seed (0 ≤ seed < 2^53: the same scenario, start time and seed on a "
         "deterministic backend give the same run), branch_from {world, turn} (start at a "
         "committed turn of another world with a copy of its state; scenario_ref then defaults "
-        "to that world's and must have its entity ids, kinds and environment labels). Returns "
+        "to that world's and must have its entity ids, kinds and environment labels), reuse "
+        "exact|off (default off; exact: an LLM call whose whole request equals a recorded "
+        "succeeded call's is answered from it, nothing sent). Returns "
         "the world with its state at its first turn."
     ),
     "source_invocation_list": (
@@ -256,7 +258,9 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         "(default the first arm), seed?, start_time?, budget? {max_cost_total?, "
         "max_tokens_total?} (one total over all its worlds and judges), branch_from? "
         "{world, turn}, replay_from? {experiment, mode replay_strict|replay_then_live} (each "
-        "world replays the same arm and replicate there). Creates arms × "
+        "world replays the same arm and replicate there), reuse? exact|off (default exact: "
+        "a request already answered is not sent again, so the arms of a replicate share "
+        "replies until their requests differ). Creates arms × "
         "replicates worlds "
         "<slug>--<arm>--<i>, replicate i seeded alike in every arm (paired), queues the turns "
         "and measures every world at turn 0 and as each turn commits. Everything is checked "

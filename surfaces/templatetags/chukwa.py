@@ -58,6 +58,10 @@ def cost_total(totals: Any) -> str:
         text += "+"
     if totals["estimated_calls"]:
         text += " (est.)"
+    if totals.get("calls_reused"):
+        saved = totals["cost_saved"]
+        text += f"; {totals['calls_reused']} reused, saved "
+        text += "unknown" if saved is None else cost_amount(saved)
     return text
 
 

@@ -78,6 +78,9 @@ def _design(slug: str, scenario: str, **extra: Any) -> dict[str, Any]:
         "replicates": 3,
         "turns": 3,
         "metrics": [{"hash": _metric()}],
+        # every call sent and spent: the budget is what these tests are about (reuse would
+        # answer the identical arms' calls from the record, spending nothing)
+        "reuse": "off",
         **extra,
     }
 

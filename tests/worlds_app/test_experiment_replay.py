@@ -147,6 +147,9 @@ def test_a_strict_replay_of_an_experiment_asks_no_model_and_reproduces_every_mea
         "replicates": 2,
         "turns": 2,
         "metrics": _metrics(),
+        # every call of the first run sent (its identical arms would otherwise share replies):
+        # the replay is what this test is about
+        "reuse": "off",
     }
     queue = f"replay-{os.getpid()}"
     env = {

@@ -68,6 +68,12 @@ def cost_reference(**filters: Any) -> dict[str, Any]:
         prompt=Sum("prompt_tokens"),
         completion=Sum("completion_tokens"),
         cached=Sum("cached_tokens"),
+        reused=Count("pk", filter=Q(invocation__reused_from__isnull=False)),
+        unsaved=Count(
+            "pk", filter=Q(invocation__reused_from__isnull=False, cost_saved__isnull=True)
+        ),
+        reused_tokens=Sum("tokens_reused"),
+        saved=Sum("cost_saved"),
     )
     prompt, completion = row["prompt"] or 0, row["completion"] or 0
     return {
@@ -81,6 +87,9 @@ def cost_reference(**filters: Any) -> dict[str, Any]:
             "cached": row["cached"] or 0,
             "total": prompt + completion,
         },
+        "calls_reused": row["reused"],
+        "tokens_reused": row["reused_tokens"] or 0,
+        "cost_saved": None if row["unsaved"] else (row["saved"] or Decimal(0)),
     }
 
 

@@ -198,6 +198,7 @@ class _TurnRun:
             world_seed=self.world.seed,
             next_seq=self.next_seq,
             replay=self.replay,
+            reuse=self.world.reuse == "exact",
             budget=self.budget,
             cancel=self.cancel,
             recorder=self.recorder,

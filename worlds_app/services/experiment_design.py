@@ -38,7 +38,12 @@ from worlds_app.services.world_inputs import (
     short_text,
     whole_number,
 )
-from worlds_app.services.worlds import parse_start_time, replay_ref, scenario_hash_from_ref
+from worlds_app.services.worlds import (
+    parse_start_time,
+    replay_ref,
+    reuse_mode,
+    scenario_hash_from_ref,
+)
 
 MAX_WORLDS = 1000
 MAX_TURNS = MAX_BATCH  # one batch of turns per world
@@ -123,6 +128,7 @@ def design_of(data: Any) -> ExperimentDesign:
         branch_from=branch,
         replay_from=replay,
         primary=primary,
+        reuse=reuse_mode(body["reuse"], "reuse") if "reuse" in body else "exact",
     )
 
 

@@ -143,6 +143,7 @@ def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> 
                 experiment=experiment,
                 arm=arm.label,
                 replicate=replicate,
+                reuse=design.reuse,
                 next_attempt_seq=1 + design.turns,
                 # the counter a turn reads before it looks for its intervention
                 # (interventions.intervention_create keeps it one by one; here in bulk)

@@ -120,6 +120,7 @@ def _judge_one(
         subject_id=content.get("subject") or "",
         world_seed=world.seed,
         replay=replay,
+        reuse=world.reuse == "exact",
         budget=ledger,
     )
     try:

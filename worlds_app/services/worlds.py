@@ -15,7 +15,7 @@ from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.ids import is_hash, label_problem
 from chukwa_core.seeds import seed_problem
 from chukwa_core.world_state import WorldState
-from cognition_app.sources import REPLAY_MODES
+from cognition_app.sources import REPLAY_MODES, REUSE_MODES
 from scenarios_app import selectors as scenario_selectors
 from scenarios_app.services import scenario_assemble_within
 from scenarios_app.services._store import reject_nul
@@ -34,6 +34,7 @@ CREATE_OPTIONAL = (
     "budget",
     "seed",
     "branch_from",
+    "reuse",
 )
 
 
@@ -164,6 +165,19 @@ class WorldCreateInput(TypedDict, total=False):
     budget: BudgetInput
     seed: int
     branch_from: BranchFromInput
+    reuse: str  # "exact" | "off" (default "off")
+
+
+def reuse_mode(value: Any, field: str) -> str:
+    """A world's or an experiment's ``reuse``: "exact" or "off" (400 naming ``field``)."""
+    if value not in REUSE_MODES:
+        raise invalid(
+            "invalid_reuse",
+            field,
+            f"must be one of {', '.join(map(repr, REUSE_MODES))}, got {value!r}",
+        )
+    assert isinstance(value, str)
+    return value
 
 
 def _seed(value: Any) -> int:
@@ -201,6 +215,7 @@ def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
     start = parse_start_time(body.get("start_time"))
     seed = _seed(body["seed"]) if body.get("seed") is not None else None
     budget = parse_budget(body["budget"]) if body.get("budget") is not None else None
+    reuse = reuse_mode(body["reuse"], "reuse") if "reuse" in body else "off"
     with transaction.atomic(durable=True):
         if World.objects.filter(slug=slug).exists():
             raise ConflictError(
@@ -226,6 +241,7 @@ def world_create(*, data: WorldCreateInput, created_by: str = "") -> World:
             seed=seed,
             replay_source=replay_source,
             replay_from=replay_from,
+            reuse=reuse,
         )
         try:
             with transaction.atomic():

@@ -159,6 +159,10 @@ def _llm_attributes(call: LlmCall, provider: str) -> dict[str, Any]:
         "chukwa.llm_call.id": str(call.pk),
         "chukwa.llm_call.usage_source": call.usage_source,
         "chukwa.llm_call.cost": float(call.cost) if call.cost is not None else None,
+        "chukwa.llm_call.tokens_reused": call.tokens_reused,
+        "chukwa.llm_call.cost_saved": float(call.cost_saved)
+        if call.cost_saved is not None
+        else None,
         **_io(
             page=call.get_absolute_url(),
             input_value=call.messages,
@@ -256,6 +260,9 @@ def invocation_span(inv: SourceInvocation, provider: str) -> tuple[str, SpanKind
         "chukwa.subject.id": inv.subject_id,
         "chukwa.node.id": inv.node_id,
         "http.response.status_code": inv.http_status,
+        # reuse: answered from a recorded call (a cache hit), nothing sent
+        "chukwa.reused_from": str(inv.reused_from) if inv.reused_from else None,
+        "chukwa.cache_hit": True if inv.reused_from else None,
     }
     if inv.kind == InvocationKind.LLM_GENERATION:
         call: LlmCall | None = getattr(inv, "llm_call", None)

@@ -1,0 +1,130 @@
+"""Reuse (docs/costs.md): an LLM call whose whole request equals a succeeded call already
+recorded in the deployment is answered from that record, nothing sent.
+
+The whole request is its **reuse key**: sha256 of the canonical JSON of the endpoint (the base
+URL's value and the path) and the body exactly as it is sent (model, messages, tools,
+response_format, params, seed). Every live LLM call records its key, whatever its world's
+``reuse``; a call under ``reuse: "exact"`` looks the key up among succeeded calls whose verdict is
+not a rejection (never a failed or rejected call), the oldest first. The endpoint's value and the
+model are in the key, so nothing is ever reused across endpoints or models.
+
+**Single flight.** An identical request already in flight is awaited, not sent twice: the call
+that finds no record claims the key in Redis (``SET NX``, one claim per key over every worker
+process) and sends; the claim is given back once its rows are written — succeeded or not. A call
+that finds the key claimed waits (holding no admission slot and no budget), then looks again:
+the record is there when the first succeeded; when the first failed there is none, and it claims
+the key and sends its own. A claim outlives a killed worker only until its expiry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from redis.exceptions import RedisError
+
+from chukwa_core.hashing import canonical_json_bytes
+from cognition_app.failures import SourceFailure
+from cognition_app.models import InvocationStatus, SourceInvocation
+from cognition_app.sources.admission.cluster import client
+from cognition_app.sources.context import CallContext
+
+EXACT, OFF = "exact", "off"
+REUSE_MODES = (EXACT, OFF)
+# how often a call waiting for an identical request in flight looks again
+WAIT_POLL_SECONDS = 0.05
+
+# Deletes the claim only if it is still ours (it may have expired and been taken since).
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def reuse_key_of(endpoint: str, body: bytes) -> str:
+    """The reuse key of a request ``body`` (its canonical bytes, as sent) to ``endpoint`` (the
+    base URL's value and the path): sha256 of ``{"body": …, "endpoint": …}`` canonicalized
+    (members sorted: "body" first)."""
+    wrapped = b'{"body":%s,"endpoint":%s}' % (body, canonical_json_bytes(endpoint))
+    return hashlib.sha256(wrapped).hexdigest()
+
+
+def recorded(key: str) -> SourceInvocation | None:
+    """The oldest succeeded, not rejected, live call with this reuse key (with its LLM call)."""
+    return (
+        SourceInvocation.objects.filter(
+            reuse_key=key,
+            status=InvocationStatus.SUCCEEDED,
+            failure_class="",
+            llm_call__status=InvocationStatus.SUCCEEDED,
+        )
+        .exclude(validation_status="invalid")
+        .exclude(model_output_kind="invalid")
+        .select_related("llm_call")
+        .order_by("started_at", "id")
+        .first()
+    )
+
+
+@dataclass
+class Flight:
+    """A claim on a reuse key while its request is in flight; ``done`` gives it back (once,
+    from whichever thread finishes the call's rows)."""
+
+    name: str
+    token: str
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _held: bool = True
+
+    def done(self) -> None:
+        with self._lock:
+            if not self._held:
+                return
+            self._held = False
+        try:
+            client().eval(_RELEASE, 1, self.name, self.token)
+        except RedisError:
+            pass  # it expires on its own; a waiter then sends (never a wrong reply)
+
+
+def _claim_name(key: str) -> str:
+    # one deployment's keys (its database's name), as the limits' are
+    return f"chukwa:{settings.DATABASES['default']['NAME']}:reuse:{key}"
+
+
+def reused_or_claimed(
+    key: str, *, ctx: CallContext, what: str, claim_seconds: float
+) -> tuple[SourceInvocation | None, Flight | None]:
+    """The recorded call that answers ``key``, or the claim under which to send it. While an
+    identical request is in flight elsewhere, waits for it (cancellable)."""
+    found = recorded(key)
+    if found is not None:
+        return found, None
+    name, token = _claim_name(key), uuid.uuid4().hex
+    redis: Any = client()
+    while True:
+        try:
+            claimed = redis.set(name, token, nx=True, px=max(int(claim_seconds * 1000), 1000))
+        except RedisError as exc:
+            raise SourceFailure(
+                "reuse_unavailable",
+                f"reuse: the single-flight claim of request {key[:12]} could not be taken in "
+                f"Redis ({type(exc).__name__}: {exc})",
+            ) from None
+        # Looked up after the claim is settled: a call that finished in between is found now.
+        found = recorded(key)
+        if claimed:
+            flight = Flight(name, token)
+            if found is not None:
+                flight.done()
+                return found, None
+            return None, flight
+        if found is not None:
+            return found, None
+        ctx.check_cancelled(what)
+        time.sleep(WAIT_POLL_SECONDS)
