@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('scenarios_app', '0005_metric_kinds_registry'),
-        ('worlds_app', '0018_experiment_registration'),
+        ('worlds_app', '0019_attempt_waiting_for'),
     ]
 
     operations = [
