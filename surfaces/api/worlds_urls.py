@@ -7,6 +7,7 @@ from surfaces.api import (
     indexes,
     interventions,
     measurements,
+    references,
     retries,
 )
 from surfaces.api import worlds as api
@@ -52,6 +53,16 @@ urlpatterns = [
         "experiments/<str:slug>/measurements.jsonl",
         experiments.ExperimentExportJsonlApi.as_view(),
         name="api-experiment-export-jsonl",
+    ),
+    path(
+        "experiments/<str:slug>/references/",
+        references.ExperimentReferencesApi.as_view(),
+        name="api-experiment-references",
+    ),
+    path(
+        "experiments/<str:slug>/references.csv",
+        references.ExperimentReferencesCsvApi.as_view(),
+        name="api-experiment-references-csv",
     ),
     path("worlds/", api.WorldCollectionApi.as_view(), name="api-world-list"),
     path("worlds/<str:slug>/", api.WorldDetailApi.as_view(), name="api-world-detail"),

@@ -281,7 +281,22 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
     "experiment_results": (
         "An experiment's results (slug): per metric and arm n, n_missing, mean, sd and a 95% "
         "CI, per turn and each world's value; per treatment arm the paired difference from "
-        "control with a bootstrap CI and a sign-flip permutation p-value, each method named."
+        "control with a bootstrap CI and a sign-flip permutation p-value, each method named; "
+        "with people's values uploaded, per arm the distance from them (people: mean "
+        "difference with Welch's CI, Kolmogorov-Smirnov D and p, Wasserstein with a bootstrap CI)."
+    ),
+    "experiment_references_upload": (
+        "Upload people's observed values to an experiment (slug) as a reference: rows "
+        "[{unit, metric (a metric label of the experiment), value}] or csv (the text of a CSV "
+        "with the header unit,metric,value). Checked whole: a bad row is a 400 naming it and "
+        "nothing is written; a unit already holding a value of the metric is a 409. The "
+        "results then show, per metric and arm, the distance from the people."
+    ),
+    "experiment_references_list": (
+        "The people's values uploaded to an experiment (slug): unit, metric label and hash, value."
+    ),
+    "experiment_references_delete": (
+        "Delete every people's value uploaded to an experiment (slug), to upload them again."
     ),
     "experiment_add_replicates": (
         "Add replicates to every arm of an experiment (slug): count. Their seeds continue the "
