@@ -100,6 +100,17 @@ _KIND_CONTENT = {
         "scale {min, max} with min < max, optional subject (an agent id) and "
         "max_generation_attempts (1…5, default 1). Measure worlds with measurement_request.",
     ),
+    "populations": (
+        ("a population", "populations"),
+        'content is {"version": 1, "label": L, "size": 1…10000, "sampler": "sobol" | "random", '
+        '"seed": n, "axes": [{"name", "categories": [{"value", "weight"}]} or {"name", "range": '
+        '[low, high], "integer"?, "marginal"?: [{"low", "high", "share"}]}], "entity_template": '
+        '{"id", "name", "state", "goal", "memory"}} with {{index}} (1…size) and '
+        "{{axes.<name>}} in the template. A scenario includes it in populations [{ref, "
+        "environment, cognition_profile}] and gets its agents as entities, drawn "
+        "deterministically (same content, same agents, same scenario hash). See "
+        "populations_coverage for its coverage and marginals.",
+    ),
 }
 
 
@@ -122,6 +133,11 @@ def _component_descriptions() -> dict[str, str]:
     texts["metrics_uses"] = (
         "What a metric (by hash) measured: the worlds with how many turns and errors, and "
         "their scenarios."
+    )
+    texts["populations_coverage"] = (
+        "A population's coverage (by hash): the centered L2-discrepancy of its sample in the "
+        "unit cube (scipy.stats.qmc; lower is more even), each axis's shares against its "
+        "target (category weights or marginal bins), and its first agents as rendered."
     )
     return texts
 
