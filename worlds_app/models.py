@@ -643,3 +643,29 @@ class ReferenceValue(models.Model):
 
     def __str__(self) -> str:
         return f"{self.metric_label} of {self.unit}: {self.value}"
+
+
+class Interview(models.Model):
+    """Agents asked questions about a committed turn, each in its own view (docs/populations.md,
+    "Interviews"): nothing of the world is written; the state hashes before and after show it.
+    ``answers``: [{subject, question, answer, llm_call}] in the order asked."""
+
+    world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="interviews")
+    turn_number = models.IntegerField()
+    subjects = models.JSONField()
+    questions = models.JSONField()
+    source_hash = models.CharField(max_length=64)
+    answers = models.JSONField(default=list)
+    status = models.CharField(max_length=16)  # succeeded | failed
+    error_code = models.CharField(max_length=40, blank=True)
+    error_message = models.TextField(blank=True)
+    state_hash_before = models.CharField(max_length=64)
+    state_hash_after = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"interview of {self.world_id}#{self.turn_number}"

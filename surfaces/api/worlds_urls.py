@@ -6,6 +6,7 @@ from surfaces.api import (
     experiments,
     indexes,
     interventions,
+    interviews,
     measurements,
     references,
     retries,
@@ -81,6 +82,11 @@ urlpatterns = [
         "worlds/<str:slug>/interventions/<int:intervention_id>/",
         interventions.InterventionDetailApi.as_view(),
         name="api-intervention-detail",
+    ),
+    path(
+        "worlds/<str:slug>/interviews/",
+        interviews.InterviewCollectionApi.as_view(),
+        name="api-interview-list",
     ),
     path(
         "worlds/<str:slug>/measurements/",

@@ -308,6 +308,17 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         "nothing is written; a unit already holding a value of the metric is a 409. The "
         "results then show, per metric and arm, the distance from the people."
     ),
+    "interview_create": (
+        'Interview a world\'s agents (slug) about a committed turn: turn n, subjects "all" or '
+        "[agent ids], questions [text], source {hash} of an llm_chat_completions source. Each "
+        "agent answers in its own view of that turn, one conversation holding every question; "
+        "each answer is a traced call. Nothing of the world changes: the answer carries the "
+        "world's state_hash_before and state_hash_after (equal) and unchanged."
+    ),
+    "interview_list": (
+        "A world's interviews (slug), newest first: turn, subjects, questions, answers "
+        "[{subject, question, answer, llm_call}], status, and the state hashes before and after."
+    ),
     "experiment_references_list": (
         "The people's values uploaded to an experiment (slug): unit, metric label and hash, value."
     ),
