@@ -85,6 +85,7 @@ def _pages() -> list[str]:
         f"/worlds/{treated}/turns/1/",
         f"/worlds/{treated}/diff/?from=0&to=2",
         f"/worlds/{treated}/compare/{control}/",
+        f"/worlds/{treated}/interviews/",
         f"/attempts/{attempt.pk}/",
         "/store/",
         "/store/metrics/",

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
 from rest_framework.test import APIClient
 
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
@@ -122,3 +124,35 @@ def test_bad_input_names_the_field_and_asks_nothing(
     error = answer.json()["error"]
     assert (error["code"], error["details"]["field"]) == (code, field), error
     assert not Interview.objects.exists() and scripted_llm.requests == []
+
+
+def test_the_page_asks_and_shows_the_answers_with_the_world_unchanged(
+    client: Client,
+    operator_user: User,
+    reader_user: User,
+    scripted_llm: ScriptedLLM,
+    toy_sources: str,
+) -> None:
+    buyers_world("buyers", 1)
+    source = response_source_put(content=LLM_SOURCE)["hash"]
+    hash_before = _world_rows("buyers")[-1][1]
+    client.force_login(reader_user)
+    assert 'id="interview-form"' not in client.get("/worlds/buyers/interviews/").content.decode()
+    assert client.post("/worlds/buyers/interviews/", {"turn": "1"}).status_code == 403
+    client.force_login(operator_user)
+    bad = client.post(
+        "/worlds/buyers/interviews/",
+        {"turn": "1", "subjects": "nobody", "questions": "Why?", "source": source},
+    )
+    assert bad.status_code == 400 and "is not an agent of buyers" in bad.content.decode()
+    scripted_llm.script("Because I was hungry.", "I waited.")
+    done = client.post(
+        "/worlds/buyers/interviews/",
+        {"turn": "1", "subjects": "all", "questions": "Why?\n", "source": source},
+    )
+    assert done.status_code == 302
+    page = client.get("/worlds/buyers/interviews/").content.decode()
+    assert "Because I was hungry." in page and "I waited." in page
+    assert 'data-key="unchanged" data-value="true"' in page and hash_before[:12] in page
+    assert Interview.objects.get().created_by == operator_user.username
+    assert "/worlds/buyers/interviews/" in client.get("/worlds/buyers/").content.decode()
