@@ -166,6 +166,42 @@ class TurnRow:
 
 
 @dataclass(frozen=True)
+class PeopleDistance:
+    """One arm's worlds against the people's values of the same metric (two independent
+    samples: the worlds' values, the people's)."""
+
+    arm: Label
+    n_worlds: int = field(metadata=doc("worlds of the arm with a value"))
+    n_people: int = field(metadata=doc("people's values of the metric"))
+    worlds_mean: float | None
+    people_mean: float | None
+    difference: float | None = field(metadata=doc("the worlds' mean minus the people's"))
+    ci_low: float | None = field(metadata=doc("95% interval of the difference (Welch)"))
+    ci_high: float | None
+    ci_method: str
+    ks_statistic: float | None = field(metadata=doc("two-sample Kolmogorov–Smirnov D"))
+    ks_p: float | None = field(metadata=doc("its two-sided p"))
+    ks_method: str
+    wasserstein: float | None = field(metadata=doc("Wasserstein (earth mover's) distance"))
+    wasserstein_ci_low: float | None = field(metadata=doc("95% bootstrap interval"))
+    wasserstein_ci_high: float | None
+    wasserstein_method: str
+    library: str
+    note: str | None = field(metadata=doc("why a figure is missing, when one is"))
+
+
+@dataclass(frozen=True)
+class PeopleReference:
+    """The people's values of one metric (uploaded to the experiment) and each arm's distance
+    from them."""
+
+    n: int
+    mean: float | None
+    sd: float | None
+    distances: tuple[PeopleDistance, ...] = field(metadata=doc("one per arm, in the arms' order"))
+
+
+@dataclass(frozen=True)
 class MetricResult:
     """One metric: every arm's summary and every treatment arm's effect against control."""
 
@@ -175,6 +211,9 @@ class MetricResult:
         metadata=doc("one per treatment arm; none with a single arm")
     )
     per_turn_ci_method: str = field(metadata=doc("the per-turn intervals: pointwise, this method"))
+    people: PeopleReference | None = field(
+        default=None, metadata=doc("null: no people's values of this metric were uploaded")
+    )
 
     @property
     def turn_rows(self) -> tuple[TurnRow, ...]:

@@ -134,3 +134,8 @@ def scenario_hash(
 def metric_hash(content: Mapping[str, Any]) -> str:
     """The content must already have its source resolved to ``{"hash": …}``."""
     return json_hash(content)
+
+
+def population_hash(content: Mapping[str, Any]) -> str:
+    """A population's content as validated (``chukwa_core.population.validate_population``)."""
+    return json_hash(content)

@@ -30,6 +30,8 @@ class InvocationKind(models.TextChoices):
     CONFORMANCE_CHECK = "conformance_check"
     # a metric's LLM judge scoring a committed turn (outside any attempt)
     JUDGE = "judge"
+    # an agent interviewed about a committed turn (outside any attempt; the world unchanged)
+    INTERVIEW = "interview"
 
 
 class InvocationStatus(models.TextChoices):

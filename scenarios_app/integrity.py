@@ -19,6 +19,7 @@ from scenarios_app.models import (
     Environment,
     JsonSchema,
     Metric,
+    Population,
     ResponseSource,
     Scenario,
     ScenarioEntity,
@@ -84,6 +85,9 @@ def store_verify() -> Iterator[tuple[str, Mismatch | None]]:
     )
     yield from _scan("entity", Entity.objects.all(), lambda r: hashing.entity_hash(r.content))
     yield from _scan("metric", Metric.objects.all(), lambda r: hashing.metric_hash(r.content))
+    yield from _scan(
+        "population", Population.objects.all(), lambda r: hashing.population_hash(r.content)
+    )
     yield from _scan(
         "scenario",
         Scenario.objects.prefetch_related(

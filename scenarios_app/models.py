@@ -37,6 +37,7 @@ class ComponentKind(models.TextChoices):
     ENVIRONMENT = "environment", "Environment"
     ENTITY = "entity", "Entity"
     METRIC = "metric", "Metric"
+    POPULATION = "population", "Population"
 
 
 # URL segment of each component kind, shared by the REST API (/api/<segment>/) and the pages
@@ -49,9 +50,13 @@ COLLECTION_SEGMENTS: dict[str, ComponentKind] = {
     "environments": ComponentKind.ENVIRONMENT,
     "entities": ComponentKind.ENTITY,
     "metrics": ComponentKind.METRIC,
+    "populations": ComponentKind.POPULATION,
 }
-# The kinds a scenario is made of (a metric measures worlds of any scenario, bound to none).
-SCENARIO_KINDS = tuple(kind for kind in ComponentKind if kind != ComponentKind.METRIC)
+# The kinds a scenario is made of (a metric measures worlds of any scenario, bound to none; a
+# population is expanded into the scenario's entities, its use recorded beside them).
+SCENARIO_KINDS = tuple(
+    kind for kind in ComponentKind if kind not in (ComponentKind.METRIC, ComponentKind.POPULATION)
+)
 
 
 class JsonSchema(models.Model):
@@ -269,6 +274,38 @@ class Metric(models.Model):
         return f"/store/metrics/{self.pk}/"
 
 
+class Population(models.Model):
+    """Agents drawn over named axes (docs/populations.md): axes, size, sampler, seed and an
+    entity template; a scenario that includes it gets its agents as ordinary entities."""
+
+    hash = HashField(primary_key=True)
+    content = models.JSONField()
+    # Denormalized from content for listing.
+    label = models.CharField(max_length=64, db_index=True)
+    size = models.IntegerField()
+    sampler = models.CharField(max_length=16)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "hash"]
+        constraints = [
+            _hash_check("hash", "population_hash_grammar"),
+            _label_check("label", "population_label_grammar"),
+            models.CheckConstraint(
+                condition=Q(size__gte=1, size__lte=10_000), name="population_size_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(sampler__in=["sobol", "random"]), name="population_sampler"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.label} ({self.size}, {self.sampler}) {self.hash[:12]}"
+
+    def get_absolute_url(self) -> str:
+        return f"/store/populations/{self.pk}/"
+
+
 class Scenario(models.Model):
     hash = HashField(primary_key=True)
     scenario_slug = models.CharField(max_length=64, db_index=True)
@@ -357,6 +394,31 @@ class ScenarioEntity(models.Model):
 
     def __str__(self) -> str:
         return f"[{self.position}] {self.entity_id[:12]}"
+
+
+class ScenarioPopulation(models.Model):
+    """A population a scenario included (its agents are among the scenario's entities, from
+    ``first_position`` on): provenance and "uses", outside the scenario's hash."""
+
+    scenario = models.ForeignKey(
+        Scenario, on_delete=models.CASCADE, related_name="population_bindings"
+    )
+    position = models.IntegerField()
+    population = models.ForeignKey(Population, on_delete=models.PROTECT, related_name="bindings")
+    environment = models.CharField(max_length=64)
+    cognition_profile = models.CharField(max_length=64)
+    first_position = models.IntegerField()
+
+    class Meta:
+        ordering = ["scenario", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scenario", "position"], name="scenario_population_position_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"[{self.position}] {self.population_id[:12]}"
 
 
 class ScenarioName(models.Model):

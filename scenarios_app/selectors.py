@@ -22,6 +22,7 @@ from scenarios_app.models import (
     Environment,
     JsonSchema,
     Metric,
+    Population,
     ResponseSource,
     Scenario,
     ScenarioCognitionProfile,
@@ -31,6 +32,7 @@ from scenarios_app.models import (
     ScenarioEnvironment,
     ScenarioName,
     ScenarioNameHistory,
+    ScenarioPopulation,
     WorkflowComponentRef,
     WorkflowDerivation,
 )
@@ -44,6 +46,7 @@ MODEL_BY_KIND = {
     ComponentKind.ENVIRONMENT: Environment,
     ComponentKind.ENTITY: Entity,
     ComponentKind.METRIC: Metric,
+    ComponentKind.POPULATION: Population,
 }
 MAX_LIMIT = 200
 DEFAULT_LIMIT = 50
@@ -92,6 +95,10 @@ def component_as_dict(kind: str, row: Any) -> dict[str, Any]:
     if kind == ComponentKind.METRIC:
         data["label"] = row.label
         data["metric_kind"] = row.kind
+    if kind == ComponentKind.POPULATION:
+        data["label"] = row.label
+        data["size"] = row.size
+        data["sampler"] = row.sampler
     return data
 
 
@@ -147,6 +154,8 @@ def component_uses(*, kind: str, hash: str) -> dict[str, Any]:
         bindings = ScenarioCognitionProfile.objects.filter(profile_id=hash)
     elif kind == ComponentKind.ENVIRONMENT:
         bindings = ScenarioEnvironment.objects.filter(environment_id=hash)
+    elif kind == ComponentKind.POPULATION:
+        bindings = ScenarioPopulation.objects.filter(population_id=hash)
     else:
         bindings = ScenarioEntity.objects.filter(entity_id=hash)
     ref_paths: dict[str, list[str]] = defaultdict(list)
@@ -554,6 +563,7 @@ def store_counts() -> dict[str, int]:
         "environments": Environment.objects.count(),
         "entities": Entity.objects.count(),
         "metrics": Metric.objects.count(),
+        "populations": Population.objects.count(),
         "scenarios": Scenario.objects.count(),
         "names": ScenarioName.objects.count(),
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from django.db.models import Count, Q
@@ -24,11 +25,13 @@ from chukwa_core.experiment_design import ExperimentDesign
 from chukwa_core.experiment_results_types import ExperimentResults, HistoryEntry
 from chukwa_core.metric_kinds import turn_scale, world_scale_of
 from chukwa_core.metric_values import aggregate
+from chukwa_core.people_reference import people_reference
 from cognition_app.models import LlmCall
 from scenarios_app.models import Metric
 from worlds_app.experiment_selectors import experiment_row
-from worlds_app.models import AttemptStatus, Experiment, Measurement, World
+from worlds_app.models import AttemptStatus, Experiment, Measurement, ReferenceValue, World
 
+REFERENCE_COLUMNS = ("unit", "metric_label", "metric_hash", "value")
 EXPORT_COLUMNS = (
     "arm",
     "replicate",
@@ -123,6 +126,11 @@ def experiment_results(*, slug: str) -> ExperimentResults:
     for metric_id, world_id, number, value in rows.iterator(chunk_size=5000):
         points[metric_id][world_id][number] = value
     registered_hash, registered_replicates, registered_metrics = _registered(experiment, design)
+    people: dict[str, list[float]] = defaultdict(list)
+    for label, observed in ReferenceValue.objects.filter(experiment=experiment).values_list(
+        "metric_label", "value"
+    ):
+        people[label].append(observed)
     results = []
     for metric_hash in design.metrics:
         metric = metrics[metric_hash]
@@ -133,27 +141,33 @@ def experiment_results(*, slug: str) -> ExperimentResults:
             for number, value in turns.items():
                 if value is not None and arm in by_turn:
                     by_turn[arm][number].append(value)
-        results.append(
-            metric_result(
-                MetricInput(
-                    hash=metric_hash,
-                    label=metric["label"],
-                    aggregate=content["aggregate"],
-                    turn_scale=turn_scale(content),
-                    world_scale=world_scale_of(content),
-                    type_basis=_type_basis(content),
-                    primary=metric_hash == design.primary,
-                    added_after_creation=metric_hash not in registered_metrics,
-                ),
-                arms=arms,
-                control=design.control,
-                worlds=_world_values(design, worlds, content["aggregate"], points[metric_hash]),
-                by_turn=by_turn,
-                turns=design.measured_turns,
-                seed=experiment.seed,
-                registered_replicates=registered_replicates,
-            )
+        world_values = _world_values(design, worlds, content["aggregate"], points[metric_hash])
+        result = metric_result(
+            MetricInput(
+                hash=metric_hash,
+                label=metric["label"],
+                aggregate=content["aggregate"],
+                turn_scale=turn_scale(content),
+                world_scale=world_scale_of(content),
+                type_basis=_type_basis(content),
+                primary=metric_hash == design.primary,
+                added_after_creation=metric_hash not in registered_metrics,
+            ),
+            arms=arms,
+            control=design.control,
+            worlds=world_values,
+            by_turn=by_turn,
+            turns=design.measured_turns,
+            seed=experiment.seed,
+            registered_replicates=registered_replicates,
         )
+        if people.get(metric["label"]):
+            arm_values = [
+                (arm, [w.value for w in world_values[arm] if w.value is not None]) for arm in arms
+            ]
+            reference = people_reference(arm_values, people[metric["label"]], seed=experiment.seed)
+            result = replace(result, people=reference)
+        results.append(result)
     adjusted, multiplicity = with_holm(results)
     history = tuple(
         HistoryEntry(at=h["at"], change=h["change"], detail=h["detail"], by=h.get("by", ""))
@@ -218,3 +232,21 @@ def export_rows(*, slug: str) -> tuple[Experiment, Iterator[dict[str, Any]]]:
             yield dict(zip(EXPORT_COLUMNS, values, strict=True))
 
     return experiment, rows()
+
+
+def reference_rows(*, slug: str) -> tuple[Experiment, list[dict[str, Any]]]:
+    """The people's values uploaded to the experiment, one tidy row each (unit, metric label,
+    the metric's hash in the design, value), by metric then upload order."""
+    experiment = experiment_row(slug)
+    hashes = dict(
+        Metric.objects.filter(pk__in=list(experiment.typed_design.metrics)).values_list(
+            "label", "hash"
+        )
+    )
+    rows = [
+        dict(zip(REFERENCE_COLUMNS, (unit, label, hashes.get(label), value), strict=True))
+        for unit, label, value in ReferenceValue.objects.filter(experiment=experiment)
+        .order_by("metric_label", "id")
+        .values_list("unit", "metric_label", "value")
+    ]
+    return experiment, rows

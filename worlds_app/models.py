@@ -626,3 +626,57 @@ class Measurement(models.Model):
     def __str__(self) -> str:
         shown = self.value if self.error_code == "" else self.error_code
         return f"{self.metric_id[:12]} of {self.world_id}#{self.turn_number}: {shown}"
+
+
+class ReferenceValue(models.Model):
+    """One observed value from people (docs/populations.md, "Comparing with people"): a unit
+    (a person, a session), a metric of the experiment by label, and the value. Results compare
+    each arm's worlds with these values; an upload is written whole or not at all."""
+
+    experiment = models.ForeignKey(
+        Experiment, on_delete=models.CASCADE, related_name="reference_values"
+    )
+    unit = models.CharField(max_length=200)
+    metric_label = models.CharField(max_length=64)
+    value = models.FloatField()
+    uploaded_at = models.DateTimeField(auto_now_add=True)
+    uploaded_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["experiment", "metric_label", "id"]
+        constraints = [
+            # Rule: a unit is observed once per metric.
+            models.UniqueConstraint(
+                fields=["experiment", "metric_label", "unit"], name="reference_value_unique"
+            ),
+            models.CheckConstraint(condition=~Q(unit=""), name="reference_value_unit_nonempty"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.metric_label} of {self.unit}: {self.value}"
+
+
+class Interview(models.Model):
+    """Agents asked questions about a committed turn, each in its own view (docs/populations.md,
+    "Interviews"): nothing of the world is written; the state hashes before and after show it.
+    ``answers``: [{subject, question, answer, llm_call}] in the order asked."""
+
+    world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="interviews")
+    turn_number = models.IntegerField()
+    subjects = models.JSONField()
+    questions = models.JSONField()
+    source_hash = models.CharField(max_length=64)
+    answers = models.JSONField(default=list)
+    status = models.CharField(max_length=16)  # succeeded | failed
+    error_code = models.CharField(max_length=40, blank=True)
+    error_message = models.TextField(blank=True)
+    state_hash_before = models.CharField(max_length=64)
+    state_hash_after = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"interview of {self.world_id}#{self.turn_number}"

@@ -11,6 +11,7 @@ from scenarios_app.services.components import (
     environment_put,
     json_schema_put,
     metric_put,
+    population_put,
     response_source_put,
 )
 from scenarios_app.services.drafts import metric_draft, nothing_stored, workflow_draft
@@ -42,6 +43,7 @@ __all__ = [
     "metric_draft",
     "metric_put",
     "nothing_stored",
+    "population_put",
     "response_source_put",
     "scenario_assemble",
     "scenario_assemble_within",

@@ -24,6 +24,7 @@ from chukwa_core.ids import is_hash
 from chukwa_core.metric_kinds import registered_kind
 from chukwa_core.metric_validation import validate_metric_content
 from chukwa_core.patch_schema import world_patch_schema_hash
+from chukwa_core.population import validate_population
 from chukwa_core.source_validation import validate_response_source_content
 from chukwa_core.workflow_refs import (
     JSON_SCHEMA,
@@ -42,6 +43,7 @@ from scenarios_app.models import (
     Environment,
     JsonSchema,
     Metric,
+    Population,
     ResponseSource,
     WorkflowComponentRef,
 )
@@ -64,6 +66,7 @@ _MODEL_BY_KIND: dict[str, type[models.Model]] = {
     ComponentKind.ENVIRONMENT: Environment,
     ComponentKind.ENTITY: Entity,
     ComponentKind.METRIC: Metric,
+    ComponentKind.POPULATION: Population,
 }
 _COUNTER_KEY: dict[str, str] = {
     ComponentKind.JSON_SCHEMA: "json_schemas",
@@ -73,6 +76,7 @@ _COUNTER_KEY: dict[str, str] = {
     ComponentKind.ENVIRONMENT: "environments",
     ComponentKind.ENTITY: "entities",
     ComponentKind.METRIC: "metrics",
+    ComponentKind.POPULATION: "populations",
 }
 # PostgreSQL takes at most 65,535 bind parameters per statement.
 _MAX_PARAMS = 60_000
@@ -423,6 +427,27 @@ class Resolver:
         )
         self._record(ComponentKind.METRIC, inserted)
         return metric_hash, bool(inserted)
+
+    # --- populations ------------------------------------------------------------------------
+
+    def put_population(self, content: Any, fieldname: str = "content") -> tuple[str, bool]:
+        reject_nul(content, fieldname)
+        population = validate_population(content, fieldname)
+        population_hash = hashing.population_hash(population)
+        inserted = insert_missing(
+            Population,
+            [
+                {
+                    "hash": population_hash,
+                    "content": population,
+                    "label": population["label"],
+                    "size": population["size"],
+                    "sampler": population["sampler"],
+                }
+            ],
+        )
+        self._record(ComponentKind.POPULATION, inserted)
+        return population_hash, bool(inserted)
 
     def resolve_profile_ref(self, value: Any, fieldname: str) -> str:
         mode, payload = parse_ref(value, fieldname)

@@ -3,6 +3,8 @@ level."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import transaction
 
 from chukwa_core.component_validation import check_keys, require_object, validate_scenario_scalars
@@ -18,6 +20,11 @@ from scenarios_app.services.manifest import (
     resolve_profiles,
     store_and_record,
     validate_manifest,
+)
+from scenarios_app.services.population_expansion import (
+    expand_populations,
+    record_populations,
+    resolve_populations,
 )
 
 ASSEMBLE_FIELDS = (
@@ -40,7 +47,13 @@ def scenario_assemble(*, data: ScenarioAssembleInput) -> AssembleResult:
 def scenario_assemble_within(*, data: ScenarioAssembleInput) -> AssembleResult:
     """The same assembly inside the caller's transaction (world creation from ``{"data"}``)."""
     body = require_object(data, "body", "invalid_input")
-    check_keys(body, "", required=ASSEMBLE_FIELDS, optional=META_FIELDS, code="invalid_input")
+    check_keys(
+        body,
+        "",
+        required=ASSEMBLE_FIELDS,
+        optional=(*META_FIELDS, "populations"),
+        code="invalid_input",
+    )
     meta = parse_meta(body)
     reject_nul(body["description"], "description")
     validate_scenario_scalars(
@@ -52,7 +65,14 @@ def scenario_assemble_within(*, data: ScenarioAssembleInput) -> AssembleResult:
     with transaction.atomic():
         profiles = resolve_profiles(resolver, body["cognition_profiles"], "cognition_profiles")
         environments = resolve_environments(resolver, body["environments"], "environments")
-        entities, contents = resolve_entities(resolver, body["entities"], "entities")
+        entities: list[str]
+        contents: dict[str, dict[str, Any]]
+        if body["entities"] == [] and body.get("populations"):
+            entities, contents = [], {}  # every agent from the populations
+        else:
+            entities, contents = resolve_entities(resolver, body["entities"], "entities")
+        populations = resolve_populations(resolver, body.get("populations", []), "populations")
+        bindings = expand_populations(resolver, populations, entities, contents, "populations")
         manifest = Manifest(
             scenario_slug=body["scenario_slug"],
             description=body["description"],
@@ -63,4 +83,6 @@ def scenario_assemble_within(*, data: ScenarioAssembleInput) -> AssembleResult:
             entity_contents=contents,
         )
         validate_manifest(manifest)
-        return store_and_record(manifest, meta, meta.metadata, (), resolver)
+        result = store_and_record(manifest, meta, meta.metadata, (), resolver)
+        record_populations(result["scenario_hash"], bindings)
+        return result

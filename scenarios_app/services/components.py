@@ -73,6 +73,12 @@ def metric_put(*, content: Any) -> PutResult:
     return {"hash": h, "was_new": new}
 
 
+def population_put(*, content: Any) -> PutResult:
+    with transaction.atomic(durable=True):
+        h, new = Resolver().put_population(content)
+    return {"hash": h, "was_new": new}
+
+
 PUT_BY_KIND = {
     ComponentKind.JSON_SCHEMA: json_schema_put,
     ComponentKind.RESPONSE_SOURCE: response_source_put,
@@ -81,6 +87,7 @@ PUT_BY_KIND = {
     ComponentKind.ENVIRONMENT: environment_put,
     ComponentKind.ENTITY: entity_put,
     ComponentKind.METRIC: metric_put,
+    ComponentKind.POPULATION: population_put,
 }
 
 

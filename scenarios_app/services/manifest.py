@@ -50,6 +50,7 @@ class ScenarioAssembleInput(TypedDict, total=False):
     cognition_profiles: dict[str, ComponentRef]
     environments: dict[str, ComponentRef]
     entities: list[ComponentRef]
+    populations: list[dict[str, Any]]
     name: str
     operator: str
     note: str

@@ -1,4 +1,4 @@
-"""The admin of the seven component kinds, each stored through ``services.component_put``."""
+"""The admin of the eight component kinds, each stored through ``services.component_put``."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from scenarios_app.models import (
     Environment,
     JsonSchema,
     Metric,
+    Population,
     ResponseSource,
     Scenario,
 )
@@ -298,3 +299,20 @@ class MetricAdmin(ComponentAdmin):
                 for w in found["worlds"]
             ]
         )
+
+
+@admin.register(Population)
+class PopulationAdmin(ComponentAdmin):
+    kind = ComponentKind.POPULATION
+    content_help = (
+        'A population: {"version": 1, "label", "size", "sampler": "sobol" | "random", "seed", '
+        '"axes": [{"name", "categories": [{"value", "weight"}]} | {"name", "range": [low, high], '
+        '"integer"?, "marginal"?: [{"low", "high", "share"}]}], "entity_template": {"id", '
+        '"name", "state", "goal", "memory"}} with {{index}} and {{axes.<name>}}. See '
+        "docs/populations.md."
+    )
+    list_display = ("short_hash", "label", "size", "sampler", "created_at")
+    list_filter = ("sampler",)
+    search_fields = ("^hash", "label")
+    fields = ("hash", "label", "size", "sampler", "created_at", "pretty_content", "uses")
+    readonly_fields = fields

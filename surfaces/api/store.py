@@ -86,6 +86,25 @@ CONTENT_SCHEMAS: dict[ComponentKind, dict[str, Any]] = {
         "or source, system, user_template, scale {min, max}, subject?, "
         "max_generation_attempts? (1…5)}",
     },
+    ComponentKind.POPULATION: {
+        **OBJECT_SCHEMA,
+        "description": "a population: {version: 1, label, size (1…10,000), sampler: sobol | "
+        "random, seed, axes: [{name, categories: [{value, weight}]} | {name, range: [low, high], "
+        "integer?, marginal?: [{low, high, share}]}], entity_template: {id, name, state, goal, "
+        "memory} with {{index}} and {{axes.<name>}}}",
+    },
+}
+# A population a scenario includes: its agents live in ``environment`` and think with the
+# scenario's ``cognition_profile``.
+POPULATION_INCLUSION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "ref": hash_or_inline(CONTENT_SCHEMAS[ComponentKind.POPULATION]),
+        "environment": LABEL_SCHEMA,
+        "cognition_profile": LABEL_SCHEMA,
+    },
+    "required": ["ref", "environment", "cognition_profile"],
+    "additionalProperties": False,
 }
 # What a read returns as each kind's content: profiles are stored with the workflow's hash.
 STORED_CONTENT_SCHEMAS: dict[ComponentKind, dict[str, Any]] = {
@@ -187,6 +206,10 @@ def _component_output(kind: ComponentKind, name: str) -> type[serializers.Serial
     if kind == ComponentKind.METRIC:
         fields["label"] = LabelOutField()
         fields["metric_kind"] = serializers.ChoiceField(choices=list(BUILT_IN_METRIC_KINDS))
+    if kind == ComponentKind.POPULATION:
+        fields["label"] = LabelOutField()
+        fields["size"] = serializers.IntegerField()
+        fields["sampler"] = serializers.ChoiceField(choices=["sobol", "random"])
     fields["Meta"] = type("Meta", (), {"ref_name": name})
     return type(f"{name}Serializer", (serializers.Serializer,), fields)
 
@@ -314,7 +337,14 @@ class ScenarioAssembleApi(APIView):
         )
         entities = StrictListField(
             child=described(hash_or_inline(CONTENT_SCHEMAS[ComponentKind.ENTITY])),
-            help_text='[{"hash": H} | {"inline": entity}, …]; at least one',
+            help_text='[{"hash": H} | {"inline": entity}, …]; at least one, unless populations '
+            "give the agents",
+        )
+        populations = StrictListField(
+            child=described(POPULATION_INCLUSION_SCHEMA),
+            required=False,
+            help_text="populations whose agents are appended to the entities (drawn "
+            "deterministically: the same population gives the same entities and hash)",
         )
         name = LabelField(required=False, allow_null=True, help_text="set this name to it")
         operator = StrictCharField(

@@ -2,9 +2,17 @@ from django.urls import path
 
 from surfaces.api import store as api
 from surfaces.api.metric_try import MetricTryApi
+from surfaces.api.populations import PopulationCoverageApi
 
 # Before the metric routes: "try" is no hash.
-urlpatterns = [path("metrics/try/", MetricTryApi.as_view(), name="api-metric-try")]
+urlpatterns = [
+    path("metrics/try/", MetricTryApi.as_view(), name="api-metric-try"),
+    path(
+        "populations/<str:hash>/coverage/",
+        PopulationCoverageApi.as_view(),
+        name="api-population-coverage",
+    ),
+]
 for segment, kind in api.COLLECTIONS.items():
     views = api.COMPONENT_VIEWS[segment]
     urlpatterns += [

@@ -6,7 +6,9 @@ from surfaces.api import (
     experiments,
     indexes,
     interventions,
+    interviews,
     measurements,
+    references,
     retries,
 )
 from surfaces.api import worlds as api
@@ -53,6 +55,16 @@ urlpatterns = [
         experiments.ExperimentExportJsonlApi.as_view(),
         name="api-experiment-export-jsonl",
     ),
+    path(
+        "experiments/<str:slug>/references/",
+        references.ExperimentReferencesApi.as_view(),
+        name="api-experiment-references",
+    ),
+    path(
+        "experiments/<str:slug>/references.csv",
+        references.ExperimentReferencesCsvApi.as_view(),
+        name="api-experiment-references-csv",
+    ),
     path("worlds/", api.WorldCollectionApi.as_view(), name="api-world-list"),
     path("worlds/<str:slug>/", api.WorldDetailApi.as_view(), name="api-world-detail"),
     path("worlds/<str:slug>/turns/", api.TurnCollectionApi.as_view(), name="api-turn-enqueue"),
@@ -70,6 +82,11 @@ urlpatterns = [
         "worlds/<str:slug>/interventions/<int:intervention_id>/",
         interventions.InterventionDetailApi.as_view(),
         name="api-intervention-detail",
+    ),
+    path(
+        "worlds/<str:slug>/interviews/",
+        interviews.InterviewCollectionApi.as_view(),
+        name="api-interview-list",
     ),
     path(
         "worlds/<str:slug>/measurements/",

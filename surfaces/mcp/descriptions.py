@@ -100,6 +100,17 @@ _KIND_CONTENT = {
         "scale {min, max} with min < max, optional subject (an agent id) and "
         "max_generation_attempts (1…5, default 1). Measure worlds with measurement_request.",
     ),
+    "populations": (
+        ("a population", "populations"),
+        'content is {"version": 1, "label": L, "size": 1…10000, "sampler": "sobol" | "random", '
+        '"seed": n, "axes": [{"name", "categories": [{"value", "weight"}]} or {"name", "range": '
+        '[low, high], "integer"?, "marginal"?: [{"low", "high", "share"}]}], "entity_template": '
+        '{"id", "name", "state", "goal", "memory"}} with {{index}} (1…size) and '
+        "{{axes.<name>}} in the template. A scenario includes it in populations [{ref, "
+        "environment, cognition_profile}] and gets its agents as entities, drawn "
+        "deterministically (same content, same agents, same scenario hash). See "
+        "populations_coverage for its coverage and marginals.",
+    ),
 }
 
 
@@ -122,6 +133,11 @@ def _component_descriptions() -> dict[str, str]:
     texts["metrics_uses"] = (
         "What a metric (by hash) measured: the worlds with how many turns and errors, and "
         "their scenarios."
+    )
+    texts["populations_coverage"] = (
+        "A population's coverage (by hash): the centered L2-discrepancy of its sample in the "
+        "unit cube (scipy.stats.qmc; lower is more even), each axis's shares against its "
+        "target (category weights or marginal bins), and its first agents as rendered."
     )
     return texts
 
@@ -286,7 +302,33 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
     "experiment_results": (
         "An experiment's results (slug): per metric and arm n, n_missing, mean, sd and a 95% "
         "CI, per turn and each world's value; per treatment arm the paired difference from "
-        "control with a bootstrap CI and a sign-flip permutation p-value, each method named."
+        "control with a bootstrap CI and a sign-flip permutation p-value, each method named; "
+        "with people's values uploaded, per arm the distance from them (people: mean "
+        "difference with Welch's CI, Kolmogorov-Smirnov D and p, Wasserstein with a bootstrap CI)."
+    ),
+    "experiment_references_upload": (
+        "Upload people's observed values to an experiment (slug) as a reference: rows "
+        "[{unit, metric (a metric label of the experiment), value}] or csv (the text of a CSV "
+        "with the header unit,metric,value). Checked whole: a bad row is a 400 naming it and "
+        "nothing is written; a unit already holding a value of the metric is a 409. The "
+        "results then show, per metric and arm, the distance from the people."
+    ),
+    "interview_create": (
+        'Interview a world\'s agents (slug) about a committed turn: turn n, subjects "all" or '
+        "[agent ids], questions [text], source {hash} of an llm_chat_completions source. Each "
+        "agent answers in its own view of that turn, one conversation holding every question; "
+        "each answer is a traced call. Nothing of the world changes: the answer carries the "
+        "world's state_hash_before and state_hash_after (equal) and unchanged."
+    ),
+    "interview_list": (
+        "A world's interviews (slug), newest first: turn, subjects, questions, answers "
+        "[{subject, question, answer, llm_call}], status, and the state hashes before and after."
+    ),
+    "experiment_references_list": (
+        "The people's values uploaded to an experiment (slug): unit, metric label and hash, value."
+    ),
+    "experiment_references_delete": (
+        "Delete every people's value uploaded to an experiment (slug), to upload them again."
     ),
     "experiment_add_replicates": (
         "Add replicates to every arm of an experiment (slug): count. Their seeds continue the "

@@ -15,6 +15,7 @@ from chukwa_core.metric_kinds import registered_kind, turn_scale, world_scale_of
 from chukwa_core.metric_types import scale_label
 from chukwa_core.workflow_refs import REF_KINDS
 from scenarios_app import selectors
+from scenarios_app.population_selectors import population_coverage
 from scenarios_app.selectors import COLLECTION_SEGMENTS, SCENARIO_KINDS, ComponentKind
 from surfaces.pages.authoring.review import MAX_DIFF_LINES, diff_rows, flatten, parent_content
 from surfaces.pages.layout import query_url
@@ -24,6 +25,7 @@ from worlds_app import measurement_selectors
 
 SEGMENTS: dict[str, ComponentKind] = COLLECTION_SEGMENTS
 SEGMENT_BY_KIND: dict[str, str] = {kind.value: segment for segment, kind in SEGMENTS.items()}
+PAGE_AGENTS = 20
 TITLES: dict[str, str] = {
     "json-schemas": "JSON schemas",
     "response-sources": "Response sources",
@@ -32,6 +34,7 @@ TITLES: dict[str, str] = {
     "environments": "Environments",
     "entities": "Entities",
     "metrics": "Metrics",
+    "populations": "Populations",
 }
 
 
@@ -253,6 +256,12 @@ def component_detail_page(request: HttpRequest, segment: str, hash: str) -> Http
     elif kind == ComponentKind.METRIC:
         component["metric"] = _metric_summary(hash, component["content"])
         links["scenarios"] = ""  # a metric is bound to no scenario
+    elif kind == ComponentKind.POPULATION:
+        population = population_coverage(hash=hash, agents_limit=PAGE_AGENTS)
+        for agent in population["agents"]:
+            agent["cells"] = [agent["values"][name] for name in population["axes"]]
+        component["population"] = population
+        links["scenarios"] = ""  # its use is listed under "Where is this used?"
     data = {**component, "links": links}
     if workflow is not None:
         data["workflow"] = workflow

@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path
 
-from surfaces.pages import attempts, interventions, measure, provenance
+from surfaces.pages import attempts, interventions, interviews, measure, provenance
 from surfaces.pages import worlds as views
 
 urlpatterns: list[URLPattern] = [
@@ -10,6 +10,11 @@ urlpatterns: list[URLPattern] = [
     path("worlds/<str:slug>/", views.world_detail_page, name="page-world-detail"),
     path("worlds/<str:slug>/run-turns/", views.world_run_turns, name="page-world-run-turns"),
     path("worlds/<str:slug>/measure/", measure.world_measure_page, name="page-world-measure"),
+    path(
+        "worlds/<str:slug>/interviews/",
+        interviews.world_interviews_page,
+        name="page-world-interviews",
+    ),
     path(
         "worlds/<str:slug>/interventions/",
         interventions.intervention_add,

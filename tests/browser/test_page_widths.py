@@ -1,6 +1,6 @@
 """Every page type fits a 390 px screen (headless Chromium): home, the indexes, a world and its
 turn, attempt, invocation, diff and comparison, the store's pages, a scenario, the workflow
-editor, the experiment index, page and form, the metric pages (the admin excluded). At 1400 px
+editor, the experiment index, page (with a people row) and form, the metric and population pages (the admin excluded). At 1400 px
 the world page's tables do not scroll sideways inside their cards. Screenshots of the editor and
 the world page at 390 px in test-artifacts/ (widths-*.png)."""
 
@@ -13,7 +13,9 @@ from django.contrib.auth.models import Group, User
 from selenium import webdriver
 
 from cognition_app.models import SourceInvocation
+from scenarios_app.fixture_files import load_fixture
 from scenarios_app.models import ScenarioCognitionProfile
+from scenarios_app.services import population_put
 from tests.support.chromium import full_page_shot, sign_in
 from tests.surfaces.pages.test_experiment_pages import (
     TREATED,
@@ -26,6 +28,7 @@ from tests.surfaces.pages.test_experiment_pages import (
 from worlds_app.models import TurnAttempt
 from worlds_app.services import turn_attempt_enqueue
 from worlds_app.services.experiments import experiment_create
+from worlds_app.services.references import references_upload
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 PASSWORD = "a-long-password-1"
@@ -49,6 +52,11 @@ def _pages() -> list[str]:
     metrics = [expression_metric("treated", TREATED), expression_metric("varied", VARIED)]
     experiment_create(data=design("widths", scenario, metrics, replicates=1, turns=2))
     run_experiment("widths", metrics)
+    people = [{"unit": f"p{i}", "metric": "varied", "value": 10 * i} for i in range(1, 6)]
+    references_upload(slug="widths", rows=people)
+    population = population_put(
+        content=load_fixture("park_visitors_rules")["populations"][0]["ref"]["inline"]
+    )["hash"]
     treated, control = "widths--treated--1", "widths--control--1"
     attempt = TurnAttempt.objects.filter(world__slug=treated, status="committed").first()
     assert attempt is not None
@@ -77,10 +85,13 @@ def _pages() -> list[str]:
         f"/worlds/{treated}/turns/1/",
         f"/worlds/{treated}/diff/?from=0&to=2",
         f"/worlds/{treated}/compare/{control}/",
+        f"/worlds/{treated}/interviews/",
         f"/attempts/{attempt.pk}/",
         "/store/",
         "/store/metrics/",
         f"/store/metrics/{metrics[0]}/",
+        "/store/populations/",
+        f"/store/populations/{population}/",
         "/store/cognition-workflows/",
         f"/store/cognition-workflows/{workflow_hash}/",
         "/scenarios/",

@@ -90,6 +90,7 @@ def test_fixture_files_name_the_kernel_world_patch_schema() -> None:
         "park",
         "park_concurrent",
         "park_mcp",
+        "park_visitors_rules",
         "picnic_rules",
     ]
     for name in ("ant_on_plate", "locked_vending_room", "park", "park_concurrent", "park_mcp"):

@@ -207,6 +207,7 @@ def test_the_experiment_results_are_declared_field_by_field(tmp_path: Path) -> N
         "arms": "array",
         "effects": "array",
         "per_turn_ci_method": "string",
+        "people": "ref?",
     }
     _, metric = resolve(metric_result["properties"]["metric"])
     assert _field_types(metric) == {
@@ -285,6 +286,34 @@ def test_the_experiment_results_are_declared_field_by_field(tmp_path: Path) -> N
         "effect_sizes": "array",
         "primary": "boolean",
         "added_after_creation": "boolean",
+    }
+    _, people = resolve(metric_result["properties"]["people"])
+    assert _field_types(people) == {
+        "n": "integer",
+        "mean": "number?",
+        "sd": "number?",
+        "distances": "array",
+    }
+    _, distance = resolve(people["properties"]["distances"]["items"])
+    assert _field_types(distance) == {
+        "arm": "string",
+        "n_worlds": "integer",
+        "n_people": "integer",
+        "worlds_mean": "number?",
+        "people_mean": "number?",
+        "difference": "number?",
+        "ci_low": "number?",
+        "ci_high": "number?",
+        "ci_method": "string",
+        "ks_statistic": "number?",
+        "ks_p": "number?",
+        "ks_method": "string",
+        "wasserstein": "number?",
+        "wasserstein_ci_low": "number?",
+        "wasserstein_ci_high": "number?",
+        "wasserstein_method": "string",
+        "library": "string",
+        "note": "string?",
     }
     # every level is a component of its own, named once
     names = {

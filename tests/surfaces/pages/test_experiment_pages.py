@@ -26,6 +26,7 @@ from worlds_app.services import turn_attempt_run
 from worlds_app.services.experiment_estimate import experiment_estimate
 from worlds_app.services.experiments import experiment_create
 from worlds_app.services.measurements import world_measure
+from worlds_app.services.references import references_upload
 
 pytestmark = pytest.mark.django_db
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -413,3 +414,25 @@ def test_a_world_of_an_experiment_links_back_to_it(reader: Client) -> None:
     experiment_create(data=design("home", stored_scenario(), [metric]))
     page = reader.get("/worlds/home--treated--2/").content.decode()
     assert 'href="/experiments/home/"' in page and "treated #2" in page
+
+
+def test_the_people_row_and_the_distances_say_what_the_results_say(reader: Client) -> None:
+    completed_experiment()
+    rows = [{"unit": f"p{i}", "metric": "varied", "value": v} for i, v in enumerate([3, 9, 14])]
+    references_upload(slug="breeze", rows=rows)
+    results = experiment_results(slug="breeze")
+    page = reader.get("/experiments/breeze/").content.decode()
+    treated, varied = results.results
+    assert treated.people is None and varied.people is not None
+    section = page.split(f'data-metric="{varied.metric.hash}"', 1)[1].split("</section>", 1)[0]
+    people = section.split('<tr class="people-row"', 1)[1].split("</tr>", 1)[0]
+    assert f'data-key="n">{varied.people.n}<' in people
+    assert f'data-value="{varied.people.mean!r}">{value_text(varied.people.mean)}<' in people
+    table = section.split('class="table results-people"', 1)[1].split("</table>", 1)[0]
+    for distance in varied.people.distances:
+        row = table.split(f'<tr data-arm="{distance.arm}">', 1)[1].split("</tr>", 1)[0]
+        for key in ("difference", "wasserstein"):
+            assert f'data-key="{key}" data-value="{getattr(distance, key)!r}"' in row
+        assert f'data-key="ks" data-value="{distance.ks_statistic!r}"' in row
+    other = page.split(f'data-metric="{treated.metric.hash}"', 1)[1].split("</section>", 1)[0]
+    assert "people-row" not in other

@@ -15,6 +15,7 @@ from django.urls import reverse
 from scenarios_app import services
 from scenarios_app.fixture_files import fixture_names, load_fixture
 from scenarios_app.models import Entity, Environment, ScenarioName
+from scenarios_app.population_selectors import population_coverage
 from surfaces.pages.lineage_svg import lineage_svg
 from surfaces.pages.store import SEGMENTS
 
@@ -349,3 +350,21 @@ def test_entity_list_query_count_does_not_grow_with_rows(
     with django_assert_max_num_queries(len(few.captured_queries)):
         large = client_in.get("/store/entities/", {"limit": 200})
     assert large.content.count(b'href="/store/entities/') >= Entity.objects.count()
+
+
+def test_a_population_page_shows_its_coverage_marginals_and_agents(
+    client: Client, reader_user: User
+) -> None:
+    content = load_fixture("park_visitors_rules")["populations"][0]["ref"]["inline"]
+    population = services.population_put(content=content)["hash"]
+    client.force_login(reader_user)
+    page = client.get(f"/store/populations/{population}/").content.decode()
+    found = population_coverage(hash=population)
+    assert f'data-key="coverage" data-value="{found["coverage"]["value"]!r}"' in page
+    assert "centered_l2_discrepancy" in page and "scipy.stats.qmc.discrepancy" in page
+    for marginal in found["marginals"]:
+        assert page.count(f'<tr data-axis="{marginal["axis"]}">') == len(marginal["cells"])
+    assert "<code>visitor_1</code>" in page and "<code>visitor_20</code>" in page
+    assert "<code>visitor_21</code>" not in page  # the first twenty on the page
+    listed = client.get("/store/populations/").content.decode()
+    assert population[:12] in listed
