@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('worlds_app', '0019_experiment_reference_values'),
+        ('worlds_app', '0021_experiment_reference_values'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cognition_app', '0011_invocation_limit_wait'),
+        ('cognition_app', '0012_invocation_reuse'),
     ]
 
     operations = [

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('worlds_app', '0018_experiment_registration'),
+        ('worlds_app', '0020_world_reuse'),
     ]
 
     operations = [
