@@ -15,13 +15,20 @@ from chukwa_core.experiment_analysis import (
     DesignFacts,
     MetricInput,
     WorldInput,
+    fitting_scale,
     methods_paragraph,
     metric_result,
     software,
     with_holm,
 )
 from chukwa_core.experiment_design import ExperimentDesign
-from chukwa_core.experiment_results_types import ExperimentResults, HistoryEntry
+from chukwa_core.experiment_design_analysis import factorial_result, stopping_result
+from chukwa_core.experiment_results_types import (
+    ExperimentResults,
+    FactorialResult,
+    HistoryEntry,
+    StoppingResult,
+)
 from chukwa_core.metric_kinds import turn_scale, world_scale_of
 from chukwa_core.metric_values import aggregate
 from cognition_app.models import LlmCall
@@ -124,6 +131,8 @@ def experiment_results(*, slug: str) -> ExperimentResults:
         points[metric_id][world_id][number] = value
     registered_hash, registered_replicates, registered_metrics = _registered(experiment, design)
     results = []
+    fits: list[FactorialResult] = []
+    stopping: StoppingResult | None = None
     for metric_hash in design.metrics:
         metric = metrics[metric_hash]
         content = metric["content"]
@@ -133,6 +142,27 @@ def experiment_results(*, slug: str) -> ExperimentResults:
             for number, value in turns.items():
                 if value is not None and arm in by_turn:
                     by_turn[arm][number].append(value)
+        values = _world_values(design, worlds, content["aggregate"], points[metric_hash])
+        present = [w.value for arm in arms for w in values[arm] if w.value is not None]
+        scale, _ = fitting_scale(world_scale_of(content), present)
+        if design.factorial is not None:
+            fits.append(
+                factorial_result(
+                    design.factorial.design,
+                    metric=metric_hash,
+                    label=metric["label"],
+                    scale=scale,
+                    worlds=values,
+                )
+            )
+        if design.stopping is not None and design.stopping.metric == metric_hash:
+            stopping = stopping_result(
+                design.stopping,
+                replicates=design.replicates,
+                scale=scale,
+                control=values[design.control],
+                treatment=values[design.stopping.treatment],
+            )
         results.append(
             metric_result(
                 MetricInput(
@@ -147,7 +177,7 @@ def experiment_results(*, slug: str) -> ExperimentResults:
                 ),
                 arms=arms,
                 control=design.control,
-                worlds=_world_values(design, worlds, content["aggregate"], points[metric_hash]),
+                worlds=values,
                 by_turn=by_turn,
                 turns=design.measured_turns,
                 seed=experiment.seed,
@@ -186,6 +216,9 @@ def experiment_results(*, slug: str) -> ExperimentResults:
         missing_data=MISSING_DATA_RULE,
         methods=methods_paragraph(facts, adjusted, history, multiplicity),
         software=software(),
+        design_text=None if design.factorial is None else design.factorial.design.text(),
+        factorial=tuple(fits),
+        stopping=stopping,
     )
 
 

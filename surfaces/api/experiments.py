@@ -34,6 +34,11 @@ from surfaces.api.contract import (
     path_parameter,
     validate_body,
 )
+from surfaces.api.experiment_factorial import (
+    FACTORIAL_OUT_SCHEMA,
+    STOPPING_OUT_SCHEMA,
+)
+from surfaces.api.experiment_factorial import input_fields as factorial_input_fields
 from surfaces.api.experiment_power import PowerEstimateSerializer, power_input_field
 from surfaces.api.measurements import METRIC_REF_SCHEMA
 from surfaces.api.typed_output import output_serializer
@@ -42,6 +47,7 @@ from worlds_app import experiment_selectors as selectors
 from worlds_app.services import experiments as services
 from worlds_app.services.experiment_estimate import experiment_estimate
 
+FACTORIAL_INPUT = factorial_input_fields()
 EXPERIMENT_PATH = path_parameter("slug", LABEL_SCHEMA, "experiment slug")
 ARM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -91,11 +97,15 @@ class ExperimentInputSerializer(StrictInputSerializer):
         "branch_from": "invalid_branch_from",
         "replay_from": "invalid_replay_from",
         "primary": "invalid_primary",
+        "base": "invalid_factors",
+        "factors": "invalid_factors",
+        "fraction": "invalid_fraction",
+        "stopping": "invalid_stopping",
     }
     slug = StrictCharField(help_text="the experiment; its worlds are <slug>--<arm>--<i>")
     name = StrictCharField(required=False, allow_blank=True)
     description = StrictCharField(required=False, allow_blank=True)
-    arms = StrictListField(child=described(ARM_SCHEMA), min_length=1)
+    arms = StrictListField(child=described(ARM_SCHEMA), min_length=1, required=False)
     control = StrictCharField(required=False, help_text="an arm's label (default: the first)")
     replicates = StrictIntegerField(min_value=1, help_text="worlds per arm, paired by seed")
     turns = StrictIntegerField(min_value=1, help_text="turns each world runs")
@@ -137,6 +147,10 @@ class ExperimentInputSerializer(StrictInputSerializer):
         required=False,
         help_text="the primary metric (one of metrics): its comparisons are flagged primary",
     )
+    base = FACTORIAL_INPUT["base"]
+    factors = FACTORIAL_INPUT["factors"]
+    fraction = FACTORIAL_INPUT["fraction"]
+    stopping = FACTORIAL_INPUT["stopping"]
 
     class Meta:
         ref_name = "ExperimentInput"
@@ -310,6 +324,8 @@ class ExperimentDesignSerializer(serializers.Serializer):
     branch_from = DesignBranchSerializer(allow_null=True)
     replay_from = DesignReplaySerializer(allow_null=True)
     primary = serializers.CharField(allow_null=True, help_text="the primary metric's hash")
+    factorial = described(FACTORIAL_OUT_SCHEMA, allow_null=True)
+    stopping = described(STOPPING_OUT_SCHEMA, allow_null=True)
 
     class Meta:
         ref_name = "ExperimentDesign"
