@@ -37,8 +37,8 @@ from scenarios_app.models import ResponseSource
 from scenarios_app.selectors import metric_rows
 from worlds_app.services.branches import design_branch_point
 from worlds_app.services.experiment_design import design_of
-from worlds_app.services.factorial_arms import factorial_arms
 from worlds_app.services.experiment_power import experiment_power
+from worlds_app.services.factorial_arms import factorial_arms
 from worlds_app.services.worlds import parse_start_time, world_start
 
 METHOD = (

@@ -27,10 +27,12 @@ from tests.support.worlds import fixture_body
 from worlds_app.models import Experiment, World
 
 SCENARIO = "ant_on_plate_rules"
-# thirst and fountain together make 1, and replicate 1 makes 1 whatever the arm: an
-# interaction, two main effects and variation between replicates (the clusters)
+# thirst and fountain together make 1 (but in replicate 3), and replicate 1 makes 1 whatever
+# the arm: an interaction, two main effects, variation between replicates (the clusters), and
+# no arm all 0 or all 1 (a logistic fit would be separated)
 FACTORIAL_VALUE = (
-    "(contains(world, 'thirst-yes') && contains(world, 'fountain-yes')) || ends_with(world, '--1')"
+    "(contains(world, 'thirst-yes') && contains(world, 'fountain-yes') && "
+    "!ends_with(world, '--3')) || ends_with(world, '--1')"
 )
 
 
@@ -259,17 +261,23 @@ def test_a_two_by_two_runs_forked_arms_and_its_effects_are_statsmodels_fit(
         assert World.objects.filter(experiment__slug="grid").count() == 12
         results = _wait(http, "grid", _finished)
         (fit,) = results["factorial"]
+        metric_type = results["results"][0]["metric"]["type"]
         exported = http.get("/api/experiments/grid/measurements.csv").text
     frame = pd.read_csv(io.StringIO(exported))
     per_world = frame[frame.turn >= 1].groupby(["arm", "replicate"]).value.mean().reset_index()
     thirst = np.where(per_world.arm.str.contains("thirst-yes"), 1.0, -1.0)
     fountain = np.where(per_world.arm.str.contains("fountain-yes"), 1.0, -1.0)
     x = np.column_stack([np.ones(len(per_world)), thirst, fountain, thirst * fountain])
-    own = sm.OLS(per_world.value.to_numpy(), x).fit(
+    y = per_world.value.to_numpy()
+    binary = metric_type == "binary"
+    assert fit["scale"] == ("log-odds" if binary else "mean"), fit
+    model = sm.GLM(y, x, family=sm.families.Binomial()) if binary else sm.OLS(y, x)
+    own = model.fit(
         cov_type="cluster", cov_kwds={"groups": per_world.replicate.to_numpy()}, use_t=True
     )
     bounds = own.conf_int(0.05)
     assert [e["term"] for e in fit["effects"]] == ["thirst", "fountain", "thirst:fountain"]
+    assert fit["note"] is None or "clusters" in fit["note"], fit["note"]
     for i, effect in enumerate(fit["effects"], start=1):
         assert effect["coefficient"] == pytest.approx(own.params[i], abs=1e-9)
         assert effect["ci_low"] == pytest.approx(bounds[i, 0], abs=1e-9)
@@ -279,7 +287,7 @@ def test_a_two_by_two_runs_forked_arms_and_its_effects_are_statsmodels_fit(
     assert fit["effects"][2]["coefficient"] != 0  # the constructed interaction is there
     assert fit["n_replicates"] == 3 and "clustered by replicate" in fit["method"]
     cells = {c["arm"]: c for c in fit["cells"]}
-    assert cells["thirst-yes--fountain-yes"]["mean"] == 1.0
+    assert cells["thirst-yes--fountain-yes"]["mean"] == pytest.approx(2 / 3)
     assert cells["thirst-no--fountain-no"]["levels"] == ["no", "no"]
 
 
