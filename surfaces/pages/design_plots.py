@@ -19,7 +19,7 @@ from html import escape
 from chukwa_core.experiment_results_types import FactorialResult, StoppingLook
 
 W, H = 360, 200
-LEFT, RIGHT, TOP, BOTTOM = 44, 90, 14, 34
+LEFT, RIGHT, TOP, BOTTOM = 52, 90, 14, 34
 COLOURS = ("#2563eb", "#dc2626", "#059669", "#9333ea", "#d97706", "#0891b2")
 
 
@@ -36,7 +36,12 @@ def _frame(label: str, body: list[str]) -> str:
     )
 
 
-def _axes(low: float, high: float, y: Callable[[float], float]) -> list[str]:
+def _axes(
+    low: float,
+    high: float,
+    y: Callable[[float], float],
+    shown: Callable[[float], str] = _text,
+) -> list[str]:
     parts = [
         f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{H - BOTTOM}" stroke="#888"/>',
         f'<line x1="{LEFT}" y1="{H - BOTTOM}" x2="{W - RIGHT}" y2="{H - BOTTOM}" stroke="#888"/>',
@@ -45,7 +50,7 @@ def _axes(low: float, high: float, y: Callable[[float], float]) -> list[str]:
         at = y(value)
         parts.append(
             f'<text x="{LEFT - 4}" y="{at + 4:.1f}" font-size="10" text-anchor="end">'
-            f"{escape(_text(value))}</text>"
+            f"{escape(shown(value))}</text>"
         )
     return parts
 
@@ -130,7 +135,7 @@ def stopping_svg(looks: Sequence[StoppingLook]) -> str:
     def y(v: float) -> float:
         return TOP + (high - v) / (high - low) * (H - TOP - BOTTOM)
 
-    body = _axes(low, high, y)
+    body = _axes(low, high, y, lambda v: f"e={_text(float(f'{10**v:.2g}'))}")
     body.append(
         f'<line x1="{LEFT}" y1="{y(boundary):.1f}" x2="{W - RIGHT}" y2="{y(boundary):.1f}" '
         'stroke="#dc2626" stroke-dasharray="5,3"/>'
@@ -149,6 +154,6 @@ def stopping_svg(looks: Sequence[StoppingLook]) -> str:
         )
     body.append(
         f'<text x="{(LEFT + W - RIGHT) / 2:.1f}" y="{H - 4}" font-size="11" '
-        'text-anchor="middle">replicates (log10 e-value up)</text>'
+        'text-anchor="middle">replicates (e-value on a log scale)</text>'
     )
     return _frame("the stopping rule's e-value at each look against its boundary", body)
