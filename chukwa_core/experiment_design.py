@@ -247,18 +247,24 @@ class ExperimentDesign:
         return current_turn >= self.last_turn
 
     def progress(
-        self, worlds: Iterable[WorldProgress], *, measured: int, cancelled: bool
+        self,
+        worlds: Iterable[WorldProgress],
+        *,
+        measured: int,
+        cancelled: bool,
+        stopping_open: bool = False,
     ) -> Progress:
         """Status and progress from the worlds' attempts: ``running`` while any world has an
         attempt queued or running; else ``failed`` when some world stopped short of its last
-        turn (the others went on), else ``completed``; ``cancelled`` once cancelled. Turns are
+        turn (the others went on), else ``completed``; ``cancelled`` once cancelled;
+        ``running`` too while a stopping rule has not ended (``stopping_open``). Turns are
         counted from the first turn (a branch's turns before it are not the experiment's)."""
         rows = list(worlds)
         pending = any(w.pending for w in rows)
         failed = sum(1 for w in rows if not w.pending and w.current_turn < self.last_turn)
         if cancelled:
             status = CANCELLED
-        elif pending:
+        elif pending or stopping_open:
             status = RUNNING
         else:
             status = FAILED if failed else COMPLETED

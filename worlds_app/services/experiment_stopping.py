@@ -1,15 +1,19 @@
 """A stopping rule's steps (docs/designs.md, "Stopping early"): when every world of an
 experiment with ``stopping`` is done and measured, the rule looks (``experiment_results``
 computes the e-process at every look); if it neither rejected nor reached
-``max_replicates``, ``every`` more replicates (fewer at the end) are added. Called by the
+``max_replicates``, ``every`` more replicates (fewer at the end) are added; else its end is
+written to the experiment's history (until then the experiment reads ``running``). Called by the
 measure task after it writes, so the look follows the last measurement. The looks themselves
 are not stored: they are recomputed from the measurements at their replicate counts (the
 schedule is fixed by the design), so the results always show every look."""
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
+from worlds_app.experiment_selectors import stopping_ended
 from worlds_app.models import AttemptStatus, Experiment, TurnAttempt
 
 STOPPING_RULE = "stopping rule"
@@ -26,7 +30,7 @@ def stopping_step(*, experiment_id: int) -> int:
         return 0
     design = experiment.typed_design
     stopping = design.stopping
-    if stopping is None or design.replicates >= stopping.max_replicates:
+    if stopping is None or stopping_ended(experiment.history):
         return 0
     busy = TurnAttempt.objects.filter(
         Q(status=AttemptStatus.QUEUED) | Q(status=AttemptStatus.RUNNING),
@@ -38,7 +42,13 @@ def stopping_step(*, experiment_id: int) -> int:
     if found is None or not found.looks:
         return 0
     last = found.looks[-1]
-    if last.decision != "continue" or last.replicates != design.replicates:
+    if last.replicates != design.replicates:
+        return 0
+    if last.decision != "continue":
+        _record_end(
+            experiment.pk,
+            f"{found.reason} at {last.replicates} replicates (e = {last.e_value:.4g}, boundary {last.boundary:g})",
+        )
         return 0
     count = min(stopping.every, stopping.max_replicates - design.replicates)
     experiment_add_replicates(
@@ -48,3 +58,20 @@ def stopping_step(*, experiment_id: int) -> int:
         expect_replicates=design.replicates,
     )
     return count
+
+
+def _record_end(experiment_id: int, detail: str) -> None:
+    """The rule's end in the experiment's history, once (the experiment is ``completed`` only
+    after it)."""
+    with transaction.atomic(durable=True):
+        experiment = Experiment.objects.select_for_update().get(pk=experiment_id)
+        if stopping_ended(experiment.history):
+            return
+        entry = {
+            "at": timezone.now().isoformat(),
+            "change": "stopping",
+            "detail": detail,
+            "by": STOPPING_RULE,
+        }
+        experiment.history = [*experiment.history, entry]
+        experiment.save(update_fields=["history"])

@@ -80,8 +80,9 @@ def _client(live_server: Any, user: User) -> httpx.Client:
 def _wait(http: httpx.Client, slug: str, done: Any, seconds: float = 180) -> dict[str, Any]:
     deadline = time.monotonic() + seconds
     while True:
-        results = http.get(f"/api/experiments/{slug}/results/").json()
+        # the state first: the results read after it are at least as new
         state = http.get(f"/api/experiments/{slug}/").json()
+        results = http.get(f"/api/experiments/{slug}/results/").json()
         if done(state, results):
             return results
         assert time.monotonic() < deadline, (state["status"], state["progress"])
@@ -308,7 +309,11 @@ def _two_arms(
 
 
 def _ended(state: dict[str, Any], results: dict[str, Any]) -> bool:
-    return _finished(state, results) and results["stopping"]["reason"] is not None
+    # the experiment reads running until the rule has ended: completed means ended
+    if _finished(state, results):
+        assert results["stopping"]["reason"] is not None, results["stopping"]
+        return True
+    return False
 
 
 @pytest.mark.django_db(transaction=True)
@@ -326,6 +331,7 @@ def test_a_stopping_rule_stops_early_on_a_large_effect_and_runs_to_its_maximum_o
         stopped = _wait(http, "large", _ended, 300)["stopping"]
         ran_out = _wait(http, "none", _ended, 300)["stopping"]
         large_state = http.get("/api/experiments/large/").json()
+        history = http.get("/api/experiments/large/results/").json()["history"]
     assert stopped["reason"] == "stopped_early"
     assert "betting e-process" in stopped["test"]
     looks = stopped["looks"]
@@ -334,6 +340,12 @@ def test_a_stopping_rule_stops_early_on_a_large_effect_and_runs_to_its_maximum_o
     assert looks[-1]["e_value"] >= looks[-1]["boundary"] == pytest.approx(20)
     assert all(look["e_value"] < look["boundary"] for look in looks[:-1])
     assert large_state["status"] == "completed"
+    (end,) = [h for h in history if h["change"] == "stopping"]
+    assert end["by"] == "stopping rule" and end["detail"].startswith("stopped_early at ")
+    steps = [h for h in history if h["change"] == "replicates"]
+    assert (
+        len(steps) == len(looks) - 1
+    )  # one step of `every` replicates after each look but the last
     assert large_state["design"]["replicates"] == looks[-1]["replicates"]
     assert World.objects.filter(experiment__slug="large").count() == 2 * looks[-1]["replicates"]
     assert ran_out["reason"] == "max_replicates"
