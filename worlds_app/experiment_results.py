@@ -60,7 +60,9 @@ def _registered(experiment: Experiment, design: ExperimentDesign) -> tuple[str, 
     if experiment.registered_design is None:
         return experiment.registered_hash or "", design.replicates, set(design.metrics)
     frozen = ExperimentDesign.from_json(experiment.registered_design)
-    return experiment.registered_hash, frozen.replicates, set(frozen.metrics)
+    # a stopping rule's replicates were registered with it, up to its max_replicates
+    replicates = frozen.replicates if frozen.stopping is None else frozen.stopping.max_replicates
+    return experiment.registered_hash, replicates, set(frozen.metrics)
 
 
 def _world_values(

@@ -328,7 +328,10 @@ def test_a_stopping_rule_stops_early_on_a_large_effect_and_runs_to_its_maximum_o
         assert http.post("/api/experiments/", json=large).status_code == 201
         none = _two_arms(scenario, metric, "none", "same", every=2, max_replicates=4)
         assert http.post("/api/experiments/", json=none).status_code == 201
-        stopped = _wait(http, "large", _ended, 300)["stopping"]
+        large_results = _wait(http, "large", _ended, 300)
+        stopped = large_results["stopping"]
+        (effect,) = large_results["results"][0]["effects"]
+        assert effect["added_after_creation"] is False  # the rule's replicates were registered
         ran_out = _wait(http, "none", _ended, 300)["stopping"]
         large_state = http.get("/api/experiments/large/").json()
         history = http.get("/api/experiments/large/results/").json()["history"]
