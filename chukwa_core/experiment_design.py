@@ -13,13 +13,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from chukwa_core.factorial import FactorialDesign, factorial_design
+
 RUNNING, COMPLETED, FAILED, CANCELLED = "running", "completed", "failed", "cancelled"
 STATUSES = (RUNNING, COMPLETED, FAILED, CANCELLED)
 
 # The fields of a design as a request gives them (the API's input, the form, the CLI file):
 # their one list, read by the design's parser and checked against the API serializer's fields.
-INPUT_REQUIRED = ("slug", "arms", "replicates", "turns", "metrics")
+INPUT_REQUIRED = ("slug", "replicates", "turns", "metrics")
 INPUT_OPTIONAL = (
+    "arms",  # exactly one of arms, or factors over a base (docs/designs.md)
+    "base",
+    "factors",
+    "fraction",
+    "stopping",
     "name",
     "description",
     "control",
@@ -78,6 +85,71 @@ class ReplayFrom:
 
 
 @dataclass(frozen=True)
+class Factorial:
+    """Arms made from ``factors`` over ``base`` (docs/designs.md): the factors as validated
+    (a level's ``fork`` the store's fork request without its parent), the fraction if any."""
+
+    base_hash: str
+    factors: Any  # the request's list, validated by chukwa_core.factorial.parse_factors
+    fraction: str | None
+
+    @property
+    def design(self) -> FactorialDesign:
+        return factorial_design(self.factors, self.fraction)
+
+    def to_json(self) -> dict[str, Any]:
+        design = self.design
+        fraction = design.fraction
+        return {
+            "base": {"hash": self.base_hash},
+            "factors": self.factors,
+            "fraction": self.fraction,
+            "resolution": None if fraction is None else fraction.resolution,
+            "defining_relation": None
+            if fraction is None
+            else f"I = {'+' if fraction.sign > 0 else '-'}"
+            + "".join(design.letters[n] for n in fraction.defining_word),
+            "aliases": []
+            if fraction is None
+            else [
+                [("-" if sign < 0 else "+") + ":".join(word) for sign, word in
+                 zip(s.signs, s.words, strict=True)]
+                for s in fraction.alias_sets
+            ],
+            "text": design.text(),
+            "label_rule": design.label_rule,
+            "arm_levels": {
+                arm.label: dict(zip(design.names, arm.level_labels, strict=True))
+                for arm in design.arms
+            },
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """Stopping early (docs/designs.md): after the first ``start`` replicates, then every
+    ``every`` more up to ``max_replicates``, the anytime-valid paired test on ``metric`` (a
+    hash) between ``treatment`` and the control at the last turn; stop when it rejects."""
+
+    metric: str
+    alpha: float
+    max_replicates: int
+    every: int
+    start: int
+    treatment: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "alpha": self.alpha,
+            "max_replicates": self.max_replicates,
+            "every": self.every,
+            "start": self.start,
+            "treatment": self.treatment,
+        }
+
+
+@dataclass(frozen=True)
 class WorldProgress:
     """What a world's attempts say, as progress needs it."""
 
@@ -114,6 +186,8 @@ class ExperimentDesign:
     primary: str | None = None  # the primary metric's hash (its comparisons are flagged)
     # every world's ``reuse`` (docs/costs.md): "exact" (the default of a new experiment) | "off"
     reuse: str = "exact"
+    factorial: Factorial | None = None
+    stopping: Stopping | None = None
     _labels: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -176,18 +250,24 @@ class ExperimentDesign:
         return current_turn >= self.last_turn
 
     def progress(
-        self, worlds: Iterable[WorldProgress], *, measured: int, cancelled: bool
+        self,
+        worlds: Iterable[WorldProgress],
+        *,
+        measured: int,
+        cancelled: bool,
+        stopping_open: bool = False,
     ) -> Progress:
         """Status and progress from the worlds' attempts: ``running`` while any world has an
         attempt queued or running; else ``failed`` when some world stopped short of its last
-        turn (the others went on), else ``completed``; ``cancelled`` once cancelled. Turns are
+        turn (the others went on), else ``completed``; ``cancelled`` once cancelled;
+        ``running`` too while a stopping rule has not ended (``stopping_open``). Turns are
         counted from the first turn (a branch's turns before it are not the experiment's)."""
         rows = list(worlds)
         pending = any(w.pending for w in rows)
         failed = sum(1 for w in rows if not w.pending and w.current_turn < self.last_turn)
         if cancelled:
             status = CANCELLED
-        elif pending:
+        elif pending or stopping_open:
             status = RUNNING
         else:
             status = FAILED if failed else COMPLETED
@@ -253,13 +333,24 @@ class ExperimentDesign:
             }
         if self.primary is not None:
             found["primary"] = self.primary
+        if self.factorial is not None:
+            found["factorial"] = self.factorial.to_json()
+        if self.stopping is not None:
+            found["stopping"] = self.stopping.to_json()
         return found
 
     def public_json(self) -> dict[str, Any]:
         """The design as reads show it (the API, a page's ``?format=json``): the stored form with
         every optional part present (null when not given) and ``first_turn``."""
         optional = {"start_time": None, "budget": None, "branch_from": None, "replay_from": None}
-        return {**optional, "primary": None, **self.to_json(), "first_turn": self.first_turn}
+        return {
+            **optional,
+            "primary": None,
+            "factorial": None,
+            "stopping": None,
+            **self.to_json(),
+            "first_turn": self.first_turn,
+        }
 
     @classmethod
     def from_json(cls, stored: Mapping[str, Any]) -> ExperimentDesign:
@@ -267,6 +358,8 @@ class ExperimentDesign:
         budget = stored.get("budget")
         branch = stored.get("branch_from")
         replay = stored.get("replay_from")
+        factorial = stored.get("factorial")
+        stopping = stored.get("stopping")
         return cls(
             slug=stored["slug"],
             name=stored.get("name") or stored["slug"],
@@ -298,4 +391,8 @@ class ExperimentDesign:
             primary=stored.get("primary"),
             # designs stored before reuse existed ran every call live
             reuse=stored.get("reuse", "off"),
+            factorial=None
+            if factorial is None
+            else Factorial(factorial["base"]["hash"], factorial["factors"], factorial["fraction"]),
+            stopping=None if stopping is None else Stopping(**stopping),
         )

@@ -249,6 +249,89 @@ class Software:
 
 
 @dataclass(frozen=True)
+class FactorialEffect:
+    """A main effect or interaction of a factorial design (effect coding: a two-level factor's
+    first level -1, its second +1): the regression's coefficient, and for two-level terms the
+    high-minus-low contrast (twice it), each with a 95% interval."""
+
+    term: str = field(metadata=doc('"thirst", or an interaction "thirst:fountain"'))
+    order: int = field(metadata=doc("1 a main effect, 2 a two-factor interaction, …"))
+    coefficient: float | None
+    ci_low: float | None = field(metadata=doc("the coefficient's; null unless ci_status shown"))
+    ci_high: float | None
+    contrast: float | None = field(
+        metadata=doc("high minus low (2·coefficient), two-level terms only")
+    )
+    contrast_ci_low: float | None
+    contrast_ci_high: float | None
+    p_value: float | None = field(metadata=doc("two-sided, t on replicates - 1 df"))
+    ci_status: str = field(metadata=doc("shown or unavailable"))
+    ci_reason: str | None
+    aliases: tuple[str, ...] = field(
+        metadata=doc("a fraction: the signed effects this one cannot be told apart from")
+    )
+
+
+@dataclass(frozen=True)
+class FactorialCell:
+    """One arm of a factorial design: its levels (in the factors' order) and its mean."""
+
+    arm: Label
+    levels: tuple[str, ...]
+    n: int
+    mean: float | None
+
+
+@dataclass(frozen=True)
+class FactorialResult:
+    """One metric's main effects and interactions, from one regression of the worlds' values on
+    the effect-coded factors with standard errors clustered by replicate."""
+
+    metric: Hash
+    label: Label
+    factors: tuple[str, ...]
+    scale: str = field(metadata=doc('what a coefficient is on: "mean" or "log-odds"'))
+    method: str
+    library: str
+    n_worlds: int
+    n_replicates: int = field(metadata=doc("clusters (G); intervals use t on G - 1 df"))
+    intercept: float | None
+    effects: tuple[FactorialEffect, ...] = field(metadata=doc("lowest order first"))
+    cells: tuple[FactorialCell, ...] = field(metadata=doc("the interaction plot's points"))
+    note: str | None
+
+
+@dataclass(frozen=True)
+class StoppingLook:
+    """One look of a stopping rule: after ``replicates`` replicates, the e-value against its
+    boundary 1/alpha and what was decided."""
+
+    replicates: int
+    pairs: int = field(metadata=doc("complete pairs among them"))
+    e_value: float
+    log_e_value: float
+    boundary: float = field(metadata=doc("1/alpha: reject at e ≥ boundary"))
+    decision: str = field(metadata=doc("rejected, continue or max_reached"))
+
+
+@dataclass(frozen=True)
+class StoppingResult:
+    """The stopping rule's path: every look taken so far, and why the experiment ended."""
+
+    test: str = field(metadata=doc("the anytime-valid paired test, named"))
+    null: str
+    metric: Hash
+    treatment: Label
+    alpha: float
+    every: int
+    max_replicates: int
+    looks: tuple[StoppingLook, ...]
+    reason: str | None = field(
+        metadata=doc("stopped_early or max_replicates; null while the rule goes on")
+    )
+
+
+@dataclass(frozen=True)
 class ExperimentResults:
     """An experiment's results: one entry per metric of its design, in the design's order."""
 
@@ -265,3 +348,13 @@ class ExperimentResults:
     missing_data: str = field(metadata=doc("the rule that makes a world's value missing"))
     methods: str = field(metadata=doc("a paragraph naming the design and every method, to paste"))
     software: Software
+    design_text: str | None = field(
+        default=None,
+        metadata=doc("a factorial design: its arms, fraction, resolution and aliases as text"),
+    )
+    factorial: tuple[FactorialResult, ...] = field(
+        default=(), metadata=doc("a factorial design: one per metric, in the design's order")
+    )
+    stopping: StoppingResult | None = field(
+        default=None, metadata=doc("a stopping rule: its looks and the reason it ended")
+    )

@@ -16,13 +16,20 @@ from chukwa_core.experiment_analysis import (
     DesignFacts,
     MetricInput,
     WorldInput,
+    fitting_scale,
     methods_paragraph,
     metric_result,
     software,
     with_holm,
 )
 from chukwa_core.experiment_design import ExperimentDesign
-from chukwa_core.experiment_results_types import ExperimentResults, HistoryEntry
+from chukwa_core.experiment_design_analysis import factorial_result, stopping_result
+from chukwa_core.experiment_results_types import (
+    ExperimentResults,
+    FactorialResult,
+    HistoryEntry,
+    StoppingResult,
+)
 from chukwa_core.metric_kinds import turn_scale, world_scale_of
 from chukwa_core.metric_values import aggregate
 from chukwa_core.people_reference import people_reference
@@ -56,7 +63,9 @@ def _registered(experiment: Experiment, design: ExperimentDesign) -> tuple[str, 
     if experiment.registered_design is None:
         return experiment.registered_hash or "", design.replicates, set(design.metrics)
     frozen = ExperimentDesign.from_json(experiment.registered_design)
-    return experiment.registered_hash, frozen.replicates, set(frozen.metrics)
+    # a stopping rule's replicates were registered with it, up to its max_replicates
+    replicates = frozen.replicates if frozen.stopping is None else frozen.stopping.max_replicates
+    return experiment.registered_hash, replicates, set(frozen.metrics)
 
 
 def _world_values(
@@ -132,6 +141,8 @@ def experiment_results(*, slug: str) -> ExperimentResults:
     ):
         people[label].append(observed)
     results = []
+    fits: list[FactorialResult] = []
+    stopping: StoppingResult | None = None
     for metric_hash in design.metrics:
         metric = metrics[metric_hash]
         content = metric["content"]
@@ -142,6 +153,26 @@ def experiment_results(*, slug: str) -> ExperimentResults:
                 if value is not None and arm in by_turn:
                     by_turn[arm][number].append(value)
         world_values = _world_values(design, worlds, content["aggregate"], points[metric_hash])
+        present = [w.value for arm in arms for w in world_values[arm] if w.value is not None]
+        scale, _ = fitting_scale(world_scale_of(content), present)
+        if design.factorial is not None:
+            fits.append(
+                factorial_result(
+                    design.factorial.design,
+                    metric=metric_hash,
+                    label=metric["label"],
+                    scale=scale,
+                    worlds=world_values,
+                )
+            )
+        if design.stopping is not None and design.stopping.metric == metric_hash:
+            stopping = stopping_result(
+                design.stopping,
+                replicates=design.replicates,
+                scale=scale,
+                control=world_values[design.control],
+                treatment=world_values[design.stopping.treatment],
+            )
         result = metric_result(
             MetricInput(
                 hash=metric_hash,
@@ -200,6 +231,9 @@ def experiment_results(*, slug: str) -> ExperimentResults:
         missing_data=MISSING_DATA_RULE,
         methods=methods_paragraph(facts, adjusted, history, multiplicity),
         software=software(),
+        design_text=None if design.factorial is None else design.factorial.design.text(),
+        factorial=tuple(fits),
+        stopping=stopping,
     )
 
 

@@ -85,6 +85,11 @@ def _budget(experiment: Experiment) -> dict[str, Any] | None:
     }
 
 
+def stopping_ended(history: list[dict[str, Any]]) -> bool:
+    """Whether the stopping rule recorded its end (``services.experiment_stopping``)."""
+    return any(entry.get("change") == "stopping" for entry in history)
+
+
 def _progress(
     experiment: Experiment, design: ExperimentDesign, worlds: list[dict[str, Any]], measured: int
 ) -> Progress:
@@ -92,6 +97,7 @@ def _progress(
         (WorldProgress(w["current_turn"], bool(w["pending"])) for w in worlds),
         measured=measured,
         cancelled=experiment.cancelled_at is not None,
+        stopping_open=design.stopping is not None and not stopping_ended(experiment.history),
     )
 
 

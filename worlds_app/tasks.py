@@ -100,6 +100,12 @@ def export_attempt_trace(attempt_id: str) -> dict[str, Any]:
     time_limit=settings.CHUKWA_ATTEMPT_TIME_LIMIT,
 )
 def measure_world(world_id: int, metric_hashes: list[str]) -> dict[str, Any]:
+    from worlds_app.models import World
+    from worlds_app.services.experiment_stopping import stopping_step
     from worlds_app.services.measurements import world_measure
 
-    return dict(world_measure(world_id=world_id, metric_hashes=metric_hashes))
+    result = dict(world_measure(world_id=world_id, metric_hashes=metric_hashes))
+    experiment_id = World.objects.filter(pk=world_id).values_list("experiment_id", flat=True)
+    if experiment_id and experiment_id[0] is not None:  # a stopping rule looks when all is done
+        result["stopping_added"] = stopping_step(experiment_id=experiment_id[0])
+    return result

@@ -118,9 +118,10 @@ def _apply_label_changes(
     return result
 
 
-def scenario_fork(*, data: ScenarioForkInput) -> AssembleResult:
+def scenario_fork(*, data: ScenarioForkInput, durable: bool = True) -> AssembleResult:
     """A new scenario from a parent plus changes; the derivation's parent edges and
-    ``metadata.touched_components`` are its provenance."""
+    ``metadata.touched_components`` are its provenance. ``durable=False``: in the caller's
+    transaction (an experiment's factorial arms are forked in the experiment's own)."""
     body = require_object(data, "body", "invalid_input")
     check_keys(
         body,
@@ -171,7 +172,7 @@ def scenario_fork(*, data: ScenarioForkInput) -> AssembleResult:
         )
 
     resolver = Resolver()
-    with transaction.atomic(durable=True):
+    with transaction.atomic(durable=durable):
         parent_hash = _scenario_ref_hash(body["primary_parent"], "primary_parent")
         parents: list[tuple[str, str]] = [(parent_hash, "primary")]
         for index, item in enumerate(additional):

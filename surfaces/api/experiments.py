@@ -35,6 +35,11 @@ from surfaces.api.contract import (
     path_parameter,
     validate_body,
 )
+from surfaces.api.experiment_factorial import (
+    FACTORIAL_OUT_SCHEMA,
+    STOPPING_OUT_SCHEMA,
+)
+from surfaces.api.experiment_factorial import input_fields as factorial_input_fields
 from surfaces.api.experiment_power import PowerEstimateSerializer, power_input_field
 from surfaces.api.measurements import METRIC_REF_SCHEMA
 from surfaces.api.typed_output import output_serializer
@@ -43,6 +48,7 @@ from worlds_app import experiment_selectors as selectors
 from worlds_app.services import experiments as services
 from worlds_app.services.experiment_estimate import experiment_estimate
 
+FACTORIAL_INPUT = factorial_input_fields()
 EXPERIMENT_PATH = path_parameter("slug", LABEL_SCHEMA, "experiment slug")
 ARM_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -93,11 +99,15 @@ class ExperimentInputSerializer(StrictInputSerializer):
         "replay_from": "invalid_replay_from",
         "primary": "invalid_primary",
         "reuse": "invalid_reuse",
+        "base": "invalid_factors",
+        "factors": "invalid_factors",
+        "fraction": "invalid_fraction",
+        "stopping": "invalid_stopping",
     }
     slug = StrictCharField(help_text="the experiment; its worlds are <slug>--<arm>--<i>")
     name = StrictCharField(required=False, allow_blank=True)
     description = StrictCharField(required=False, allow_blank=True)
-    arms = StrictListField(child=described(ARM_SCHEMA), min_length=1)
+    arms = StrictListField(child=described(ARM_SCHEMA), min_length=1, required=False)
     control = StrictCharField(required=False, help_text="an arm's label (default: the first)")
     replicates = StrictIntegerField(min_value=1, help_text="worlds per arm, paired by seed")
     turns = StrictIntegerField(min_value=1, help_text="turns each world runs")
@@ -146,6 +156,10 @@ class ExperimentInputSerializer(StrictInputSerializer):
         "call's is answered from it, so the arms of a replicate share replies until their "
         "requests differ; off: every call is sent",
     )
+    base = FACTORIAL_INPUT["base"]
+    factors = FACTORIAL_INPUT["factors"]
+    fraction = FACTORIAL_INPUT["fraction"]
+    stopping = FACTORIAL_INPUT["stopping"]
 
     class Meta:
         ref_name = "ExperimentInput"
@@ -333,6 +347,8 @@ class ExperimentDesignSerializer(serializers.Serializer):
     reuse = serializers.ChoiceField(
         choices=list(REUSE_MODES), help_text="every world's reuse (docs/costs.md)"
     )
+    factorial = described(FACTORIAL_OUT_SCHEMA, allow_null=True)
+    stopping = described(STOPPING_OUT_SCHEMA, allow_null=True)
 
     class Meta:
         ref_name = "ExperimentDesign"

@@ -34,6 +34,9 @@ TEXT_FIELDS = ("slug", "name", "description", "replicates", "turns", "seed")
 # the estimate's optional power: which metric, the effect to detect, and sd or a pilot experiment
 POWER_FIELDS = ("power_metric", "power_effect", "power_sd", "power_pilot")
 BUDGET_FIELDS = BUDGET_LIMITS
+# a stopping rule (docs/designs.md): on when max_replicates is given; the metric is the first
+# ticked unless named; no default alpha or step (the spec has none)
+STOPPING_FIELDS = ("stop_max_replicates", "stop_every", "stop_alpha", "stop_treatment")
 ARM_FIELD = re.compile(r"^arms\[(\d+)\]\.(label|scenario_ref)")
 # an arm's intervention (one per arm on the form; the API takes any number)
 IV_FIELD = re.compile(r"^arms\[(\d+)\]\.interventions(?:\[0\](?:\.(turn|patch|note))?)?")
@@ -67,6 +70,7 @@ def _form(data: QueryDict) -> dict[str, Any]:
     form: dict[str, Any] = {name: data.get(name, "").strip() for name in TEXT_FIELDS}
     form.update({name: data.get(name, "").strip() for name in BUDGET_FIELDS})
     form.update({name: data.get(name, "").strip() for name in POWER_FIELDS})
+    form.update({name: data.get(name, "").strip() for name in STOPPING_FIELDS})
     form["arms"] = arms
     form["control"] = control
     form["metrics"] = [h for h in data.getlist("metrics") if h]
@@ -152,7 +156,32 @@ def _design(form: dict[str, Any]) -> dict[str, Any]:
         budget["max_tokens_total"] = _whole(form["max_tokens_total"], "budget.max_tokens_total")
     if budget:
         design["budget"] = budget
+    if any(form[name] for name in STOPPING_FIELDS):
+        design["stopping"] = _stopping(form)
     return design
+
+
+def _stopping(form: dict[str, Any]) -> dict[str, Any]:
+    """The design's ``stopping`` from the form (the service checks it, naming the field)."""
+    if not form["metrics"]:
+        raise invalid("invalid_stopping", "stopping.metric", "tick a metric for the rule to test")
+    stopping: dict[str, Any] = {"metric": {"hash": form["metrics"][0]}}
+    for name in ("max_replicates", "every"):
+        raw = form[f"stop_{name}"]
+        if not raw:
+            raise invalid("invalid_stopping", f"stopping.{name}", "is required for a stopping rule")
+        stopping[name] = _whole(raw, f"stopping.{name}")
+    if not form["stop_alpha"]:
+        raise invalid("invalid_stopping", "stopping.alpha", "is required for a stopping rule")
+    try:
+        stopping["alpha"] = float(form["stop_alpha"])
+    except ValueError:
+        raise invalid(
+            "invalid_stopping", "stopping.alpha", f"must be a number, got {form['stop_alpha']!r}"
+        ) from None
+    if form["stop_treatment"]:
+        stopping["treatment"] = form["stop_treatment"]
+    return stopping
 
 
 def field_key(field: str) -> str:
@@ -169,6 +198,9 @@ def field_key(field: str) -> str:
     if head == "budget":
         tail = field.removeprefix("budget.")
         return tail if tail in BUDGET_FIELDS else "budget"
+    if head == "stopping":
+        key = "stop_" + field.removeprefix("stopping.")
+        return key if key in STOPPING_FIELDS else "stopping"
     if head == "power":
         key = "power_" + field.removeprefix("power.")
         return key if key in POWER_FIELDS else "power"

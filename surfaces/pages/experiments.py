@@ -9,6 +9,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_http_methods, require_POST
 
 from chukwa_core.errors import ChukwaError, NotFoundError
@@ -16,6 +17,7 @@ from chukwa_core.experiment_design import ExperimentDesign
 from scenarios_app.pickers import metric_choices
 from surfaces.api.experiments import ExperimentResultsSerializer
 from surfaces.pages.authoring.common import error_dict, forbidden_unless_operator
+from surfaces.pages.design_plots import interaction_svg, stopping_svg
 from surfaces.pages.live import stop_polling_when
 from surfaces.pages.rendering import page, respond, wants_json
 from surfaces.permissions import is_operator
@@ -118,6 +120,14 @@ def _detail_context(request: HttpRequest, slug: str) -> tuple[dict[str, Any], di
             "arms": list(design.arm_labels),
             "metrics": serialized,
         },
+        # the SVGs escape every text they write (surfaces/pages/design_plots.py)
+        "factorial_plots": [
+            (fit, mark_safe(interaction_svg(fit)))  # noqa: S308
+            for fit in results.factorial
+        ],
+        "stopping_plot": mark_safe(  # noqa: S308
+            stopping_svg(results.stopping.looks if results.stopping is not None else ())
+        ),
         "world_rows": _world_rows(data),
         "worlds_open": len(data["worlds"]) <= WORLDS_OPEN,
         "addable_metrics": [m for m in metric_choices() if m["hash"] not in design.metrics]

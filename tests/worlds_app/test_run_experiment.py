@@ -173,6 +173,19 @@ def test_estimate_prints_the_estimate_and_writes_nothing(tmp_path: Path) -> None
 
 
 @pytest.mark.django_db
+def test_estimate_of_a_stopping_rule_prices_its_worst_case(tmp_path: Path) -> None:
+    design = _design()
+    stopping = {"metric": design["metrics"][0], "alpha": 0.05, "every": 2, "max_replicates": 7}
+    out = io.StringIO()
+    path = _write(tmp_path, {**design, "stopping": stopping})
+    call_command("run_experiment", path, "--estimate", stdout=out)
+    printed = out.getvalue()
+    assert "worlds: 14 by 2 turns" in printed  # 2 arms at max_replicates, not 3 replicates
+    assert "priced at max_replicates (7 per arm)" in printed
+    assert _nothing_written()
+
+
+@pytest.mark.django_db
 def test_estimate_with_power_flags_prints_statsmodels_replicates(tmp_path: Path) -> None:
     """``--power-effect 0.5 --power-sd 1`` on the design's first metric (continuous): the
     replicates needed are statsmodels' own answer, rounded up; a bad flag names its field."""

@@ -21,6 +21,7 @@ from chukwa_core.experiment_design import (
     BranchFrom,
     Budget,
     ExperimentDesign,
+    Factorial,
     PlannedIntervention,
     ReplayFrom,
     world_slug,
@@ -31,6 +32,7 @@ from worlds_app.models import Experiment, World
 from worlds_app.services.attempts import MAX_BATCH
 from worlds_app.services.branches import branch_point
 from worlds_app.services.budgets import parse_budget
+from worlds_app.services.factorial_arms import factorial_arms, factorial_of, stopping_of
 from worlds_app.services.measurements import resolve_metric_refs
 from worlds_app.services.world_inputs import (
     intervention_fields,
@@ -69,27 +71,45 @@ def design_of(data: Any) -> ExperimentDesign:
         branch = BranchFrom(point.parent.slug, point.turn.number)
         no_start_time_on_branch(body.get("start_time"))
     first_turn = branch.turn if branch is not None else 0
-    arms_in = body["arms"]
-    if not isinstance(arms_in, list) or not arms_in:
-        raise invalid("invalid_arms", "arms", "must be a non-empty array of arms")
-    check_world_count(len(arms_in), replicates, "replicates")
-    arms: list[Arm] = []
-    for index, arm_in in enumerate(arms_in):
-        arms.append(
-            _arm(
-                arm_in,
-                f"arms[{index}]",
-                arms,
-                slug,
-                replicates,
-                range(first_turn + 1, first_turn + turns + 1),
-            )
-        )
+    factorial: Factorial | None = None
+    if body.get("factors") is not None:
+        for name in ("arms", "control"):
+            if name in body:
+                raise invalid(
+                    "invalid_factors", name, f"give factors or {name}, not both (docs/designs.md)"
+                )
+        if body.get("base") is None:
+            raise invalid("invalid_factors", "base", "factors need a base scenario")
+        factorial = factorial_of(body, _scenario(body["base"], "base"))
+        arms = factorial_arms(factorial, write=False)
+        check_world_count(len(arms), replicates, "replicates")
+        check_slug_length(slug, [a.label for a in arms], replicates, "factors")
+    else:
+        for name in ("base", "fraction"):
+            if name in body:
+                raise invalid("invalid_factors", name, f"{name} goes with factors")
+        if "arms" not in body:
+            raise invalid("invalid_input", "arms", "give arms, or factors over a base")
+        arms = _arms(body["arms"], slug, replicates, first_turn, turns)
     control = body.get("control") or arms[0].label
     if control not in {a.label for a in arms}:
         raise invalid("invalid_control", "control", f"{control!r} is not one of the arms")
     metrics = resolve_metric_refs(body["metrics"], "metrics")
     primary = _primary(body.get("primary"), [m["hash"] for m in metrics])
+    stopping = None
+    if body.get("stopping") is not None:
+        stopping = stopping_of(
+            body["stopping"],
+            metrics=[m["hash"] for m in metrics],
+            resolve=lambda ref, field: resolve_metric_refs([ref], field)[0]["hash"],
+            replicates=replicates,
+            arms=arms,
+            control=control,
+        )
+        check_world_count(len(arms), stopping.max_replicates, "stopping.max_replicates")
+        check_slug_length(
+            slug, [a.label for a in arms], stopping.max_replicates, "stopping.max_replicates"
+        )
     seed = body.get("seed")
     if seed is not None and (problem := seed_problem(seed)) is not None:
         raise invalid("invalid_seed", "seed", problem)
@@ -129,7 +149,28 @@ def design_of(data: Any) -> ExperimentDesign:
         replay_from=replay,
         primary=primary,
         reuse=reuse_mode(body["reuse"], "reuse") if "reuse" in body else "exact",
+        factorial=factorial,
+        stopping=stopping,
     )
+
+
+def _arms(arms_in: Any, slug: str, replicates: int, first_turn: int, turns: int) -> list[Arm]:
+    if not isinstance(arms_in, list) or not arms_in:
+        raise invalid("invalid_arms", "arms", "must be a non-empty array of arms")
+    check_world_count(len(arms_in), replicates, "replicates")
+    arms: list[Arm] = []
+    for index, arm_in in enumerate(arms_in):
+        arms.append(
+            _arm(
+                arm_in,
+                f"arms[{index}]",
+                arms,
+                slug,
+                replicates,
+                range(first_turn + 1, first_turn + turns + 1),
+            )
+        )
+    return arms
 
 
 def _primary(value: Any, metrics: list[str]) -> str | None:

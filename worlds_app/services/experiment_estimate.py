@@ -25,6 +25,7 @@ from dataclasses import asdict
 from decimal import Decimal
 from typing import Any, TypedDict
 
+from django.db import transaction
 from django.utils import timezone
 
 from chukwa_core.experiment_power import PowerEstimate
@@ -38,6 +39,7 @@ from worlds_app.services.branches import design_branch_point
 from worlds_app.services.experiment_design import design_of
 from worlds_app.services.experiment_power import experiment_power
 from worlds_app.services.experiment_time import time_of
+from worlds_app.services.factorial_arms import factorial_arms
 from worlds_app.services.measurements import unmeasured_before
 from worlds_app.services.worlds import parse_start_time, world_start
 
@@ -147,6 +149,15 @@ def _world_chars(snapshot: Mapping[str, Any]) -> int:
 
 
 def experiment_estimate(*, data: Any) -> Estimate:
+    """``_estimate`` with a factorial design's forks in a transaction rolled back afterwards:
+    the arms' scenarios exist while they are priced, and nothing stays written."""
+    with transaction.atomic():
+        found = _estimate(data=data)
+        transaction.set_rollback(True)
+    return found
+
+
+def _estimate(*, data: Any) -> Estimate:
     """The most the design could spend (calls, tokens, cost at today's prices), and whether it
     fits its budget; the design is validated as for creating it (400 naming the field). With
     ``power`` beside the design: the replicates it needs for that power (docs/experiments.md,
@@ -155,6 +166,10 @@ def experiment_estimate(*, data: Any) -> Estimate:
     if isinstance(data, dict) and "power" in data:
         data = {key: value for key, value in data.items() if key != "power"}
     design = design_of(data)
+    if design.factorial is not None:  # rolled back by experiment_estimate
+        factorial_arms(design.factorial, write=True)
+    if design.stopping is not None:  # the worst case: the rule never stops early
+        design = design.with_replicates(design.stopping.max_replicates)
     power = None if power_asked is None else experiment_power(value=power_asked, design=design)
     replicates, turns = design.replicates, design.turns
     tally = _Tally()

@@ -33,6 +33,7 @@ from worlds_app.services.experiment_design import (
     check_world_count,
     design_of,
 )
+from worlds_app.services.factorial_arms import factorial_arms
 from worlds_app.services.measurements import resolve_metric_refs
 from worlds_app.services.world_inputs import whole_number
 from worlds_app.services.worlds import new_world_rows, parse_start_time, world_start
@@ -80,6 +81,9 @@ def experiment_create(*, data: Any, created_by: str = "") -> Experiment:
                 f"slug: an experiment {slug!r} was just created",
                 {"field": "slug"},
             ) from None
+        if design.factorial is not None:  # the arms' forks, written with the experiment
+            written = factorial_arms(design.factorial, write=True)
+            assert [a.scenario_hash for a in written] == [a.scenario_hash for a in design.arms]
         _make_worlds(experiment, range(1, design.replicates + 1), created_by)
     return experiment
 
@@ -219,12 +223,21 @@ def _locked(slug: str) -> Experiment:
     return experiment
 
 
-def experiment_add_replicates(*, slug: str, count: Any, created_by: str = "") -> Experiment:
+def experiment_add_replicates(
+    *, slug: str, count: Any, created_by: str = "", expect_replicates: int | None = None
+) -> Experiment:
     """Add ``count`` replicates to every arm: their seeds continue the experiment's (replicate
-    R+1, R+2…), their turns are queued and they are measured like the first."""
+    R+1, R+2…), their turns are queued and they are measured like the first.
+    ``expect_replicates``: add only if the experiment still has that many (a stopping rule's
+    step, taken once however many measure tasks see the look)."""
     count = whole_number(count, "count", 1, MAX_WORLDS, "invalid_count")
     with transaction.atomic(durable=True):
         experiment = _locked(slug)
+        if (
+            expect_replicates is not None
+            and experiment.typed_design.replicates != expect_replicates
+        ):
+            return experiment
         if experiment.cancelled_at is not None:
             raise ConflictError(
                 "experiment_cancelled",

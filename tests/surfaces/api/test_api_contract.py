@@ -200,6 +200,25 @@ def test_the_experiment_results_are_declared_field_by_field(tmp_path: Path) -> N
         "missing_data": "string",
         "methods": "string",
         "software": "ref",
+        "design_text": "string?",
+        "factorial": "array",
+        "stopping": "ref?",
+    }
+    _, fit = resolve(results["properties"]["factorial"]["items"])
+    assert _field_types(fit)["effects"] == _field_types(fit)["cells"] == "array"
+    _, effect = resolve(fit["properties"]["effects"]["items"])
+    assert _field_types(effect)["ci_low"] == "number?"
+    assert _field_types(effect)["aliases"] == "array"
+    _, stopping = resolve(results["properties"]["stopping"])
+    assert _field_types(stopping)["reason"] == "string?"
+    _, look = resolve(stopping["properties"]["looks"]["items"])
+    assert _field_types(look) == {
+        "replicates": "integer",
+        "pairs": "integer",
+        "e_value": "number",
+        "log_e_value": "number",
+        "boundary": "number",
+        "decision": "string",
     }
     _, metric_result = resolve(results["properties"]["results"]["items"])
     assert _field_types(metric_result) == {

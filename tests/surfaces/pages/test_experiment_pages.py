@@ -334,6 +334,29 @@ def test_the_form_estimates_then_launches(operator: Client) -> None:
     assert "of budget" in shown and "1000 tokens in all" in shown
 
 
+def test_the_form_knows_a_stopping_rule_and_prices_its_worst_case(operator: Client) -> None:
+    scenario, metric = stored_scenario(), expression_metric("treated", TREATED)
+    rule = {"stop_max_replicates": "7", "stop_every": "2", "stop_alpha": "0.05"}
+    page = operator.get("/experiments/new/").content.decode()
+    assert 'name="stop_max_replicates"' in page and 'name="stop_alpha"' in page
+    estimate = operator.post(
+        "/experiments/new/", _form(scenario, metric, action="estimate", **rule), **HTMX
+    )
+    assert estimate.status_code == 200
+    assert "<strong>14</strong> worlds" in estimate.content.decode()  # 2 arms at 7, not 2
+    launched = operator.post("/experiments/new/", _form(scenario, metric, **rule))
+    assert launched.status_code == 302
+    stopping = Experiment.objects.get().design["stopping"]
+    assert stopping == {
+        "metric": metric,
+        "alpha": 0.05,
+        "max_replicates": 7,
+        "every": 2,
+        "start": 2,
+        "treatment": "treated",
+    }
+
+
 def test_the_form_estimates_the_replicates_a_power_needs(operator: Client) -> None:
     """An effect and an sd on the form: the estimate shows the replicates needed and the power
     of the design, as ``experiment_estimate`` answers them; a bad effect is shown at its field."""
@@ -374,6 +397,17 @@ def test_the_form_estimates_the_replicates_a_power_needs(operator: Client) -> No
             {"arm_label": ["control", "treated"], "control": "1", "replicates": "600"},
             "replicates",
             "too_many_worlds",
+        ),
+        ({"stop_max_replicates": "6", "stop_every": "2"}, "stop_alpha", "invalid_stopping"),
+        (
+            {"stop_max_replicates": "6", "stop_every": "0", "stop_alpha": "0.05"},
+            "stop_every",
+            "invalid_stopping",
+        ),
+        (
+            {"stop_max_replicates": "1", "stop_every": "1", "stop_alpha": "0.05"},
+            "stop_max_replicates",
+            "invalid_stopping",
         ),
     ],
 )

@@ -181,6 +181,11 @@ class Command(BaseCommand):
             except ChukwaError as exc:
                 raise refusal(exc) from None
             self.stdout.write(estimate_text(estimate))
+            if isinstance(data, dict) and isinstance(data.get("stopping"), dict):
+                most = data["stopping"].get("max_replicates")
+                self.stdout.write(
+                    f"stopping rule: priced at max_replicates ({most} per arm), its worst case"
+                )
             return
         try:
             design_of(data)  # refused before anything else is asked, and nothing written
