@@ -111,8 +111,11 @@ def attempt_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
             "generations": len(generations),
             "running": sum(1 for i in data["source_invocations"] if i["status"] == "running"),
             "retries": sum(1 for g in generations if verdicts[str(g["id"])]["code"] == "rejected"),
-            "prompt_tokens": sum(i["prompt_tokens"] or 0 for i in generations),
-            "completion_tokens": sum(i["completion_tokens"] or 0 for i in generations),
+            # every call that spent tokens: the conformance check's too
+            "prompt_tokens": sum(i["prompt_tokens"] or 0 for i in data["source_invocations"]),
+            "completion_tokens": sum(
+                i["completion_tokens"] or 0 for i in data["source_invocations"]
+            ),
         },
     }
     response = respond(
