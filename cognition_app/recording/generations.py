@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, Self
 from uuid import UUID
 
 from django.utils import timezone
@@ -82,7 +82,7 @@ class GenerationRecord(CallRecord):
         price: ModelPrice | None = None,
         replayed_from: UUID | None = None,
         kind: str = InvocationKind.LLM_GENERATION,
-    ) -> GenerationRecord:
+    ) -> Self:
         base = CallRecord.new(
             owner,
             kind=kind,

@@ -299,22 +299,20 @@ def _answered(check: CheckRecord, payload: dict[str, Any], response_text: str) -
     """What an answer spent: the provider's usage, else estimated as a generation's is
     (characters / 4)."""
     try:
-        body = loads_strict(response_text)
+        parsed = loads_strict(response_text)
     except ValueError:
-        body = None
-    body = body if isinstance(body, dict) else {}
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        parsed = None
+    body: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
+    usage = _object(body.get("usage"))
     choices = body.get("choices")
-    first = (
-        choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    )
-    message = first.get("message") if isinstance(first.get("message"), dict) else {}
-    reply = message.get("content") if isinstance(message.get("content"), str) else ""
-    counts = {
-        name: usage[name]
-        for name in ("prompt_tokens", "completion_tokens")
-        if isinstance(usage.get(name), int) and not isinstance(usage.get(name), bool)
-    }
+    first = _object(choices[0] if isinstance(choices, list) and choices else None)
+    content = _object(first.get("message")).get("content")
+    reply = content if isinstance(content, str) else ""
+    counts: dict[str, int] = {}
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            counts[name] = value
     source = "provider"
     if len(counts) < 2:
         chars = sum(len(str(m.get("content", ""))) for m in payload["messages"])
@@ -327,3 +325,7 @@ def _answered(check: CheckRecord, payload: dict[str, Any], response_text: str) -
         reply=reply,
         finish_reason=str(first.get("finish_reason") or ""),
     )
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
