@@ -14,7 +14,7 @@ from cognition_app.recording.closing import (
     interrupt_running,
     interrupt_stale_judges,
 )
-from cognition_app.recording.generations import GenerationRecord, Verdict
+from cognition_app.recording.generations import CheckRecord, GenerationRecord, Verdict
 from cognition_app.recording.port import DIRECT, DirectRecorder, Recorder, trace_batch
 from cognition_app.recording.write_behind import Held, TraceWriter
 
@@ -22,6 +22,7 @@ __all__ = [
     "DIRECT",
     "CallOwner",
     "CallRecord",
+    "CheckRecord",
     "DirectRecorder",
     "GenerationRecord",
     "Held",

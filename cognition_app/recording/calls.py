@@ -156,8 +156,18 @@ class CallRecord:
     def succeed_now(self, **fields: Any) -> None:
         """:meth:`succeed`, written before this returns (a check whose verdict other calls
         wait for)."""
-        trace_batch([self.finish_statement(InvocationStatus.SUCCEEDED, **fields)])
+        trace_batch(
+            [
+                *self.finishing_rows(InvocationStatus.SUCCEEDED),
+                self.finish_statement(InvocationStatus.SUCCEEDED, **fields),
+            ]
+        )
         log_finished(self.invocation)
+
+    def finishing_rows(self, status: str, error: str = "") -> list[Statement]:
+        """The statements finishing this call's other rows with its invocation (none here; a
+        conformance check's LLM call, ``CheckRecord``)."""
+        return []
 
     def fail(self, failure_class: str, message: str, **fields: Any) -> NoReturn:
         """Finish the row ``failed`` now (the message scrubbed of every key) and raise the
@@ -165,12 +175,13 @@ class CallRecord:
         message = storable_text(scrub(message))
         trace_batch(
             [
+                *self.finishing_rows(InvocationStatus.FAILED, message),
                 self.finish_statement(
                     InvocationStatus.FAILED,
                     failure_class=failure_class,
                     failure_message=message,
                     **fields,
-                )
+                ),
             ]
         )
         log_finished(self.invocation)

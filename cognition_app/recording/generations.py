@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, Self
 from uuid import UUID
 
 from django.utils import timezone
@@ -84,7 +84,7 @@ class GenerationRecord(CallRecord):
         kind: str = InvocationKind.LLM_GENERATION,
         reuse_key: str = "",
         reused_from: UUID | None = None,
-    ) -> GenerationRecord:
+    ) -> Self:
         base = CallRecord.new(
             owner,
             kind=kind,
@@ -323,3 +323,61 @@ class GenerationRecord(CallRecord):
 
     def _failed_internally(self, message: str, call: LlmCall | None = None) -> None:
         super()._failed_internally(message, self.call)
+
+
+class CheckRecord(GenerationRecord):
+    """A conformance check's rows: its invocation and an LLM call (not streamed, no chunks), so
+    that what the probe spent counts in the attempt's, turn's, world's and experiment's totals
+    and budgets as a generation's does (they all sum LLM calls)."""
+
+    usage: Mapping[str, int] | None = None  # what the probe spent, once it answered
+    usage_source = ""
+    response_model = ""
+    reply = ""
+    finish_reason = ""
+
+    def answered(
+        self,
+        *,
+        usage: Mapping[str, int],
+        usage_source: str,
+        response_model: str,
+        reply: str,
+        finish_reason: str,
+    ) -> None:
+        """What the backend answered, written with the rows when they finish."""
+        self.usage, self.usage_source = usage, usage_source
+        self.response_model, self.reply, self.finish_reason = response_model, reply, finish_reason
+
+    def finishing_rows(self, status: str, error: str = "") -> list[Statement]:
+        call, usage = self.call, self.usage
+        # Without an answer's usage (no answer, or a broken one) what it spent is unknown:
+        # null, as a generation's failed stream leaves it, never 0.
+        fields: dict[str, Any] = {
+            "status": status,
+            "ended_at": timezone.now(),
+            "error": error,
+            "price": call.price,
+        }
+        if usage is not None:
+            prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+            fields.update(
+                usage_source=self.usage_source,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cost=(
+                    usage_cost(call.price, prompt_tokens=prompt, completion_tokens=completion)
+                    if call.price is not None
+                    else None
+                ),
+                cost_estimated=self.usage_source == "estimated",
+                response_model=self.response_model,
+                raw_text=storable_text(scrub(self.reply)),
+                normalized_text=storable_text(scrub(self.reply)).strip(),
+                finish_reason=self.finish_reason,
+            )
+        # what the check spent, read by whoever settles its budget reservation
+        call.prompt_tokens = fields.get("prompt_tokens")
+        call.completion_tokens = fields.get("completion_tokens")
+        call.cost = fields.get("cost")
+        return [update_statement(LlmCall, call.pk, fields, while_running=True)]

@@ -21,9 +21,11 @@ from django.conf import settings
 from django.utils import timezone
 
 from chukwa_core.json_values import loads_strict, storable_text
+from cognition_app.budgets import Reservation, prompt_estimate
+from cognition_app.costs import price_at
 from cognition_app.failures import SourceFailure
 from cognition_app.models import InvocationKind, SourceProbe
-from cognition_app.recording import CallRecord
+from cognition_app.recording import CheckRecord
 from cognition_app.redaction import redact_headers, scrub
 from cognition_app.sources.context import CallContext
 from cognition_app.sources.deadline import TooLarge, TooSlow, post_json
@@ -32,6 +34,7 @@ from cognition_app.sources.replay import request_key
 PROBE_SCHEMA_NAME = "chukwa_conformance_probe"
 PROBE_MAX_BYTES = 1024 * 1024  # the answer is a few dozen bytes; a bigger one is not read
 PROBE_ANSWER = "chukwa-conformance-ok"
+PROBE_MAX_TOKENS = 40
 PROBE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"probe": {"type": "string", "enum": [PROBE_ANSWER]}},
@@ -77,14 +80,24 @@ def ensure_schema_enforced(
             age = (now - stored.checked_at).total_seconds()
             _probe_cache[key] = time.monotonic() + _probe_ttl(True) - age
             return
-        check = CallRecord.new(
+        payload = _probe_payload(model)
+        # An LLM call like any other: what it spends counts in every total and budget.
+        check = CheckRecord.new_generation(
             ctx,
             kind=InvocationKind.CONFORMANCE_CHECK,
             source_hash=source_hash,
             source=source,
             request={},
             # a check is never served from a recording, but it is keyed like every invocation
-            request_key=request_key(source_hash, _probe_payload(model)),
+            request_key=request_key(source_hash, payload),
+            output_schema_hash="",
+            base_url=base_url,
+            model=model,
+            messages=payload["messages"],
+            params={k: payload[k] for k in ("max_tokens", "temperature", "stream")},
+            response_format=payload["response_format"],
+            base_url_env=ctx_url_env(source),
+            price=price_at(url_env=ctx_url_env(source), model=model, at=timezone.now()),
         )
         if fresh and stored is not None:  # a negative verdict, not yet expired
             retry_at = stored.checked_at + timedelta(seconds=_probe_ttl(False))
@@ -95,30 +108,72 @@ def ensure_schema_enforced(
             )
             check.invocation.request = {"verdict_from": stored.checked_at.isoformat()}
             raise check.refused(SourceFailure("backend_not_enforcing", message))
-        payload = _probe_payload(model)
         check.invocation.request = {
             **payload,
             "url_env": ctx_url_env(source),
             "path": "/chat/completions",
         }
-        check.open()  # the row exists before any byte is sent
-        with check.guard():
-            enforces, detail, recorded = _run_probe(
-                check, source, base_url, payload, headers, timeout
-            )
-            SourceProbe.objects.update_or_create(
-                base_url=base_url,
-                model=model,
-                defaults={"enforces_schema": enforces, "detail": detail},
-            )
-            if not enforces:
-                message = (
-                    f"the LLM backend behind {ctx_url_env(source)} (model {model}) does not "
-                    f"enforce response_format JSON schemas: {detail}"
+        reservation = _reserve(ctx, check, model)
+        try:
+            _check(check, key, source, base_url, model, payload, headers, timeout)
+        finally:
+            if ctx.budget is not None:
+                call = check.call
+                ctx.budget.release(
+                    reservation,
+                    tokens=(call.prompt_tokens or 0) + (call.completion_tokens or 0),
+                    cost=call.cost,
                 )
-                check.fail("backend_not_enforcing", message, **recorded)
-            check.succeed_now(validation_status="valid", **recorded)
-            _probe_cache[key] = time.monotonic() + _probe_ttl(True)
+
+
+def _reserve(ctx: CallContext, check: CheckRecord, model: str) -> Reservation:
+    """The check's reservation under the world's (and its experiment's) budgets, like any LLM
+    call's: what it could spend; a check that does not fit is refused, its rows written."""
+    if ctx.budget is None:
+        return Reservation(in_ledger=False)
+    call = check.call
+    outcome = ctx.budget.reserve(
+        world_id=ctx.world_id,
+        attempt_id=ctx.attempt_id,
+        prompt_tokens=prompt_estimate(call.messages, call.response_format),
+        max_completion=PROBE_MAX_TOKENS,
+        price=call.price,
+        price_key=f"({call.base_url_env}, {model})",
+    )
+    if isinstance(outcome, str):
+        raise check.refused(
+            SourceFailure("budget_exhausted", f"conformance check refused: {outcome}")
+        )
+    return outcome
+
+
+def _check(
+    check: CheckRecord,
+    key: tuple[str, str],
+    source: Mapping[str, Any],
+    base_url: str,
+    model: str,
+    payload: dict[str, Any],
+    headers: dict[str, str],
+    timeout: float,
+) -> None:
+    """Send the check and keep its verdict (the caller holds ``_probe_lock``)."""
+    check.open()  # the row exists before any byte is sent
+    with check.guard():
+        enforces, detail, recorded = _run_probe(check, source, base_url, payload, headers, timeout)
+        SourceProbe.objects.update_or_create(
+            base_url=base_url,
+            model=model,
+            defaults={"enforces_schema": enforces, "detail": detail},
+        )
+        if not enforces:
+            message = (
+                f"the LLM backend behind {ctx_url_env(source)} (model {model}) does not "
+                f"enforce response_format JSON schemas: {detail}"
+            )
+            check.fail("backend_not_enforcing", message, **recorded)
+        check.succeed_now(validation_status="valid", **recorded)
+        _probe_cache[key] = time.monotonic() + _probe_ttl(True)
 
 
 def ctx_url_env(source: Mapping[str, Any]) -> str:
@@ -133,7 +188,7 @@ def _probe_payload(model: str) -> dict[str, Any]:
             {"role": "user", "content": 'Say hello as {"probe": "..."} with any text you like.'},
         ],
         "stream": False,
-        "max_tokens": 40,
+        "max_tokens": PROBE_MAX_TOKENS,
         "temperature": 0,
         "response_format": {
             "type": "json_schema",
@@ -142,7 +197,7 @@ def _probe_payload(model: str) -> dict[str, Any]:
     }
 
 
-def _unreached(check: CallRecord, why: str) -> NoReturn:
+def _unreached(check: CheckRecord, why: str) -> NoReturn:
     check.fail(
         "transport",
         f"conformance check could not reach the backend: {why}; nothing was concluded about "
@@ -169,7 +224,7 @@ def _failure_of_status(status: int, source: Mapping[str, Any]) -> tuple[str, str
 
 
 def _run_probe(
-    check: CallRecord,
+    check: CheckRecord,
     source: Mapping[str, Any],
     base_url: str,
     payload: dict[str, Any],
@@ -201,6 +256,8 @@ def _run_probe(
         "response_text": text,
     }
     status = response.status_code
+    if status < 400:
+        _answered(check, payload, response_text)
     failure = _failure_of_status(status, source)
     if failure is not None:
         failure_class, why = failure
@@ -236,3 +293,39 @@ def _run_probe(
             recorded,
         )
     return True, "schema enforced", recorded
+
+
+def _answered(check: CheckRecord, payload: dict[str, Any], response_text: str) -> None:
+    """What an answer spent: the provider's usage, else estimated as a generation's is
+    (characters / 4)."""
+    try:
+        parsed = loads_strict(response_text)
+    except ValueError:
+        parsed = None
+    body: dict[str, Any] = parsed if isinstance(parsed, dict) else {}
+    usage = _object(body.get("usage"))
+    choices = body.get("choices")
+    first = _object(choices[0] if isinstance(choices, list) and choices else None)
+    content = _object(first.get("message")).get("content")
+    reply = content if isinstance(content, str) else ""
+    counts: dict[str, int] = {}
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            counts[name] = value
+    source = "provider"
+    if len(counts) < 2:
+        chars = sum(len(str(m.get("content", ""))) for m in payload["messages"])
+        counts = {"prompt_tokens": max(1, chars // 4), "completion_tokens": max(1, len(reply) // 4)}
+        source = "estimated"
+    check.answered(
+        usage=counts,
+        usage_source=source,
+        response_model=str(body.get("model") or ""),
+        reply=reply,
+        finish_reason=str(first.get("finish_reason") or ""),
+    )
+
+
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

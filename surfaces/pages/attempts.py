@@ -23,6 +23,7 @@ from django.views.decorators.http import require_POST
 
 from chukwa_core.errors import ChukwaError, ConflictError, invalid
 from cognition_app.verdicts import trace_details
+from scenarios_app.hash_names import hash_names
 from surfaces.pages.layout import page_links, page_offset, query_url
 from surfaces.pages.live import stop_polling_when
 from surfaces.pages.rendering import page, respond, wants_json
@@ -102,6 +103,8 @@ def attempt_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
         ),
         "retry_left": data["batch_size"] - data["batch_index"] - 1,
         "timeline": timeline,
+        # what names each workflow the attempt ran (a node's detail shows it beside the hash)
+        "hash_names": hash_names(hashes={i["workflow_hash"] for i in data["source_invocations"]}),
         "finished": finished,
         "subjects": window,
         # the page polls itself with its own window of subjects
@@ -111,8 +114,11 @@ def attempt_page(request: HttpRequest, attempt_id: str) -> HttpResponse:
             "generations": len(generations),
             "running": sum(1 for i in data["source_invocations"] if i["status"] == "running"),
             "retries": sum(1 for g in generations if verdicts[str(g["id"])]["code"] == "rejected"),
-            "prompt_tokens": sum(i["prompt_tokens"] or 0 for i in generations),
-            "completion_tokens": sum(i["completion_tokens"] or 0 for i in generations),
+            # every call that spent tokens: the conformance check's too
+            "prompt_tokens": sum(i["prompt_tokens"] or 0 for i in data["source_invocations"]),
+            "completion_tokens": sum(
+                i["completion_tokens"] or 0 for i in data["source_invocations"]
+            ),
         },
     }
     response = respond(

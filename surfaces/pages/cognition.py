@@ -16,6 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from cognition_app import selectors
 from cognition_app.sources.schema_delivery import SCHEMA_INSTRUCTION
 from cognition_app.verdicts import NodeGeneration, invocation_verdict, node_generations
+from scenarios_app.hash_names import hash_names
 from surfaces.pages.live import stop_polling_when
 from surfaces.pages.rendering import page, respond
 
@@ -36,7 +37,11 @@ def invocation_page(request: HttpRequest, invocation_id: str) -> HttpResponse:
     response = respond(
         request,
         "cognition_app/invocation_detail.html",
-        {"inv": data, "finished": data["status"] != "running"},
+        {
+            "inv": data,
+            "finished": data["status"] != "running",
+            "hash_names": hash_names(hashes=[data["workflow_hash"]]),
+        },
         data,
         partial="cognition_app/_invocation.html",
     )

@@ -23,7 +23,9 @@ from chukwa_core.metric_judge import DEFAULT_JUDGE_GENERATION_ATTEMPTS, JUDGE_GE
 from chukwa_core.metric_kinds import METRIC_KINDS, turn_scale, world_scale_of
 from chukwa_core.metric_types import TYPES, scale_label
 from chukwa_core.metric_validation import AGGREGATES
+from scenarios_app import selectors
 from scenarios_app.pickers import component_choices
+from scenarios_app.selectors import ComponentKind
 from scenarios_app.services import metric_draft, metric_put
 from surfaces.pages.authoring.common import error_dict, forbidden_unless_operator
 from surfaces.pages.rendering import page, respond
@@ -127,7 +129,48 @@ KIND_CONTENT: dict[str, Callable[[dict[str, str]], dict[str, Any]]] = {
 }
 
 
-def _form(data: QueryDict) -> dict[str, Any]:
+def _edited(metric_hash: str) -> dict[str, str]:
+    """A stored metric as the form's fields, to edit: saving stores a new version (its own hash,
+    the same label unless changed); the stored one stays as it is, with every measurement and
+    experiment that names it."""
+    content = selectors.component_get(kind=ComponentKind.METRIC, hash=metric_hash)["content"]
+    fields: dict[str, str] = {
+        "kind": str(content["kind"]),
+        "label": str(content["label"]),
+        "aggregate": str(content["aggregate"]),
+        "edit": metric_hash,
+    }
+    if content["kind"] == "expression":
+        bounds = content.get("range") or {}
+        fields.update(
+            expression=str(content["expression"]),
+            type=str(content.get("type", "")),
+            range_min=_text(bounds.get("min")),
+            range_max=_text(bounds.get("max")),
+        )
+    elif content["kind"] == "llm_judge":
+        scale = content.get("scale") or {}
+        fields.update(
+            source=str((content.get("source") or {}).get("hash", "")),
+            system=str(content.get("system", "")),
+            user_template=str(content.get("user_template", "")),
+            scale_min=_text(scale.get("min")),
+            scale_max=_text(scale.get("max")),
+            subject=str(content.get("subject", "")),
+            max_generation_attempts=_text(content.get("max_generation_attempts")),
+        )
+    else:
+        common = {"version", "label", "kind", "aggregate"}
+        own = {k: v for k, v in content.items() if k not in common}
+        fields["fields_json"] = json.dumps(own, indent=2, ensure_ascii=False)
+    return fields
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _form(data: QueryDict | dict[str, str]) -> dict[str, Any]:
     kind = data.get("kind", "")
     kind = kind if kind in METRIC_KINDS else next(iter(METRIC_KINDS))
     names = (*COMMON_FIELDS, *KIND_FIELDS.get(kind, JSON_FIELDS))
@@ -139,6 +182,8 @@ def _form(data: QueryDict) -> dict[str, Any]:
     form["world"] = data.get("world", "").strip()
     form["turn"] = data.get("turn", "").strip()
     form["next"] = data.get("next", "")
+    # the stored metric being edited (the form says so; saving stores a new version)
+    form["edit"] = data.get("edit", "").strip()
     return form
 
 
@@ -224,6 +269,11 @@ def _context(request: HttpRequest, form: dict[str, Any]) -> dict[str, Any]:
         "llm_sources": component_choices()["llm_sources"],
         "worlds": worlds,
         "next": _next_url(request, form["next"]),
+        "editing": (
+            selectors.component_get(kind=ComponentKind.METRIC, hash=form["edit"])
+            if form["edit"]
+            else None
+        ),
         "asks_model": METRIC_KINDS[form["kind"]].source_key is not None,
         "error_keys": ("label", "aggregate", "content", *KIND_ERROR_KEYS.get(form["kind"], ())),
         "error": None,
@@ -238,7 +288,10 @@ def _context(request: HttpRequest, form: dict[str, Any]) -> dict[str, Any]:
 def metric_new_page(request: HttpRequest) -> HttpResponse:
     forbidden_unless_operator(request, "Making metrics")
     posted = request.method == "POST"
-    form = _form(request.POST if posted else request.GET)
+    source: QueryDict | dict[str, str] = request.POST if posted else request.GET
+    if not posted and request.GET.get("edit"):
+        source = {**_edited(request.GET["edit"]), "next": request.GET.get("next", "")}
+    form = _form(source)
     action = request.POST.get("action", "") if posted else ""
     context = _context(request, form)
     htmx = bool(getattr(request, "htmx", False))

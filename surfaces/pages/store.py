@@ -15,6 +15,7 @@ from chukwa_core.metric_kinds import registered_kind, turn_scale, world_scale_of
 from chukwa_core.metric_types import scale_label
 from chukwa_core.workflow_refs import REF_KINDS
 from scenarios_app import selectors
+from scenarios_app.hash_names import hash_names
 from scenarios_app.population_selectors import population_coverage
 from scenarios_app.selectors import COLLECTION_SEGMENTS, SCENARIO_KINDS, ComponentKind
 from surfaces.pages.authoring.review import MAX_DIFF_LINES, diff_rows, flatten, parent_content
@@ -215,6 +216,9 @@ def component_list_page(request: HttpRequest, segment: str) -> HttpResponse:
         "kind": kind.value,
         "title": TITLES[segment],
         "result": result,
+        "hash_names": hash_names(
+            hashes=[h for row in result["results"] for h in (row["hash"], row.get("workflow_hash"))]
+        ),
         "pager": _pager(request, count=result["count"], limit=limit, offset=offset),
     }
     return respond(
@@ -271,6 +275,7 @@ def component_detail_page(request: HttpRequest, segment: str, hash: str) -> Http
         "kind_label": kind.label,
         "c": data,
         "workflow": workflow,
+        "hash_names": hash_names(hashes=[hash, component.get("workflow_hash", "")]),
     }
     return respond(request, "scenarios_app/component_detail.html", context, data)
 
@@ -284,6 +289,17 @@ def component_uses_page(request: HttpRequest, segment: str, hash: str) -> HttpRe
         "title": TITLES[segment],
         "uses": uses,
         "detail_url": component_url(kind, hash),
+        "hash_names": hash_names(
+            hashes=[
+                hash,
+                *(w["hash"] for w in uses.get("workflows", [])),
+                *(
+                    h
+                    for p in uses.get("cognition_profiles", [])
+                    for h in (p["hash"], p["workflow_hash"])
+                ),
+            ]
+        ),
     }
     return respond(request, "scenarios_app/component_uses.html", context, uses)
 
@@ -391,7 +407,9 @@ def scenario_detail_page(request: HttpRequest, ref: str) -> HttpResponse:
         "derivations": derivations,
         "links": {"lineage": f"/scenarios/{h}/lineage/", "worlds": f"/worlds/?scenario={h}"},
     }
-    return respond(request, "scenarios_app/scenario_detail.html", {"s": data}, data)
+    names = hash_names(hashes=[p["workflow_hash"] for p in profiles])
+    context = {"s": data, "hash_names": names}
+    return respond(request, "scenarios_app/scenario_detail.html", context, data)
 
 
 @page

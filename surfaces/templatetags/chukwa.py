@@ -111,3 +111,30 @@ def error_title(error: Any) -> str:
     code = str(getattr(error, "code", "") or "error")
     words = code.replace("_", " ").replace("llm", "LLM").replace("api", "API")
     return words[:1].upper() + words[1:]
+
+
+@register.filter
+def named_from(value: Any, names: Any) -> str:
+    """A hash shortened, with what names it beside it, from a page's ``hash → names`` map
+    (``scenarios_app.hash_names``): ``park/walker · 05866fc8…``; the bare short hash when
+    nothing names it."""
+    found = names.get(value) if isinstance(names, dict) else None
+    if not found:
+        return short(value)
+    links = format_html_join(
+        ", ", '<a class="hash-name" href="{}">{}</a>', ((n["url"], n["text"]) for n in found)
+    )
+    return format_html("{} · {}", links, short(value))
+
+
+@register.filter
+def names_before(value: Any, names: Any) -> str:
+    """What names a hash, as links followed by `` · ``, to put before a link to the hash's own
+    page (``{{ h|names_before:hash_names }}<a …>{{ h|short }}</a>``); "" when nothing does."""
+    found = names.get(value) if isinstance(names, dict) else None
+    if not found:
+        return ""
+    links = format_html_join(
+        ", ", '<a class="hash-name" href="{}">{}</a>', ((n["url"], n["text"]) for n in found)
+    )
+    return format_html("{} · ", links)

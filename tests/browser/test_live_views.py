@@ -208,7 +208,9 @@ def test_the_llm_call_page_fills_in_while_it_streams(
     (attempt_id,) = turn_attempt_enqueue(slug="live-stream", requested_by="watcher")["attempt_ids"]
     call_id = wait_for(
         lambda: (
-            LlmCall.objects.filter(invocation__attempt_id=attempt_id)
+            LlmCall.objects.filter(
+                invocation__attempt_id=attempt_id, invocation__kind="llm_generation"
+            )
             .values_list("id", flat=True)
             .first()
         ),

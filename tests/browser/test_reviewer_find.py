@@ -18,7 +18,7 @@ from cognition_app.models import LlmCall
 from scenarios_app.services import scenario_assemble, scenario_fork
 from tests.browser.test_reviewer_flow import ARTIFACTS, _wait
 from tests.support.chromium import low_contrast, prefer_colour_scheme
-from tests.support.worlds import entity_of, fixture_body
+from tests.support.worlds import backend_checked, entity_of, fixture_body
 from tests.surfaces.pages.test_world_pages import BAD_REPLY, make_world, run_turn
 from worlds_app.models import Annotation, AttemptStatus
 from worlds_app.services import world_create
@@ -53,6 +53,9 @@ def failed_world(scripted_llm: Any, toy_sources: str) -> Iterator[str]:
     make_world("ant_on_plate_rules", "calm")
     for _ in range(3):
         assert run_turn("calm").status == AttemptStatus.COMMITTED
+    # every LLM call of the broken world is a rejected generation (the backend's conformance
+    # check, an accepted LLM call of its own, is already done)
+    backend_checked(scripted_llm.base_url, "gpt-4o-mini")
     make_world("ant_on_plate", "broken")
     scripted_llm.script(*[BAD_REPLY] * 6)
     attempt = run_turn("broken")

@@ -25,6 +25,7 @@ from scenarios_app.services import scenario_assemble
 from tests.support.chromium import ARTIFACTS
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worker import routed_to, worker_process
+from tests.support.worlds import backend_checked
 from worlds_app.services import world_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -77,6 +78,9 @@ def test_reviewer_watches_a_park_turn_and_follows_provenance(
     llm, _queue = park_worker
     user = User.objects.create_user("reviewer", password="a-long-password-1", is_staff=True)
     user.groups.add(Group.objects.get_or_create(name="operators")[0])
+    # the attempt's first LLM-call link is a generation's (a conformance check has its own
+    # LLM call too; the backend is already checked here)
+    backend_checked(llm.base_url, "gpt-4o-mini")
     scenario = scenario_assemble(data=load_fixture("park"))["scenario_hash"]
     world_create(data={"slug": "park-ui", "scenario_ref": {"hash": scenario}})
     patch = {

@@ -82,7 +82,9 @@ def test_a_long_timeline_folds_its_quiet_sections(
     scripted_llm.script(BAD_REPLY, ANT_OK)
     attempt = run_turn("crowded")
     assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
-    rejected, accepted = LlmCall.objects.filter(invocation__attempt=attempt).order_by("started_at")
+    rejected, accepted = LlmCall.objects.filter(
+        invocation__attempt=attempt, invocation__kind="llm_generation"
+    ).order_by("started_at")
     User.objects.create_user("reviewer", password=PASSWORD)
     sign_in(browser, live_server.url, "reviewer", PASSWORD)
 

@@ -24,7 +24,7 @@ from cognition_app.models import LlmCall, ModelPrice, SourceInvocation
 from cognition_app.services import model_price_add
 from scenarios_app.services import scenario_assemble
 from tests.support.scripted_llm import Reply, ScriptedLLM
-from tests.support.worlds import create_world, fixture_body, run_turn
+from tests.support.worlds import backend_checked, create_world, fixture_body, run_turn
 from worlds_app.management.commands.run_turns import summarize_turn
 from worlds_app.models import AttemptStatus, TurnAttempt, World, WorldBudget
 from worlds_app.selectors import attempt_get, turn_get, world_get
@@ -91,6 +91,15 @@ def no_usage_stream() -> Reply:
 def reader(client: Client, reader_user: Any) -> Client:
     client.force_login(reader_user)
     return client
+
+
+@pytest.fixture(autouse=True)
+def _one_call_per_turn(request: pytest.FixtureRequest) -> None:
+    """These tests read one generation's figures: the backend is already checked, so no
+    conformance check adds its own (tests/worlds_app/test_probe_totals.py counts those)."""
+    if "scripted_llm" in request.fixturenames:
+        llm = request.getfixturevalue("scripted_llm")
+        backend_checked(llm.base_url, MODEL)
 
 
 def only_call(attempt: TurnAttempt) -> LlmCall:

@@ -73,7 +73,7 @@ def _run_and_kill(worker: subprocess.Popen[bytes], queue: str, long_patch: str) 
         60,
         "chunks",
     )
-    call = LlmCall.objects.get(invocation__attempt_id=attempt_id)
+    call = LlmCall.objects.get(invocation__attempt_id=attempt_id, invocation__kind="llm_generation")
     assert call.status == "running"
     assert SourceInvocation.objects.get(pk=call.invocation_id).status == "running"
 

@@ -82,7 +82,9 @@ def test_seeded_worlds_on_the_embedded_model_commit_identical_turns(
         attempt_id = turn_attempt_enqueue(slug=slug)["attempt_ids"][0]
         status = turn_attempt_run(attempt_id=attempt_id, owner="test")
         assert status == "committed", selectors.attempt_get(attempt_id=attempt_id)["failure"]
-        calls = LlmCall.objects.filter(invocation__world__slug=slug).order_by("started_at")
+        calls = LlmCall.objects.filter(
+            invocation__world__slug=slug, invocation__kind="llm_generation"
+        ).order_by("started_at")
         replies[slug] = [c.raw_text for c in calls]
         assert calls and all(isinstance(c.params.get("seed"), int) for c in calls)
         hashes[slug] = selectors.turn_get(slug=slug, number=1)["state_hash"]

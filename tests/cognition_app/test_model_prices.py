@@ -115,7 +115,7 @@ def test_a_price_entered_late_prices_the_calls_made_since_its_valid_from(
     from cognition_app.costs import usage_cost
     from cognition_app.models import LlmCall
     from tests.cognition_app.test_llm_retry import ANT_OK
-    from tests.support.worlds import create_world, run_turn
+    from tests.support.worlds import backend_checked, create_world, run_turn
 
     def client(user: User) -> httpx.Client:
         token = Token.objects.get_or_create(user=user)[0].key
@@ -123,10 +123,12 @@ def test_a_price_entered_late_prices_the_calls_made_since_its_valid_from(
             base_url=live_server.url, headers={"Authorization": f"Token {token}"}, timeout=30
         )
 
+    # one generation's call (what a conformance check spends: tests/worlds_app/test_probe_totals)
+    backend_checked(scripted_llm.base_url, "gpt-4o-mini")
     create_world("ant_on_plate", "late-price")
     scripted_llm.script(ANT_OK)
     attempt = run_turn("late-price")
-    (call,) = LlmCall.objects.filter(invocation__attempt=attempt)
+    (call,) = LlmCall.objects.filter(invocation__attempt=attempt, invocation__kind="llm_generation")
     assert call.cost is None and call.price_id is None  # no price yet: unknown, never 0
     with client(operator_user) as ops, client(reader_user) as reader:
         before = reader.get(f"/api/attempts/{attempt.pk}/").json()["cost"]

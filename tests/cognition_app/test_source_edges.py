@@ -295,7 +295,7 @@ def test_a_model_name_or_usage_the_database_cannot_hold_is_not_an_error(
     scripted_llm.script(Reply(raw_body=raw.encode()))
     attempt = run_turn("oddmeta")
     assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
-    call = LlmCall.objects.get(invocation__attempt=attempt)
+    call = LlmCall.objects.get(invocation__attempt=attempt, invocation__kind="llm_generation")
     assert "\x00" not in call.response_model and len(call.response_model) <= 200
     assert call.prompt_tokens is None or call.prompt_tokens < 2**31
     assert_all_finished()
@@ -382,7 +382,7 @@ def test_the_stream_is_split_into_lines_only_at_cr_and_lf(scripted_llm: Scripted
     scripted_llm.script(Reply(raw_body=raw))
     attempt = run_turn("lsep")
     assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
-    call = LlmCall.objects.get(invocation__attempt=attempt)
+    call = LlmCall.objects.get(invocation__attempt=attempt, invocation__kind="llm_generation")
     assert call.raw_text == text
     assert_all_finished()
 

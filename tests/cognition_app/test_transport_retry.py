@@ -62,7 +62,12 @@ def test_a_503_then_a_200_commits_with_both_tries_traced(
     assert second.request_key == first.request_key and second.request == first.request
     assert second.seq > first.seq and second.started_at >= first.ended_at
     assert first.generation_attempt == second.generation_attempt == 1
-    assert [c.status for c in LlmCall.objects.filter(invocation__attempt=attempt)] == [
+    assert [
+        c.status
+        for c in LlmCall.objects.filter(
+            invocation__attempt=attempt, invocation__kind="llm_generation"
+        )
+    ] == [
         "failed",
         "succeeded",
     ]

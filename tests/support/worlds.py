@@ -41,3 +41,14 @@ def run_turn(slug: str) -> TurnAttempt:
     attempt = TurnAttempt.objects.get(pk=attempt_id)
     assert attempt.status == status
     return attempt
+
+
+def backend_checked(base_url: str, model: str) -> None:
+    """The backend's conformance check already passed (a fresh verdict stored), so a test about
+    one generation's own figures runs that generation alone; what the check itself spends is
+    tested in tests/worlds_app/test_probe_totals.py."""
+    from cognition_app.models import SourceProbe
+
+    SourceProbe.objects.update_or_create(
+        base_url=base_url, model=model, defaults={"enforces_schema": True, "detail": "test"}
+    )

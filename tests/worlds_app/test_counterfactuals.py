@@ -98,7 +98,11 @@ def test_seeded_worlds_send_identical_seeds_and_commit_identical_turns(
     assert hashes["seed-a"] == hashes["seed-b"]
     # The seed is in the traced parameters of each LLM call.
     world = World.objects.get(slug="seed-a")
-    params = list(LlmCall.objects.filter(invocation__world=world).values_list("params", flat=True))
+    params = list(
+        LlmCall.objects.filter(
+            invocation__world=world, invocation__kind="llm_generation"
+        ).values_list("params", flat=True)
+    )
     assert sorted(p["seed"] for p in params) == sorted(a)
 
 

@@ -29,7 +29,7 @@ from cognition_app.sources.retry import RATE_LIMITED_TRIES
 from scenarios_app.services import metric_put, scenario_assemble
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worker import routed_to, worker_process
-from tests.support.worlds import fixture_body, workflow_of
+from tests.support.worlds import backend_checked, fixture_body, workflow_of
 from worlds_app.experiment_selectors import experiment_get
 from worlds_app.models import AttemptStatus, Experiment, TurnAttempt, World
 from worlds_app.services.experiment_budget import experiment_budget
@@ -165,6 +165,8 @@ def test_two_workers_stop_an_experiment_at_its_budget_without_overshooting(
         "CHUKWA_LLM_API_KEY": API_KEY,
     }
     scenario = _scenario()
+    # the calls counted below are the generations (the checks' spend: test_probe_totals)
+    backend_checked(llm.base_url, "scripted-model")
     with (
         worker_process(f"{queue}-a", env=env, queue=queue),
         worker_process(f"{queue}-b", env=env, queue=queue),

@@ -73,7 +73,9 @@ def many_rows(scripted_llm: Any, toy_sources: str) -> None:
     scripted_llm.script(BAD_REPLY, ANT_OK)
     seed = run_turn("seed")
     assert seed.status == AttemptStatus.COMMITTED, seed.failure_reason
-    invocations = list(SourceInvocation.objects.filter(attempt=seed, llm_call__isnull=False))
+    invocations = list(
+        SourceInvocation.objects.filter(attempt=seed, llm_call__isnull=False, kind="llm_generation")
+    )
     calls = {c.invocation_id: c for c in LlmCall.objects.filter(invocation__in=invocations)}
     assert len(invocations) == 2
     world_ids = [seed.world_id] + [make_world("ant_on_plate", f"w{n}").pk for n in range(1, WORLDS)]

@@ -84,7 +84,7 @@ def test_after_the_reaper_interrupts_a_stalled_attempt_no_further_call_is_opened
     # came afterwards, and finishing it did not rewrite the row the reaper had interrupted.
     generation = [status for _, kind, status in rows if kind == "llm_generation"]
     assert generation == [InvocationStatus.INTERRUPTED]
-    call = LlmCall.objects.get(invocation__attempt=attempt)
+    call = LlmCall.objects.get(invocation__attempt=attempt, invocation__kind="llm_generation")
     assert call.status == InvocationStatus.INTERRUPTED
     kinds = list(
         AttemptEvent.objects.filter(attempt=attempt).order_by("seq").values_list("kind", flat=True)

@@ -197,6 +197,7 @@ def _check_attributes(inv: SourceInvocation, provider: str) -> dict[str, Any]:
 
     model = _str(request.get("model")) or None
     answered = _str(reply.get("model")) or None
+    call: LlmCall | None = getattr(inv, "llm_call", None)
     return {
         "openinference.span.kind": LLM,
         "gen_ai.operation.name": "chat",
@@ -204,9 +205,16 @@ def _check_attributes(inv: SourceInvocation, provider: str) -> dict[str, Any]:
         "gen_ai.request.model": model,
         "gen_ai.response.model": answered,
         "llm.model_name": answered or model,
-        **_usage(count("prompt_tokens"), count("completion_tokens"), None),
+        # what Chukwa counted for the check (its LLM call; older checks have none)
+        **(
+            _usage(call.prompt_tokens, call.completion_tokens, None)
+            if call is not None
+            else _usage(count("prompt_tokens"), count("completion_tokens"), None)
+        ),
         "gen_ai.response.finish_reasons": [finish] if finish else None,
         "gen_ai.output.type": "json",
+        "chukwa.llm_call.id": str(call.pk) if call is not None else None,
+        "chukwa.llm_call.usage_source": call.usage_source if call is not None else None,
         **_io(page=inv.get_absolute_url(), input_value=messages or None, output_value=text),
         **_chat_content(messages, text, finish),
     }

@@ -16,6 +16,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from cognition_app.models import LlmCall
+from tests.support.worlds import backend_checked
 from tests.surfaces.pages.test_world_pages import ANT_OK, BAD_REPLY, make_world, run_turn
 from worlds_app.models import AttemptStatus, TurnAttempt, World
 
@@ -118,6 +119,9 @@ def test_indexes_need_sign_in(anon_client: APIClient) -> None:
 def test_llm_call_index_outcomes(
     reader_client: APIClient, scripted_llm: Any, toy_sources: str
 ) -> None:
+    # the two generations' calls (a conformance check is an LLM call too: the backend is
+    # already checked here, so none runs)
+    backend_checked(scripted_llm.base_url, "gpt-4o-mini")
     make_world("ant_on_plate", "llm")
     scripted_llm.script(BAD_REPLY, ANT_OK)
     attempt = run_turn("llm")

@@ -107,7 +107,9 @@ def test_llm_call_index_page(reader: Client, scripted_llm: Any, toy_sources: str
     scripted_llm.script(BAD_REPLY, ANT_OK)
     assert run_turn("llm").status == AttemptStatus.COMMITTED
     page = body(reader, "/llm-calls/")
-    rejected, accepted = LlmCall.objects.order_by("started_at")
+    rejected, accepted = LlmCall.objects.filter(invocation__kind="llm_generation").order_by(
+        "started_at"
+    )
     assert f'href="/llm-calls/{rejected.pk}/"' in page
     assert 'class="badge s-rejected"' in page and 'class="badge s-accepted"' in page
     assert "succeeded" not in page.split("<tbody>")[1]  # a refused reply never reads as success

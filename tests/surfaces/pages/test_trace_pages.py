@@ -265,7 +265,9 @@ def test_tool_results_are_labelled_as_tool_results(
     )
     attempt = run_turn("park-tools")
     assert attempt.status == AttemptStatus.COMMITTED, attempt.failure_reason
-    first, second = LlmCall.objects.filter(invocation__attempt=attempt).order_by("invocation__seq")
+    first, second = LlmCall.objects.filter(
+        invocation__attempt=attempt, invocation__kind="llm_generation"
+    ).order_by("invocation__seq")
 
     data = page_json(reader, f"/llm-calls/{first.pk}/")
     assert data["verdict"]["code"] == "accepted"

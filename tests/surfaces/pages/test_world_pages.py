@@ -422,7 +422,7 @@ def test_llm_attempt_timeline_shows_the_retry(reader: Client, llm_world: TurnAtt
 
 def test_llm_call_page(reader: Client, llm_world: TurnAttempt) -> None:
     rejected, accepted = (
-        LlmCall.objects.filter(invocation__attempt=llm_world)
+        LlmCall.objects.filter(invocation__attempt=llm_world, invocation__kind="llm_generation")
         .order_by("invocation__seq")
         .select_related("invocation")
     )
@@ -466,7 +466,9 @@ def test_llm_transition_links_to_its_call(reader: Client, llm_world: TurnAttempt
     data = page_json(reader, "/worlds/llm/entities/ant/")
     (state_change,) = [h for h in data["history"] if h["target_kind"] == "entity_state"]
     assert state_change["after"] == "beside the crumb, hungry"
-    accepted = LlmCall.objects.filter(invocation__attempt=llm_world).order_by("-invocation__seq")[0]
+    accepted = LlmCall.objects.filter(
+        invocation__attempt=llm_world, invocation__kind="llm_generation"
+    ).order_by("-invocation__seq")[0]
     assert state_change["llm_call_id"] == str(accepted.pk)
     body = html(reader, "/worlds/llm/entities/ant/")
     assert f"/llm-calls/{accepted.pk}/" in body
