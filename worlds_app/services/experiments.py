@@ -15,14 +15,21 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.experiment_design import Budget, PlannedIntervention, world_slug
 from chukwa_core.hashing import json_hash
 from chukwa_core.seeds import replicate_seed
-from worlds_app.models import Experiment, Intervention, Turn, TurnAttempt, World
+from worlds_app.models import (
+    Experiment,
+    ExperimentLedger,
+    Intervention,
+    Turn,
+    TurnAttempt,
+    World,
+)
 from worlds_app.selectors import require_slug
 from worlds_app.services.branches import design_branch_point
 from worlds_app.services.cancelling import cancel_queued
@@ -80,6 +87,7 @@ def experiment_create(*, data: Any, created_by: str = "") -> Experiment:
                 f"slug: an experiment {slug!r} was just created",
                 {"field": "slug"},
             ) from None
+        ExperimentLedger.objects.create(experiment=experiment)
         _make_worlds(experiment, range(1, design.replicates + 1), created_by)
     return experiment
 
@@ -209,13 +217,20 @@ def _now() -> datetime:
 
 
 def _locked(slug: str) -> Experiment:
+    """The experiment, with its structural lock held until the caller's transaction ends: the
+    changes that add worlds or metrics, and a cancel, one at a time. Its row is not locked (every
+    turn reads it, a budget refusal writes it), only written once, at the end of the change."""
     require_slug(slug)
-    experiment = Experiment.objects.select_for_update().filter(slug=slug).first()
-    if experiment is None:
+    found = Experiment.objects.filter(slug=slug).values_list("pk", flat=True).first()
+    if found is None:
         raise NotFoundError(
             "experiment_not_found", f"slug: no experiment {slug!r}", {"field": "slug"}
         )
-    return experiment
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"experiment-structure:{found}"]
+        )
+    return Experiment.objects.get(pk=found)  # read after the lock: the last change's design
 
 
 def experiment_add_replicates(*, slug: str, count: Any, created_by: str = "") -> Experiment:
@@ -236,8 +251,8 @@ def experiment_add_replicates(*, slug: str, count: Any, created_by: str = "") ->
         check_slug_length(slug, list(design.arm_labels), total, "count")
         experiment.design = design.with_replicates(total).to_json()
         _note(experiment, "replicates", f"{design.replicates} → {total} per arm", created_by)
-        experiment.save(update_fields=["design", "history"])
         _make_worlds(experiment, range(first, total + 1), created_by)
+        experiment.save(update_fields=["design", "history"])  # its row locked only from here
     return experiment
 
 
