@@ -97,10 +97,10 @@ def export_attempt_trace(attempt_id: str) -> dict[str, Any]:
     time_limit=settings.CHUKWA_ATTEMPT_TIME_LIMIT,
 )
 def measure_world(world_id: int, metric_hashes: list[str]) -> dict[str, Any]:
-    from worlds_app.services import budget_settler
+    from worlds_app.services.budget_settler import flush as settle_flush
     from worlds_app.services.measurements import world_measure
 
     try:
         return dict(world_measure(world_id=world_id, metric_hashes=metric_hashes))
     finally:
-        budget_settler.flush()  # its judges' settles written before the task ends
+        settle_flush()  # its judges' settles written before the task ends

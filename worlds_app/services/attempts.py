@@ -37,8 +37,8 @@ from worlds_app.models import (
     World,
 )
 from worlds_app.selectors import RETRYABLE_STATUSES, require_slug
-from worlds_app.services import budget_settler
 from worlds_app.services.attempt_recorder import AttemptRecorder
+from worlds_app.services.budget_settler import flush as settle_flush
 from worlds_app.services.cancelling import cancel_queued_attempts
 from worlds_app.services.claims import Claim, Heartbeat, LeaseLost, claim_attempt
 from worlds_app.services.dispatch import export_on_commit, kick_on_commit, turn_messages_waiting
@@ -318,7 +318,7 @@ def turn_attempt_run(*, attempt_id: str, owner: str, continue_for: float = 0) ->
                     claim, owner, heartbeat, claim_next_until=continue_until
                 )
             first = first or status
-    budget_settler.flush()  # the budget's settles of its calls written before the task ends
+    settle_flush()  # the budget's settles of its calls written before the task ends
     return first
 
 
