@@ -19,6 +19,7 @@ never finished), so the ledger always comes back to the calls' rows.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -172,18 +173,33 @@ def budget_ledger(limits: BudgetLimits | None, experiment_id: int | None) -> Bud
 
 
 def experiment_budget(experiment_id: int | None) -> ExperimentBudget | None:
-    """The shared budget of a world's experiment, if it has one (read once per attempt)."""
+    """The shared budget of a world's experiment, if it has one. Its slug and limits never
+    change once the experiment exists, so each process reads them once per experiment (not the
+    experiment's row each attempt)."""
     if experiment_id is None:
         return None
-    row = Experiment.objects.filter(pk=experiment_id).first()
-    if row is None or not row.has_budget:
-        return None
-    return ExperimentBudget(
-        experiment_id=row.pk,
-        slug=row.slug,
-        max_tokens_total=row.max_tokens_total,
-        max_cost_total=row.max_cost_total,
+    if experiment_id in _budgets:
+        return _budgets[experiment_id]
+    row = (
+        Experiment.objects.filter(pk=experiment_id)
+        .values("slug", "max_tokens_total", "max_cost_total")
+        .first()
     )
+    if row is None:
+        return None
+    budget = None
+    if row["max_tokens_total"] is not None or row["max_cost_total"] is not None:
+        budget = ExperimentBudget(experiment_id=experiment_id, **row)
+    with _budgets_lock:
+        if len(_budgets) >= MAX_CACHED_BUDGETS:
+            _budgets.clear()
+        _budgets[experiment_id] = budget
+    return budget
+
+
+MAX_CACHED_BUDGETS = 1024
+_budgets: dict[int, ExperimentBudget | None] = {}
+_budgets_lock = threading.Lock()
 
 
 def _fmt(value: Decimal) -> str:
