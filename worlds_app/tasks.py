@@ -96,11 +96,18 @@ def export_attempt_trace(attempt_id: str) -> dict[str, Any]:
     soft_time_limit=settings.CHUKWA_ATTEMPT_SOFT_TIME_LIMIT,
     time_limit=settings.CHUKWA_ATTEMPT_TIME_LIMIT,
 )
-def measure_world(world_id: int, metric_hashes: list[str]) -> dict[str, Any]:
+def measure_world(world_id: int | list[int], metric_hashes: list[str]) -> dict[str, Any]:
+    """One world, or several (a new experiment's worlds' baselines: a message per
+    ``dispatch.MEASURE_WORLDS_PER_MESSAGE`` worlds, not one each), one after the other."""
     from worlds_app.services.budget_settler import flush as settle_flush
     from worlds_app.services.measurements import world_measure
 
     try:
-        return dict(world_measure(world_id=world_id, metric_hashes=metric_hashes))
+        if isinstance(world_id, int):
+            return dict(world_measure(world_id=world_id, metric_hashes=metric_hashes))
+        return {
+            str(one): dict(world_measure(world_id=one, metric_hashes=metric_hashes))
+            for one in world_id
+        }
     finally:
         settle_flush()  # its judges' settles written before the task ends
