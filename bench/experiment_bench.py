@@ -281,7 +281,21 @@ def _measure_all(slug: str, turns: int, hashes: list[str]) -> int:
             "WHERE e.slug = %s",
             [turns, hashes, slug],
         )
-        return int(cursor.rowcount)
+        written = int(cursor.rowcount)
+        # the run finished: every world at its last turn, nothing queued (the results give a
+        # value only to a world that ran every planned turn)
+        cursor.execute(
+            "UPDATE worlds_app_world w SET current_turn = %s FROM worlds_app_experiment e "
+            "WHERE e.id = w.experiment_id AND e.slug = %s",
+            [turns, slug],
+        )
+        cursor.execute(
+            "UPDATE worlds_app_turnattempt a SET status = 'cancelled' FROM worlds_app_world w, "
+            "worlds_app_experiment e WHERE w.id = a.world_id AND e.id = w.experiment_id "
+            "AND e.slug = %s AND a.status IN ('queued', 'running')",
+            [slug],
+        )
+        return written
 
 
 def _results(slug: str) -> tuple[float, str]:

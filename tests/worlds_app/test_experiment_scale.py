@@ -24,7 +24,7 @@ from tests.support.worker import (
     worker_process,
 )
 from tests.worlds_app.test_fair_queues import _design, _messages, _metric, rules_scenario
-from worlds_app.models import Experiment, Measurement, World
+from worlds_app.models import Experiment, Measurement, TurnAttempt, World
 from worlds_app.services import experiments as experiment_services
 from worlds_app.services.dispatch import MEASURE_WORLDS_PER_MESSAGE
 from worlds_app.services.experiments import experiment_add_replicates, experiment_create
@@ -132,3 +132,33 @@ def test_adding_replicates_holds_the_structural_lock_not_the_experiments_row(
     assert World.objects.filter(experiment=experiment).count() == 5
     with transaction.atomic():
         assert Experiment.objects.get(pk=experiment.pk).typed_design.replicates == 5
+
+
+def test_each_new_world_gets_its_turns_queued_as_one_batch_of_its_own(
+    rules_scenario: str,
+) -> None:
+    experiment = experiment_create(data=_design("queued", rules_scenario, 4, 3))
+    attempts = list(
+        TurnAttempt.objects.filter(world__experiment=experiment).values(
+            "world_id", "seq", "batch_id", "batch_index", "batch_size", "status", "requested_by"
+        )
+    )
+    worlds = set(World.objects.filter(experiment=experiment).values_list("pk", flat=True))
+    assert len(worlds) == 4 and len(attempts) == 12
+    by_world: dict[int, list[dict[str, object]]] = {}
+    for row in attempts:
+        by_world.setdefault(int(row["world_id"]), []).append(row)  # type: ignore[call-overload]
+    assert set(by_world) == worlds
+    batches = set()
+    for rows in by_world.values():
+        rows.sort(key=lambda r: r["seq"])  # type: ignore[arg-type, return-value]
+        assert [(r["seq"], r["batch_index"], r["batch_size"]) for r in rows] == [
+            (1, 0, 3),
+            (2, 1, 3),
+            (3, 2, 3),
+        ]
+        assert {r["batch_id"] for r in rows} == {rows[0]["batch_id"]}
+        batches.add(rows[0]["batch_id"])
+        assert {(r["status"], r["requested_by"]) for r in rows} == {("queued", "")}
+    assert len(batches) == 4  # a batch of its own per world
+    assert {w.next_attempt_seq for w in World.objects.filter(experiment=experiment)} == {4}

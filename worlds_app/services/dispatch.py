@@ -192,8 +192,13 @@ def measure_on_commit(world_ids: int | list[int], experiment_id: int) -> None:
     def send() -> None:
         from worlds_app.models import Experiment
 
-        experiment = Experiment.objects.filter(pk=experiment_id).only("design").first()
-        metrics = list(experiment.typed_design.metrics) if experiment is not None else []
+        # only the metrics' hashes, not the whole design read back and parsed each turn
+        stored = (
+            Experiment.objects.filter(pk=experiment_id)
+            .values_list("design__metrics", flat=True)
+            .first()
+        )
+        metrics = [str(m) for m in stored] if isinstance(stored, list) else []
         if not metrics:
             return
         step = MEASURE_WORLDS_PER_MESSAGE
