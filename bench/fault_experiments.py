@@ -187,7 +187,12 @@ def check(
         "experiment calls (world and judge)": calls.count(),
         "measurements missing (lost measure messages)": missing,
         "judge asked again for a measured turn": asked_twice,
-        "reservations left by killed workers, settled by the reaper": leaked_before,
+        "its calls killed mid-call (each leaving its reservation to the reaper)": calls.filter(
+            status="interrupted"
+        ).count(),
+        "reservations still held once settled (a judge's: the reaper's after the task limit)": (
+            leaked_before
+        ),
         "ledger spent / calls' tokens": f"{ledger.spent_tokens} / {spent}",
         "budget exhausted": experiment.budget_exhausted_at is not None,
         "concurrency slots held with nothing running": held_slots,

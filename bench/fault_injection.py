@@ -689,7 +689,9 @@ def unrecorded_requests(requests: list[dict[str, Any]]) -> list[str]:
     from cognition_app.models import InvocationKind, SourceInvocation
     from cognition_app.sources.replay import request_key_of
 
-    rows = SourceInvocation.objects.filter(kind=InvocationKind.LLM_GENERATION)
+    rows = SourceInvocation.objects.filter(
+        kind__in=[InvocationKind.LLM_GENERATION, InvocationKind.JUDGE]  # a judge's too
+    )
     keys = set(rows.values_list("request_key", flat=True))
     sources = set(rows.values_list("source_hash", flat=True).distinct())
     missing = []
