@@ -814,10 +814,11 @@ def main(argv: list[str] | None = None) -> int:
         feeder.stopping.set()
         feeder.join(timeout=30)
         figures.settled = settle(args.settle_timeout)
-        collect(figures, llm.requests)
-        if args.experiment_replicates:
+        found: list[str] = []
+        if args.experiment_replicates:  # first: it lets a dead judge's task limit pass
             figures.experiment, found = fault_experiments.check(args.limit_lease)
-            figures.violations += found
+        collect(figures, llm.requests)
+        figures.violations += found
         figures.worker_starts = workers.generation
         figures.worker_exits_by_themselves = workers.exits_by_themselves
     finally:

@@ -6,11 +6,13 @@ row that every worker's calls also write, so unrelated worlds' finishing rows wa
 its lock. Now the writer only hands the settle here: this thread (one per process, started at
 the first settle, its own connection) settles what queued up together in **one** statement
 (each reservation row deleted, its experiment's ledger row given back what it reserved and
-counted what it spent), so a burst of calls writes the ledger once.
+counted what the call's own row says it spent), so a burst of calls writes the ledger once.
 
-A settle is counted exactly once: the statement only counts the reservations it deleted. If
-this process dies first, the reservation rows stay, and the reaper settles them from the
-calls' own rows (``settle_leaked``), which is what a settle here would have counted.
+A settle is counted exactly once: the statement only counts the reservations it deleted. It
+counts what the call's row says, not what the worker saw, so a finishing write that was lost
+(PostgreSQL down) is not counted either: the ledger always equals the rows. If this process
+dies first, the reservation rows stay, and the reaper settles them with the same statement
+(``settle_leaked``).
 """
 
 from __future__ import annotations
@@ -20,45 +22,43 @@ import os
 import queue
 import threading
 from collections.abc import Sequence
-from decimal import Decimal
 from uuid import UUID
 
 from django.db import DatabaseError, connection, transaction
 
+from cognition_app.models import LlmCall
 from worlds_app.models import BudgetReservation, ExperimentLedger
 
 logger = logging.getLogger(__name__)
 
 MAX_PER_BATCH = 256
 
-Settle = tuple[UUID, int, Decimal]  # reservation id, tokens spent, cost spent
 
-
-def settle_now(settles: Sequence[Settle]) -> int:
-    """Settle ``settles`` in one statement on this thread's connection; returns how many
-    reservations it found (a reservation already settled, by the reaper, counts nothing)."""
-    if not settles:
+def settle_now(reservation_ids: Sequence[UUID]) -> int:
+    """Settle these reservations in one statement on this thread's connection: each one's
+    row deleted, its ledger given back what it reserved and counting what its call's own row
+    (``LlmCall``, the same id) says the call spent — nothing when the row has no usage (the
+    call never finished, or its finishing write was lost). Returns how many it found (one
+    settled already, by the reaper or the settler, counts nothing again)."""
+    if not reservation_ids:
         return 0
     res = connection.ops.quote_name(BudgetReservation._meta.db_table)
     ledger = connection.ops.quote_name(ExperimentLedger._meta.db_table)
-    values = ", ".join(["(%s::uuid, %s::bigint, %s::numeric)"] * len(settles))
-    params: list[str | int | Decimal] = []
-    for reservation_id, tokens, cost in settles:
-        params += [str(reservation_id), tokens, cost]
+    calls = connection.ops.quote_name(LlmCall._meta.db_table)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            f"WITH v(id, tokens, cost) AS (VALUES {values}), "  # noqa: S608
-            f"d AS (DELETE FROM {res} r USING v WHERE r.id = v.id "
-            "RETURNING r.experiment_id, r.tokens AS rt, r.cost AS rc, v.tokens AS st, "
-            "v.cost AS sc), "
-            "s AS (SELECT experiment_id, SUM(rt) AS rt, SUM(rc) AS rc, SUM(st) AS st, "
-            "SUM(sc) AS sc, COUNT(*) AS n FROM d GROUP BY experiment_id), "
+            f"WITH d AS (DELETE FROM {res} r WHERE r.id = ANY(%s::uuid[]) "  # noqa: S608
+            "RETURNING r.id, r.experiment_id, r.tokens, r.cost), "
+            "s AS (SELECT d.experiment_id, SUM(d.tokens) AS rt, SUM(d.cost) AS rc, "
+            "SUM(COALESCE(c.prompt_tokens, 0) + COALESCE(c.completion_tokens, 0)) AS st, "
+            "SUM(COALESCE(c.cost, 0)) AS sc, COUNT(*) AS n "
+            f"FROM d LEFT JOIN {calls} c ON c.id = d.id GROUP BY d.experiment_id), "
             f"u AS (UPDATE {ledger} l SET reserved_tokens = l.reserved_tokens - s.rt, "
             "reserved_cost = l.reserved_cost - s.rc, spent_tokens = l.spent_tokens + s.st, "
             "spent_cost = l.spent_cost + s.sc FROM s WHERE l.experiment_id = s.experiment_id "
             "RETURNING s.n) "
             "SELECT COALESCE(SUM(n), 0) FROM u",
-            params,
+            [[str(i) for i in reservation_ids]],
         )
         row = cursor.fetchone()
     return int(row[0]) if row else 0
@@ -66,13 +66,13 @@ def settle_now(settles: Sequence[Settle]) -> int:
 
 class _Settler:
     def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue[Settle | None] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[UUID | None] = queue.SimpleQueue()
         self.pending = 0
         self.cond = threading.Condition()
         self.thread = threading.Thread(target=self._run, name="chukwa-budget-settler", daemon=True)
         self.thread.start()
 
-    def put(self, settle: Settle) -> None:
+    def put(self, settle: UUID) -> None:
         with self.cond:
             self.pending += 1
         self.jobs.put(settle)
@@ -81,7 +81,7 @@ class _Settler:
         stopping = False
         while not stopping:
             first = self.jobs.get()
-            batch: list[Settle] = []
+            batch: list[UUID] = []
             while first is not None:
                 batch.append(first)
                 if len(batch) == MAX_PER_BATCH:
@@ -94,7 +94,7 @@ class _Settler:
             self._settle(batch)
         connection.close()
 
-    def _settle(self, batch: list[Settle]) -> None:
+    def _settle(self, batch: list[UUID]) -> None:
         try:
             for _ in range(2):  # once more after a reconnect; else the reaper's, if it dies
                 try:
@@ -128,9 +128,10 @@ def _settler() -> _Settler:
         return _current
 
 
-def settle_later(reservation_id: UUID, tokens: int, cost: Decimal) -> None:
-    """Hand one settle to the process's settler thread (returns at once)."""
-    _settler().put((reservation_id, tokens, cost))
+def settle_later(reservation_id: UUID) -> None:
+    """Hand one settle to the process's settler thread (returns at once); call it once the
+    call's finishing rows are written (or could not be)."""
+    _settler().put(reservation_id)
 
 
 def flush() -> None:

@@ -29,7 +29,6 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from cognition_app.budgets import BudgetLedger, BudgetLimits, Reservation
-from cognition_app.models import LlmCall
 from worlds_app.models import BudgetReservation, Experiment, ExperimentLedger
 from worlds_app.services.budget_settler import settle_later, settle_now
 from worlds_app.services.cancelling import cancel_queued
@@ -128,9 +127,14 @@ class ExperimentBudget:
                 cancel_queued(self.experiment_id, f"budget_exhausted: {message}", now)
 
     def settle(self, *, reserved: Reservation, tokens: int, cost: Decimal) -> None:
-        """Handed to the settler thread (off the trace writer's): returns at once."""
-        assert reserved.id is not None
-        settle_later(reserved.id, tokens, cost)
+        """Handed to the settler thread (off the trace writer's): returns at once. What the
+        call spent is read from its own row there (``tokens`` and ``cost`` are what it should
+        say), so the ledger never counts a spend whose row was not written."""
+        reservation_id = reserved.id
+        assert reservation_id is not None
+        # once the rows written in the caller's transaction (if any) are committed: the
+        # settler reads them (at once in autocommit; a rollback leaves it to the reaper)
+        transaction.on_commit(lambda: settle_later(reservation_id))
 
 
 def settle_leaked(*, attempt_id: UUID | None = None, created_before: datetime | None = None) -> int:
@@ -145,22 +149,7 @@ def settle_leaked(*, attempt_id: UUID | None = None, created_before: datetime | 
     else:
         assert created_before is not None
         leaked = leaked.filter(created_at__lt=created_before)
-    ids = list(leaked.values_list("pk", flat=True))
-    if not ids:
-        return 0
-    calls = {
-        c["pk"]: c
-        for c in LlmCall.objects.filter(pk__in=ids).values(
-            "pk", "prompt_tokens", "completion_tokens", "cost"
-        )
-    }
-    settles = []
-    for reservation_id in ids:
-        call = calls.get(reservation_id)
-        tokens = (call["prompt_tokens"] or 0) + (call["completion_tokens"] or 0) if call else 0
-        cost = (call["cost"] or Decimal(0)) if call else Decimal(0)
-        settles.append((reservation_id, tokens, cost))
-    return settle_now(settles)
+    return settle_now(list(leaked.values_list("pk", flat=True)))
 
 
 def budget_ledger(limits: BudgetLimits | None, experiment_id: int | None) -> BudgetLedger | None:
