@@ -47,9 +47,13 @@ PROJECT_DIR = Path(__file__).resolve().parent.parent
 if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
+import fault_experiments  # noqa: E402 - bench/ is the script's own folder, first on sys.path
+
 PHASES = ("generation", "tool", "commit", "random")
 ATTEMPT_QUEUE = "chukwa"
 CONTROL_QUEUE = "chukwa-control"
+EXPERIMENT_QUEUE = "chukwa-experiments"
+MEASURE_QUEUE = "chukwa-measure"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -65,6 +69,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "attempt, then woken and killed a moment later",
     )
     parser.add_argument("--worlds", type=int, default=2, help="worlds of each kind")
+    parser.add_argument(
+        "--experiment-replicates",
+        type=int,
+        default=2,
+        help="replicates per arm of the experiment (2 arms, judged, with a budget); 0: none",
+    )
+    parser.add_argument(
+        "--experiment-budget", type=int, default=300_000, help="its max_tokens_total"
+    )
+    parser.add_argument("--limit-lease", type=float, default=3.0, help="CHUKWA_LIMIT_LEASE_SECONDS")
     parser.add_argument("--phases", default=",".join(PHASES), help="kill moments to cycle")
     parser.add_argument("--lease", type=int, default=3, help="CHUKWA_ATTEMPT_LEASE_SECONDS")
     parser.add_argument("--period", type=float, default=1.0, help="reaper period, seconds")
@@ -129,6 +143,13 @@ def llm_reply(request: dict[str, Any]) -> Any:
         }
     )
     return Reply(text=text, chunk_size=8, chunk_delay_s=random.uniform(0.02, 0.06))
+
+
+def any_reply(request: dict[str, Any]) -> Any:
+    """A judge's score to a judge, the ant's patch to anyone else."""
+    if fault_experiments.is_judge(request):
+        return fault_experiments.judge_reply()
+    return llm_reply(request)
 
 
 # --- scenarios ------------------------------------------------------------------------------
@@ -201,8 +222,9 @@ def _tool_scenario() -> dict[str, Any]:
     }
 
 
-def create_worlds(per_kind: int) -> dict[str, str]:
-    """slug → kind ("llm" | "tool" | "fast")."""
+def create_worlds(per_kind: int, experiment: tuple[int, int] = (0, 0)) -> dict[str, str]:
+    """slug → kind ("llm" | "tool" | "fast" | "experiment"); ``experiment``: its replicates per
+    arm (0: none) and its budget."""
     from scenarios_app.fixture_files import load_fixture
     from scenarios_app.services import scenario_assemble
     from worlds_app.services import world_create
@@ -225,6 +247,10 @@ def create_worlds(per_kind: int) -> dict[str, str]:
             slug = f"{kind}-{i}"
             world_create(data={"slug": slug, "scenario_ref": {"hash": scenario_hash}})
             worlds[slug] = kind
+    replicates, budget = experiment
+    if replicates:
+        for slug in fault_experiments.create_experiment(two_ants, replicates, budget):
+            worlds[slug] = "experiment"
     return worlds
 
 
@@ -281,7 +307,14 @@ class Workers:
         # A new hostname per start: a lease names the worker process that holds it.
         self.attempts = self._spawn(
             f"attempts-{self.generation}",
-            ["--pool", "prefork", "--concurrency", "2", "-Q", ATTEMPT_QUEUE],
+            [
+                "--pool",
+                "prefork",
+                "--concurrency",
+                "2",
+                "-Q",
+                f"{ATTEMPT_QUEUE},{EXPERIMENT_QUEUE},{MEASURE_QUEUE}",
+            ],
         )
 
     def _supervise(self) -> None:
@@ -368,6 +401,7 @@ class Figures:
     turns_committed: int = 0
     requests_sent: int = 0  # generation requests the scripted model received
     settled: bool = False
+    experiment: dict[str, Any] = field(default_factory=dict)  # fault_experiments.check
     violations: list[str] = field(default_factory=list)
     wall_seconds: float = 0.0
 
@@ -655,7 +689,9 @@ def unrecorded_requests(requests: list[dict[str, Any]]) -> list[str]:
     from cognition_app.models import InvocationKind, SourceInvocation
     from cognition_app.sources.replay import request_key_of
 
-    rows = SourceInvocation.objects.filter(kind=InvocationKind.LLM_GENERATION)
+    rows = SourceInvocation.objects.filter(
+        kind__in=[InvocationKind.LLM_GENERATION, InvocationKind.JUDGE]  # a judge's too
+    )
     keys = set(rows.values_list("request_key", flat=True))
     sources = set(rows.values_list("source_hash", flat=True).distinct())
     missing = []
@@ -699,6 +735,7 @@ def report(figures: Figures) -> None:
         f"turns committed:       {figures.turns_committed}",
         f"model requests:        {figures.requests_sent} (each must have its invocation row)",
         f"settled:               {figures.settled}",
+        *[f"experiment: {name}: {value}" for name, value in figures.experiment.items()],
         f"invariant violations:  {len(figures.violations)}",
         *[f"  {v}" for v in figures.violations[:30]],
         f"wall time:             {figures.wall_seconds:.1f} s",
@@ -724,6 +761,9 @@ def main(argv: list[str] | None = None) -> int:
             "CHUKWA_REAPER_PERIOD_SECONDS": str(args.period),
             "CHUKWA_CELERY_QUEUE": ATTEMPT_QUEUE,
             "CHUKWA_CELERY_CONTROL_QUEUE": CONTROL_QUEUE,
+            "CHUKWA_CELERY_EXPERIMENT_QUEUE": EXPERIMENT_QUEUE,
+            "CHUKWA_CELERY_MEASURE_QUEUE": MEASURE_QUEUE,
+            "CHUKWA_LIMIT_LEASE_SECONDS": str(args.limit_lease),
             "CHUKWA_LOG_LEVEL": "ERROR",
             "CHUKWA_TOY_VENDING_URL": f"http://127.0.0.1:{tools.server_address[1]}",
         }
@@ -751,14 +791,14 @@ def main(argv: list[str] | None = None) -> int:
     attempts_log.setLevel(logging.WARNING)
     attempts_log.propagate = False  # counted, not printed: one line per deferred dispatch
     llm = ScriptedLLM().start()
-    llm.script(*([llm_reply] * 100_000))
+    llm.script(*([any_reply] * 100_000))
     os.environ["CHUKWA_LLM_BASE_URL"] = llm.base_url
     os.environ["CHUKWA_LLM_API_KEY"] = "fault-injection-key"
     workers = Workers(log_dir)
     feeder: Feeder | None = None
     try:
         call_command("migrate", verbosity=0)
-        worlds = create_worlds(args.worlds)
+        worlds = create_worlds(args.worlds, (args.experiment_replicates, args.experiment_budget))
         workers.start()
         feeder = Feeder(list(worlds), figures, rng)
         feeder.start()
@@ -774,7 +814,11 @@ def main(argv: list[str] | None = None) -> int:
         feeder.stopping.set()
         feeder.join(timeout=30)
         figures.settled = settle(args.settle_timeout)
+        found: list[str] = []
+        if args.experiment_replicates:  # first: it lets a dead judge's task limit pass
+            figures.experiment, found = fault_experiments.check(args.limit_lease)
         collect(figures, llm.requests)
+        figures.violations += found
         figures.worker_starts = workers.generation
         figures.worker_exits_by_themselves = workers.exits_by_themselves
     finally:

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from django.db.models import DecimalField, F, IntegerField, Q, Sum, Value
 from django.db.models.functions import Coalesce
@@ -112,6 +112,7 @@ class Reservation:
     cost: Decimal = Decimal(0)
     in_ledger: bool = True  # counted in the attempt's own ledger (the world's limits)
     shared: bool = False  # reserved against a shared budget too
+    id: UUID | None = None  # the shared reservation's id: its call's LlmCall id
 
 
 class SharedBudget(Protocol):
@@ -126,8 +127,12 @@ class SharedBudget(Protocol):
     def name(self) -> str:
         """How a refusal names it: "experiment 'thirst'"."""
 
-    def reserve(self, *, tokens: int, cost: Decimal) -> str | None:
-        """Reserve, or why not (the limit, what is spent and reserved, what is left)."""
+    def reserve(
+        self, *, tokens: int, cost: Decimal, reservation_id: UUID, attempt_id: UUID | None
+    ) -> str | None:
+        """Reserve, or why not (the limit, what is spent and reserved, what is left);
+        ``reservation_id`` becomes the call's id, ``attempt_id`` (none for a judge) tells the
+        reaper whose it is if its worker dies."""
 
     def settle(self, *, reserved: Reservation, tokens: int, cost: Decimal) -> None:
         """Give back the reservation and count the call's real spend."""
@@ -196,9 +201,14 @@ class BudgetLedger:
                 if price is not None
                 else Decimal(0)
             )
-            refusal = shared.reserve(tokens=tokens, cost=cost)
+            reservation_id = uuid4()
+            refusal = shared.reserve(
+                tokens=tokens, cost=cost, reservation_id=reservation_id, attempt_id=attempt_id
+            )
             if refusal is None:
-                return Reservation(tokens, cost, in_ledger=outcome.in_ledger, shared=True)
+                return Reservation(
+                    tokens, cost, in_ledger=outcome.in_ledger, shared=True, id=reservation_id
+                )
             refusal += f" (prompt estimate {prompt_tokens} + max_tokens {max_completion})"
         self.release(outcome)
         return refusal

@@ -27,7 +27,7 @@ from chukwa_core.experiment_design import (
 )
 from cognition_app.models import LlmCall
 from scenarios_app.selectors import scenario_names_of
-from worlds_app.models import AttemptStatus, Experiment, Measurement, World
+from worlds_app.models import AttemptStatus, Experiment, ExperimentLedger, Measurement, World
 from worlds_app.selectors import require_slug
 from worlds_app.services.experiment_time import time_of
 
@@ -74,13 +74,14 @@ def _budget(experiment: Experiment) -> dict[str, Any] | None:
     could still spend), or None when it has none."""
     if not experiment.has_budget:
         return None
+    ledger = ExperimentLedger.objects.filter(pk=experiment.pk).first() or ExperimentLedger()
     return {
         "max_tokens_total": experiment.max_tokens_total,
         "max_cost_total": experiment.max_cost_total,
-        "spent_tokens": experiment.spent_tokens,
-        "spent_cost": experiment.spent_cost,
-        "reserved_tokens": experiment.reserved_tokens,
-        "reserved_cost": experiment.reserved_cost,
+        "spent_tokens": ledger.spent_tokens,
+        "spent_cost": ledger.spent_cost,
+        "reserved_tokens": ledger.reserved_tokens,
+        "reserved_cost": ledger.reserved_cost,
         "exhausted_at": experiment.budget_exhausted_at,
     }
 

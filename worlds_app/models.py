@@ -42,16 +42,11 @@ class Experiment(models.Model):
     cancelled_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150, blank=True)
-    # The budget (one total over all its worlds and judges; null: no limit) and its ledger:
-    # what calls in flight could still spend (reserved before each call) and what finished
-    # calls spent (settled when each call's finished row is written). One UPDATE checks and
-    # reserves, so workers on any number of machines can never overshoot it together.
+    # The budget (one total over all its worlds and judges; null: no limit); its ledger is
+    # its own row (ExperimentLedger), so that every LLM call's reserve and settle never write
+    # this one.
     max_tokens_total = models.BigIntegerField(null=True, blank=True)
     max_cost_total = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
-    reserved_tokens = models.BigIntegerField(default=0)
-    reserved_cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
-    spent_tokens = models.BigIntegerField(default=0)
-    spent_cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
     budget_exhausted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -69,6 +64,45 @@ class Experiment(models.Model):
         """The design as its one typed value (parsed from the stored JSON on each read, so a
         saved change is never hidden behind a stale copy)."""
         return ExperimentDesign.from_json(self.design)
+
+
+class ExperimentLedger(models.Model):
+    """An experiment's budget ledger, on a row of its own (the experiment's row is read by every
+    turn and written by structural changes; this one by every LLM call): what calls in flight
+    could still spend (reserved before each call, one ``BudgetReservation`` row each) and what
+    finished calls spent (settled once each call's finished row is written, or by the reaper
+    from that row when its worker died). One statement checks and reserves, so workers on any
+    number of machines can never overshoot the budget together."""
+
+    experiment = models.OneToOneField(
+        Experiment, primary_key=True, on_delete=models.CASCADE, related_name="ledger"
+    )
+    reserved_tokens = models.BigIntegerField(default=0)
+    reserved_cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
+    spent_tokens = models.BigIntegerField(default=0)
+    spent_cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
+
+    def __str__(self) -> str:
+        return f"ledger of experiment {self.experiment_id}"
+
+
+class BudgetReservation(models.Model):
+    """One LLM call's reservation against its experiment's budget, until settled. Its id is the
+    call's ``LlmCall`` id (once the call's rows exist): the reaper settles a reservation whose
+    worker died from that row's real usage (none, if the call never finished)."""
+
+    id = models.UUIDField(primary_key=True)
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="+")
+    attempt_id = models.UUIDField(null=True, blank=True, db_index=True)
+    tokens = models.BigIntegerField()
+    cost = models.DecimalField(max_digits=20, decimal_places=10)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["created_at"], name="budgetres_created_idx")]
+
+    def __str__(self) -> str:
+        return f"reservation {self.id} of experiment {self.experiment_id}"
 
 
 class World(models.Model):

@@ -99,13 +99,32 @@ def export_attempt_trace(attempt_id: str) -> dict[str, Any]:
     soft_time_limit=settings.CHUKWA_ATTEMPT_SOFT_TIME_LIMIT,
     time_limit=settings.CHUKWA_ATTEMPT_TIME_LIMIT,
 )
-def measure_world(world_id: int, metric_hashes: list[str]) -> dict[str, Any]:
+def measure_world(world_id: int | list[int], metric_hashes: list[str]) -> dict[str, Any]:
+    """One world, or several (a new experiment's worlds' baselines: a message per
+    ``dispatch.MEASURE_WORLDS_PER_MESSAGE`` worlds, not one each), one after the other; then a
+    stopping rule of their experiment looks, when all is done."""
     from worlds_app.models import World
+    from worlds_app.services.budget_settler import flush as settle_flush
     from worlds_app.services.experiment_stopping import stopping_step
     from worlds_app.services.measurements import world_measure
 
-    result = dict(world_measure(world_id=world_id, metric_hashes=metric_hashes))
-    experiment_id = World.objects.filter(pk=world_id).values_list("experiment_id", flat=True)
-    if experiment_id and experiment_id[0] is not None:  # a stopping rule looks when all is done
-        result["stopping_added"] = stopping_step(experiment_id=experiment_id[0])
+    ids = [world_id] if isinstance(world_id, int) else list(world_id)
+    try:
+        measured = {
+            one: dict(world_measure(world_id=one, metric_hashes=metric_hashes)) for one in ids
+        }
+    finally:
+        settle_flush()  # its judges' settles written before the task ends
+    result: dict[str, Any] = (
+        measured[world_id]
+        if isinstance(world_id, int)
+        else {str(k): v for k, v in measured.items()}
+    )
+    experiments = set(
+        World.objects.filter(pk__in=ids, experiment__isnull=False).values_list(
+            "experiment_id", flat=True
+        )
+    )
+    for experiment_id in sorted(experiments):
+        result["stopping_added"] = stopping_step(experiment_id=experiment_id)
     return result

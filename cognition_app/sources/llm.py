@@ -286,6 +286,8 @@ class _Send:
             price=price,
             kind=self.kind,
         )
+        if release.reservation.id is not None:  # the reaper finds the call by its reservation
+            rows.call.id = release.reservation.id
         release.rows = rows
         rows.limited = bool(iface.get("limits"))
         if config_failure is not None:

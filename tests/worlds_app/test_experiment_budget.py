@@ -18,12 +18,14 @@ import time
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
+from uuid import UUID, uuid4
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from cognition_app.budgets import Reservation
 from cognition_app.models import LlmCall, ModelPrice, SourceInvocation
 from cognition_app.sources.retry import RATE_LIMITED_TRIES
 from scenarios_app.services import metric_put, scenario_assemble
@@ -31,7 +33,16 @@ from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worker import routed_to, worker_process
 from tests.support.worlds import backend_checked, fixture_body, workflow_of
 from worlds_app.experiment_selectors import experiment_get
-from worlds_app.models import AttemptStatus, Experiment, TurnAttempt, World
+from worlds_app.models import (
+    AttemptStatus,
+    BudgetReservation,
+    Experiment,
+    ExperimentLedger,
+    TurnAttempt,
+    World,
+)
+from worlds_app.services import budget_settler
+from worlds_app.services.budget_settler import settle_now
 from worlds_app.services.experiment_budget import experiment_budget
 from worlds_app.services.experiments import experiment_create
 
@@ -99,11 +110,18 @@ def test_racing_reservations_never_take_more_than_the_budget_holds() -> None:
     assert budget is not None
     start = threading.Barrier(16)
     outcomes: list[str | None] = []
+    granted_ids: list[UUID] = []
 
     def reserve() -> None:
         try:
             start.wait()
-            outcomes.append(budget.reserve(tokens=90, cost=Decimal("0.01")))
+            reservation_id = uuid4()
+            refusal = budget.reserve(
+                tokens=90, cost=Decimal("0.01"), reservation_id=reservation_id, attempt_id=None
+            )
+            outcomes.append(refusal)
+            if refusal is None:
+                granted_ids.append(reservation_id)
         finally:
             connection.close()
 
@@ -115,9 +133,11 @@ def test_racing_reservations_never_take_more_than_the_budget_holds() -> None:
     granted = [o for o in outcomes if o is None]
     refused = [o for o in outcomes if o is not None]
     assert (len(granted), len(refused)) == (11, 5)  # 11 by 90 = 990 fits 1000; 12 would not
-    row = Experiment.objects.get(pk=experiment.pk)
+    row = ExperimentLedger.objects.get(pk=experiment.pk)
     assert (row.reserved_tokens, row.reserved_cost) == (990, Decimal("0.11"))
-    assert row.budget_exhausted_at is not None
+    # one reservation row per granted call, on the ledger's row, not the experiment's
+    assert set(BudgetReservation.objects.values_list("pk", flat=True)) == set(granted_ids)
+    assert Experiment.objects.get(pk=experiment.pk).budget_exhausted_at is not None
     assert "budget max_tokens_total = 1000 of experiment 'race'" in refused[0], refused[0]
     # the first refusal stopped the experiment: its queued turns are cancelled, with the reason
     queued = TurnAttempt.objects.filter(world__experiment=experiment)
@@ -125,14 +145,21 @@ def test_racing_reservations_never_take_more_than_the_budget_holds() -> None:
     assert set(queued.values_list("status", flat=True)) == {AttemptStatus.CANCELLED}
     assert queued.first().failure_reason.startswith("budget_exhausted: budget max_tokens_total")
 
-    # settling gives the reservation back and counts the real spend
-    from cognition_app.budgets import Reservation
-
+    # settling (on the settler thread) gives the reservation back and counts what its call's
+    # own row says it spent (no row here: nothing); one settled already counts nothing again
     budget.settle(
-        reserved=Reservation(90, Decimal("0.01"), shared=True), tokens=70, cost=Decimal(0)
+        reserved=Reservation(90, Decimal("0.01"), shared=True, id=granted_ids[0]),
+        tokens=70,
+        cost=Decimal(0),
     )
+    budget_settler.flush()
     row.refresh_from_db()
-    assert (row.reserved_tokens, row.spent_tokens) == (900, 70)
+    assert (row.reserved_tokens, row.spent_tokens) == (900, 0)
+    assert settle_now([granted_ids[0]]) == 0
+    assert settle_now([granted_ids[1], granted_ids[2]]) == 2
+    row.refresh_from_db()
+    assert (row.reserved_tokens, row.reserved_cost, row.spent_tokens) == (720, Decimal("0.08"), 0)
+    assert BudgetReservation.objects.count() == 8
 
 
 # --- two workers, one budget ----------------------------------------------------------------
@@ -183,11 +210,12 @@ def test_two_workers_stop_an_experiment_at_its_budget_without_overshooting(
     calls = LlmCall.objects.filter(invocation__world__in=worlds)
     sent = calls.exclude(usage_source="not_sent")
     spent = sum((c.prompt_tokens or 0) + (c.completion_tokens or 0) for c in sent)
-    row = Experiment.objects.get(slug="pricey")
+    row = ExperimentLedger.objects.get(experiment__slug="pricey")
     assert state["status"] == "failed", state
     # never overshot, and the ledger agrees with the calls' own rows
     assert spent <= limit
     assert (row.spent_tokens, row.reserved_tokens) == (spent, 0)
+    assert not BudgetReservation.objects.exists()
     assert state["budget"]["spent_tokens"] == spent
     # both workers ran turns, and the model saw exactly the calls that were sent
     owners = set(
@@ -203,7 +231,7 @@ def test_two_workers_stop_an_experiment_at_its_budget_without_overshooting(
     ).first()
     assert refused is not None
     assert "budget max_tokens_total = 1000 of experiment 'pricey'" in refused.failure_message
-    assert row.budget_exhausted_at is not None
+    assert Experiment.objects.get(slug="pricey").budget_exhausted_at is not None
     statuses = set(TurnAttempt.objects.filter(world__in=worlds).values_list("status", flat=True))
     assert statuses <= {"committed", "failed", "cancelled"}
     assert "cancelled" in statuses and "failed" in statuses

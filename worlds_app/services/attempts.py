@@ -38,10 +38,12 @@ from worlds_app.models import (
 )
 from worlds_app.selectors import RETRYABLE_STATUSES, require_slug
 from worlds_app.services.attempt_recorder import AttemptRecorder
+from worlds_app.services.budget_settler import flush as settle_flush
 from worlds_app.services.cancelling import cancel_queued_attempts
 from worlds_app.services.claims import Claim, Heartbeat, LeaseLost, claim_attempt
 from worlds_app.services.dispatch import export_on_commit, kick_on_commit, turn_messages_waiting
 from worlds_app.services.execution import turn_attempt_execute
+from worlds_app.services.experiment_budget import settle_leaked
 from worlds_app.services.turn_commit import commit_turn
 
 logger = logging.getLogger(__name__)
@@ -316,6 +318,7 @@ def turn_attempt_run(*, attempt_id: str, owner: str, continue_for: float = 0) ->
                     claim, owner, heartbeat, claim_next_until=continue_until
                 )
             first = first or status
+    settle_flush()  # the budget's settles of its calls written before the task ends
     return first
 
 
@@ -413,9 +416,9 @@ def turn_attempt_reap(*, now: datetime | None = None) -> list[str]:
     stays at its last committed turn and the rest of the batch is cancelled. A judge's call
     left running longer than its task may run is interrupted too."""
     now = now or _now()
-    interrupt_stale_judges(
-        started_before=now - timedelta(seconds=settings.CHUKWA_ATTEMPT_TIME_LIMIT)
-    )
+    stale = now - timedelta(seconds=settings.CHUKWA_ATTEMPT_TIME_LIMIT)
+    interrupt_stale_judges(started_before=stale)
+    settle_leaked(created_before=stale)
     expired = list(
         TurnAttempt.objects.filter(
             status=AttemptStatus.RUNNING, lease_expires_at__lt=now
@@ -455,6 +458,7 @@ def turn_attempt_reap(*, now: datetime | None = None) -> list[str]:
                 created_at=now,
             )
             interrupt_running(attempt_id=attempt.pk, reason=reason)
+            settle_leaked(attempt_id=attempt.pk)  # its calls' reservations, from their rows
             _cancel_rest_of_batch(
                 attempt, f"cancelled: attempt {attempt.seq} of this batch was interrupted"
             )

@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 RUN_TURN_ATTEMPT_TASK = "worlds.run_turn_attempt"
 EXPORT_ATTEMPT_TRACE_TASK = "worlds.export_attempt_trace"
 MEASURE_WORLD_TASK = "worlds.measure_world"  # = tasks.measure_world
+# A new experiment's worlds are measured at their first turn by one message per this many
+# worlds (10,000 worlds: 200 messages, not 10,000 sent in the creation's request).
+MEASURE_WORLDS_PER_MESSAGE = 50
 
 
 def kick_on_commit(world_id: int) -> None:
@@ -168,7 +171,7 @@ def export_on_commit(attempt_id: UUID) -> None:
     transaction.on_commit(send)
 
 
-def send_measure(world_id: int, metric_hashes: list[str]) -> None:
+def send_measure(world_id: int | list[int], metric_hashes: list[str]) -> None:
     """Hand a world's measuring to the measure queue (read at send time, so tests can route to
     their own worker); a broker error propagates."""
     from celery import current_app
@@ -189,17 +192,23 @@ def measure_on_commit(world_ids: int | list[int], experiment_id: int) -> None:
     def send() -> None:
         from worlds_app.models import Experiment
 
-        experiment = Experiment.objects.filter(pk=experiment_id).only("design").first()
-        metrics = list(experiment.typed_design.metrics) if experiment is not None else []
+        # only the metrics' hashes, not the whole design read back and parsed each turn
+        stored = (
+            Experiment.objects.filter(pk=experiment_id)
+            .values_list("design__metrics", flat=True)
+            .first()
+        )
+        metrics = [str(m) for m in stored] if isinstance(stored, list) else []
         if not metrics:
             return
-        for world_id in worlds:
+        step = MEASURE_WORLDS_PER_MESSAGE
+        for chunk in (worlds[i : i + step] for i in range(0, len(worlds), step)):
             try:
-                send_measure(world_id, metrics)
+                send_measure(chunk[0] if len(chunk) == 1 else chunk, metrics)
             except BROKER_ERRORS as exc:
                 logger.warning(
                     "world %s: not measured now, broker unavailable (%s: %s)",
-                    world_id,
+                    chunk[0],
                     type(exc).__name__,
                     exc,
                 )

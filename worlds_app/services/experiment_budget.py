@@ -1,31 +1,36 @@
 """An experiment's budget (docs/experiments.md, "Estimate and budget"): one total over all its
-worlds and judges, kept on the experiment's row so that every worker on every machine sees the
-same ledger.
+worlds and judges, kept in the experiment's ledger row (``ExperimentLedger``, apart from the
+experiment's own row) so that every worker on every machine sees the same ledger.
 
 Before each LLM call of any of its worlds, what the call could spend (prompt estimate plus its
-``max_tokens``, and the worst case of that in cost) is **reserved** by one ``UPDATE`` that adds
-it only if spent + reserved + this call still fits every limit: PostgreSQL's row lock makes
-concurrent reservations queue, so no two calls can both take the last of it. When the call's
-finished row is written, the reservation is **settled**: given back, and the call's real spend
-counted. A call that does not fit is not sent (``budget_exhausted`` naming the experiment's
-budget), and the experiment stops: its queued turns are cancelled with that reason, and it
-ends ``failed``.
+``max_tokens``, and the worst case of that in cost) is **reserved** by one statement that adds
+it to the ledger only if spent + reserved + this call still fits every limit, and writes the
+call's ``BudgetReservation`` row: PostgreSQL's row lock makes concurrent reservations queue,
+so no two calls can both take the last of it. When the call's finished row is written, the
+reservation is **settled** (on the settler thread, ``budget_settler``): its row deleted, given
+back, and the call's real spend counted. A call that does not fit is not sent
+(``budget_exhausted`` naming the experiment's budget), and the experiment stops: its queued
+turns are cancelled with that reason, and it ends ``failed``.
 
-A worker killed between reserving and settling leaves its reservation held: the experiment
-counts it as spent at its worst case, which can only refuse early, never overshoot.
+A worker killed between reserving and settling leaves its reservation row: the reaper settles
+it (``settle_leaked``) from the call's own row, what the call really spent (nothing when it
+never finished), so the ledger always comes back to the calls' rows.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
+from uuid import UUID
 
 from django.db import connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from cognition_app.budgets import BudgetLedger, BudgetLimits, Reservation
-from worlds_app.models import Experiment
+from worlds_app.models import BudgetReservation, Experiment, ExperimentLedger
+from worlds_app.services.budget_settler import settle_later, settle_now
 from worlds_app.services.cancelling import cancel_queued
 
 
@@ -44,26 +49,47 @@ class ExperimentBudget:
     def name(self) -> str:
         return f"experiment {self.slug!r}"
 
-    def reserve(self, *, tokens: int, cost: Decimal) -> str | None:
-        table = connection.ops.quote_name(Experiment._meta.db_table)
+    def reserve(
+        self, *, tokens: int, cost: Decimal, reservation_id: UUID, attempt_id: UUID | None
+    ) -> str | None:
+        ledger = connection.ops.quote_name(ExperimentLedger._meta.db_table)
+        res = connection.ops.quote_name(BudgetReservation._meta.db_table)
+        experiments = connection.ops.quote_name(Experiment._meta.db_table)
         with connection.cursor() as cursor:
-            # one statement: checked and reserved under the row's lock, committed at once
+            # one statement: checked and reserved under the ledger row's lock, committed at once
             cursor.execute(
-                f"UPDATE {table} SET reserved_tokens = reserved_tokens + %s, "  # noqa: S608
+                f"WITH l AS (UPDATE {ledger} SET reserved_tokens = reserved_tokens + %s, "  # noqa: S608
                 "reserved_cost = reserved_cost + %s "
-                "WHERE id = %s AND budget_exhausted_at IS NULL "
-                "AND (max_tokens_total IS NULL "
-                "OR spent_tokens + reserved_tokens + %s <= max_tokens_total) "
-                "AND (max_cost_total IS NULL OR spent_cost + reserved_cost + %s <= max_cost_total) "
-                "RETURNING id",
-                [tokens, cost, self.experiment_id, tokens, cost],
+                "WHERE experiment_id = %s "
+                "AND (%s::bigint IS NULL OR spent_tokens + reserved_tokens + %s <= %s) "
+                "AND (%s::numeric IS NULL OR spent_cost + reserved_cost + %s <= %s) "
+                f"AND NOT EXISTS (SELECT 1 FROM {experiments} e WHERE e.id = %s "
+                "AND e.budget_exhausted_at IS NOT NULL) RETURNING experiment_id) "
+                f"INSERT INTO {res} (id, experiment_id, attempt_id, tokens, cost, created_at) "
+                "SELECT %s, experiment_id, %s, %s, %s, now() FROM l RETURNING id",
+                [
+                    tokens,
+                    cost,
+                    self.experiment_id,
+                    self.max_tokens_total,
+                    tokens,
+                    self.max_tokens_total,
+                    self.max_cost_total,
+                    cost,
+                    self.max_cost_total,
+                    self.experiment_id,
+                    reservation_id,
+                    attempt_id,
+                    tokens,
+                    cost,
+                ],
             )
             if cursor.fetchone() is not None:
                 return None
         return self._refused(tokens, cost)
 
     def _refused(self, tokens: int, cost: Decimal) -> str:
-        row = Experiment.objects.get(pk=self.experiment_id)
+        row = ExperimentLedger.objects.filter(pk=self.experiment_id).first() or ExperimentLedger()
         if self.max_tokens_total is not None and (
             row.spent_tokens + row.reserved_tokens + tokens > self.max_tokens_total
         ):
@@ -101,12 +127,29 @@ class ExperimentBudget:
                 cancel_queued(self.experiment_id, f"budget_exhausted: {message}", now)
 
     def settle(self, *, reserved: Reservation, tokens: int, cost: Decimal) -> None:
-        Experiment.objects.filter(pk=self.experiment_id).update(
-            reserved_tokens=F("reserved_tokens") - reserved.tokens,
-            reserved_cost=F("reserved_cost") - reserved.cost,
-            spent_tokens=F("spent_tokens") + tokens,
-            spent_cost=F("spent_cost") + cost,
-        )
+        """Handed to the settler thread (off the trace writer's): returns at once. What the
+        call spent is read from its own row there (``tokens`` and ``cost`` are what it should
+        say), so the ledger never counts a spend whose row was not written."""
+        reservation_id = reserved.id
+        assert reservation_id is not None
+        # once the rows written in the caller's transaction (if any) are committed: the
+        # settler reads them (at once in autocommit; a rollback leaves it to the reaper)
+        transaction.on_commit(lambda: settle_later(reservation_id))
+
+
+def settle_leaked(*, attempt_id: UUID | None = None, created_before: datetime | None = None) -> int:
+    """The reaper's part: reservations whose worker died — of a dead attempt, or any taken
+    before ``created_before`` (longer ago than an attempt or a judge's task may run: a judge's
+    whose worker died, or one whose process stopped before its settler thread wrote it) —
+    settled from their calls' own rows, what each call really spent (nothing if it never
+    finished). Returns how many."""
+    leaked = BudgetReservation.objects.all()
+    if attempt_id is not None:
+        leaked = leaked.filter(attempt_id=attempt_id)
+    else:
+        assert created_before is not None
+        leaked = leaked.filter(created_at__lt=created_before)
+    return settle_now(list(leaked.values_list("pk", flat=True)))
 
 
 def budget_ledger(limits: BudgetLimits | None, experiment_id: int | None) -> BudgetLedger | None:
@@ -119,18 +162,33 @@ def budget_ledger(limits: BudgetLimits | None, experiment_id: int | None) -> Bud
 
 
 def experiment_budget(experiment_id: int | None) -> ExperimentBudget | None:
-    """The shared budget of a world's experiment, if it has one (read once per attempt)."""
+    """The shared budget of a world's experiment, if it has one. Its slug and limits never
+    change once the experiment exists, so each process reads them once per experiment (not the
+    experiment's row each attempt)."""
     if experiment_id is None:
         return None
-    row = Experiment.objects.filter(pk=experiment_id).first()
-    if row is None or not row.has_budget:
-        return None
-    return ExperimentBudget(
-        experiment_id=row.pk,
-        slug=row.slug,
-        max_tokens_total=row.max_tokens_total,
-        max_cost_total=row.max_cost_total,
+    if experiment_id in _budgets:
+        return _budgets[experiment_id]
+    row = (
+        Experiment.objects.filter(pk=experiment_id)
+        .values("slug", "max_tokens_total", "max_cost_total")
+        .first()
     )
+    if row is None:
+        return None
+    budget = None
+    if row["max_tokens_total"] is not None or row["max_cost_total"] is not None:
+        budget = ExperimentBudget(experiment_id=experiment_id, **row)
+    with _budgets_lock:
+        if len(_budgets) >= MAX_CACHED_BUDGETS:
+            _budgets.clear()
+        _budgets[experiment_id] = budget
+    return budget
+
+
+MAX_CACHED_BUDGETS = 1024
+_budgets: dict[int, ExperimentBudget | None] = {}
+_budgets_lock = threading.Lock()
 
 
 def _fmt(value: Decimal) -> str:

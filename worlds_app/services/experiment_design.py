@@ -47,7 +47,7 @@ from worlds_app.services.worlds import (
     scenario_hash_from_ref,
 )
 
-MAX_WORLDS = 1000
+MAX_WORLDS = 10_000
 MAX_TURNS = MAX_BATCH  # one batch of turns per world
 SLUG_MAX = 64
 RESERVED_SLUGS = ("estimate",)  # /api/experiments/estimate/

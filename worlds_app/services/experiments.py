@@ -10,19 +10,26 @@ while writing — a world slug taken, a start time out of range — writes nothi
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.experiment_design import Budget, PlannedIntervention, world_slug
 from chukwa_core.hashing import json_hash
 from chukwa_core.seeds import replicate_seed
-from worlds_app.models import Experiment, Intervention, Turn, TurnAttempt, World
+from worlds_app.models import (
+    AttemptStatus,
+    Experiment,
+    ExperimentLedger,
+    Intervention,
+    Turn,
+    TurnAttempt,
+    World,
+)
 from worlds_app.selectors import require_slug
 from worlds_app.services.branches import design_branch_point
 from worlds_app.services.cancelling import cancel_queued
@@ -84,6 +91,7 @@ def experiment_create(*, data: Any, created_by: str = "") -> Experiment:
         if design.factorial is not None:  # the arms' forks, written with the experiment
             written = factorial_arms(design.factorial, write=True)
             assert [a.scenario_hash for a in written] == [a.scenario_hash for a in design.arms]
+        ExperimentLedger.objects.create(experiment=experiment)
         _make_worlds(experiment, range(1, design.replicates + 1), created_by)
     return experiment
 
@@ -180,27 +188,31 @@ def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> 
             for world, item in interventions
         ]
     )
-    turns = design.turns
-    attempts: list[TurnAttempt] = []
-    for world, _ in rows:
-        batch_id = uuid.uuid4()
-        attempts.extend(
-            TurnAttempt(
-                world=world,
-                seq=1 + i,
-                batch_id=batch_id,
-                batch_index=i,
-                batch_size=turns,
-                requested_by=created_by,
-            )
-            for i in range(turns)
-        )
-    TurnAttempt.objects.bulk_create(attempts, batch_size=5000)
+    world_ids = [world.pk for world, _ in rows]
+    _queue_turns(world_ids, design.turns, created_by)
     world_ids = [world.pk for world, _ in rows]
     # The first CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT worlds are dispatched after commit; each
     # of the rest when an admitted world is done (dispatch.experiment_admit).
     admit_on_commit(experiment.pk)
     measure_on_commit(world_ids, experiment.pk)  # the first turn, the baseline
+
+
+def _queue_turns(world_ids: list[int], turns: int, created_by: str) -> None:
+    """Each world's ``turns`` queued attempts (one batch per world, seq 1…turns), made by
+    PostgreSQL in one statement: 10,000 worlds by 20 turns are 200,000 rows, which model
+    instances and their bound parameters would take most of the creation's time to build."""
+    table = connection.ops.quote_name(TurnAttempt._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (id, world_id, seq, batch_id, batch_index, batch_size, "  # noqa: S608
+            "status, lease_owner, queued_at, failure_step, failure_subject, failure_reason, "
+            "requested_by) "
+            "SELECT gen_random_uuid(), w.id, i + 1, w.batch_id, i, %s, %s, '', now(), '', '', "
+            "'', %s FROM (SELECT id, gen_random_uuid() AS batch_id "
+            "FROM unnest(%s::bigint[]) AS id) AS w CROSS JOIN generate_series(0, %s - 1) AS i "
+            "ORDER BY w.id, i",
+            [turns, AttemptStatus.QUEUED.value, created_by, world_ids, turns],
+        )
 
 
 def _note(experiment: Experiment, change: str, detail: str, by: str) -> None:
@@ -214,13 +226,20 @@ def _now() -> datetime:
 
 
 def _locked(slug: str) -> Experiment:
+    """The experiment, with its structural lock held until the caller's transaction ends: the
+    changes that add worlds or metrics, and a cancel, one at a time. Its row is not locked (every
+    turn reads it, a budget refusal writes it), only written once, at the end of the change."""
     require_slug(slug)
-    experiment = Experiment.objects.select_for_update().filter(slug=slug).first()
-    if experiment is None:
+    found = Experiment.objects.filter(slug=slug).values_list("pk", flat=True).first()
+    if found is None:
         raise NotFoundError(
             "experiment_not_found", f"slug: no experiment {slug!r}", {"field": "slug"}
         )
-    return experiment
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"experiment-structure:{found}"]
+        )
+    return Experiment.objects.get(pk=found)  # read after the lock: the last change's design
 
 
 def experiment_add_replicates(
@@ -250,8 +269,8 @@ def experiment_add_replicates(
         check_slug_length(slug, list(design.arm_labels), total, "count")
         experiment.design = design.with_replicates(total).to_json()
         _note(experiment, "replicates", f"{design.replicates} → {total} per arm", created_by)
-        experiment.save(update_fields=["design", "history"])
         _make_worlds(experiment, range(first, total + 1), created_by)
+        experiment.save(update_fields=["design", "history"])  # its row locked only from here
     return experiment
 
 

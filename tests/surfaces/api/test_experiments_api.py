@@ -85,7 +85,7 @@ def _design(scenario: str, metric: str, **extra: Any) -> dict[str, Any]:
         ({"replicates": 0}, "invalid_replicates", "replicates"),
         ({"turns": 0}, "invalid_turns", "turns"),
         ({"turns": 101}, "invalid_turns", "turns"),
-        ({"replicates": 501}, "too_many_worlds", "replicates"),
+        ({"replicates": 5001}, "too_many_worlds", "replicates"),
         ({"control": "nobody"}, "invalid_control", "control"),
         ({"metrics": [{"label": "nothing"}]}, "unresolved_reference", "metrics[0]"),
         ({"slug": "Bad Slug"}, "invalid_slug", "slug"),

@@ -111,7 +111,7 @@ def test_hostile_experiment_input_is_a_4xx_and_writes_nothing(operator_client: A
         ({"seed": 2**53}, "invalid_seed", "seed"),  # JSON clients would round it
         ({"slug": "estimate"}, "invalid_slug", "slug"),
         ({"replicates": 0}, "invalid_replicates", "replicates"),
-        ({"replicates": 1001}, "invalid_replicates", "replicates"),
+        ({"replicates": 10_001}, "invalid_replicates", "replicates"),
         ({"turns": True}, "invalid_turns", "turns"),
         ({"metrics": "x"}, "invalid_metrics", "metrics"),
         ({"extra": 1}, "invalid_input", "extra"),
