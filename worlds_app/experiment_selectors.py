@@ -29,7 +29,7 @@ from cognition_app.models import LlmCall
 from scenarios_app.selectors import scenario_names_of
 from worlds_app.models import AttemptStatus, Experiment, ExperimentLedger, Measurement, World
 from worlds_app.selectors import require_slug
-from worlds_app.services.experiment_time import time_of
+from worlds_app.services.experiment_time import TIMED_CALLS, time_of
 
 __all__ = ["COMPLETED", "RUNNING", "experiment_get", "experiment_list", "experiment_row"]
 
@@ -130,9 +130,9 @@ def eta_seconds(
 
 
 def _calls_by_source(world_ids: list[int]) -> dict[str, int]:
-    """The experiment's recorded LLM calls, counted per source hash."""
+    """The experiment's recorded LLM calls that took the model's time, counted per source hash."""
     rows = (
-        LlmCall.objects.filter(invocation__world_id__in=world_ids)
+        LlmCall.objects.filter(invocation__world_id__in=world_ids, **TIMED_CALLS)
         .values("invocation__source_hash")
         .annotate(n=Count("pk"))
     )

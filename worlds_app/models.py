@@ -66,45 +66,6 @@ class Experiment(models.Model):
         return ExperimentDesign.from_json(self.design)
 
 
-class ExperimentLedger(models.Model):
-    """An experiment's budget ledger, on a row of its own (the experiment's row is read by every
-    turn and written by structural changes; this one by every LLM call): what calls in flight
-    could still spend (reserved before each call, one ``BudgetReservation`` row each) and what
-    finished calls spent (settled once each call's finished row is written, or by the reaper
-    from that row when its worker died). One statement checks and reserves, so workers on any
-    number of machines can never overshoot the budget together."""
-
-    experiment = models.OneToOneField(
-        Experiment, primary_key=True, on_delete=models.CASCADE, related_name="ledger"
-    )
-    reserved_tokens = models.BigIntegerField(default=0)
-    reserved_cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
-    spent_tokens = models.BigIntegerField(default=0)
-    spent_cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
-
-    def __str__(self) -> str:
-        return f"ledger of experiment {self.experiment_id}"
-
-
-class BudgetReservation(models.Model):
-    """One LLM call's reservation against its experiment's budget, until settled. Its id is the
-    call's ``LlmCall`` id (once the call's rows exist): the reaper settles a reservation whose
-    worker died from that row's real usage (none, if the call never finished)."""
-
-    id = models.UUIDField(primary_key=True)
-    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="+")
-    attempt_id = models.UUIDField(null=True, blank=True, db_index=True)
-    tokens = models.BigIntegerField()
-    cost = models.DecimalField(max_digits=20, decimal_places=10)
-    created_at = models.DateTimeField()
-
-    class Meta:
-        indexes = [models.Index(fields=["created_at"], name="budgetres_created_idx")]
-
-    def __str__(self) -> str:
-        return f"reservation {self.id} of experiment {self.experiment_id}"
-
-
 class World(models.Model):
     slug = models.CharField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
@@ -662,55 +623,11 @@ class Measurement(models.Model):
         return f"{self.metric_id[:12]} of {self.world_id}#{self.turn_number}: {shown}"
 
 
-class ReferenceValue(models.Model):
-    """One observed value from people (docs/populations.md, "Comparing with people"): a unit
-    (a person, a session), a metric of the experiment by label, and the value. Results compare
-    each arm's worlds with these values; an upload is written whole or not at all."""
+# Models kept in their own module for size, imported here so Django registers them with the app.
+from worlds_app.research_models import (  # noqa: E402, F401
+    BudgetReservation,
+    ExperimentLedger,
+    Interview,
+    ReferenceValue,
+)
 
-    experiment = models.ForeignKey(
-        Experiment, on_delete=models.CASCADE, related_name="reference_values"
-    )
-    unit = models.CharField(max_length=200)
-    metric_label = models.CharField(max_length=64)
-    value = models.FloatField()
-    uploaded_at = models.DateTimeField(auto_now_add=True)
-    uploaded_by = models.CharField(max_length=150, blank=True)
-
-    class Meta:
-        ordering = ["experiment", "metric_label", "id"]
-        constraints = [
-            # Rule: a unit is observed once per metric.
-            models.UniqueConstraint(
-                fields=["experiment", "metric_label", "unit"], name="reference_value_unique"
-            ),
-            models.CheckConstraint(condition=~Q(unit=""), name="reference_value_unit_nonempty"),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.metric_label} of {self.unit}: {self.value}"
-
-
-class Interview(models.Model):
-    """Agents asked questions about a committed turn, each in its own view (docs/populations.md,
-    "Interviews"): nothing of the world is written; the state hashes before and after show it.
-    ``answers``: [{subject, question, answer, llm_call}] in the order asked."""
-
-    world = models.ForeignKey(World, on_delete=models.CASCADE, related_name="interviews")
-    turn_number = models.IntegerField()
-    subjects = models.JSONField()
-    questions = models.JSONField()
-    source_hash = models.CharField(max_length=64)
-    answers = models.JSONField(default=list)
-    status = models.CharField(max_length=16)  # succeeded | failed
-    error_code = models.CharField(max_length=40, blank=True)
-    error_message = models.TextField(blank=True)
-    state_hash_before = models.CharField(max_length=64)
-    state_hash_after = models.CharField(max_length=64)
-    created_at = models.DateTimeField(auto_now_add=True)
-    created_by = models.CharField(max_length=150, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-
-    def __str__(self) -> str:
-        return f"interview of {self.world_id}#{self.turn_number}"

@@ -28,7 +28,7 @@ from django.conf import settings
 from chukwa_core.experiment_time import TimeEstimate, seconds_text, wall_seconds
 from chukwa_core.ids import bound_concurrency_env_name
 from cognition_app.failures import SourceFailure
-from cognition_app.models import InvocationStatus, LlmCall
+from cognition_app.models import InvocationKind, InvocationStatus, LlmCall
 from cognition_app.sources.admission.endpoint import endpoint_limit
 from scenarios_app.models import ResponseSource
 
@@ -41,15 +41,24 @@ class Latency:
     calls: int  # how many it was observed over; 0 when declared (the source's latency_ms)
 
 
+# The calls whose time the model spends: generations and judges that were sent (not a
+# conformance check, short by design; not a call answered from the record, no time at the model).
+TIMED_CALLS: dict[str, Any] = {
+    "invocation__kind__in": (InvocationKind.LLM_GENERATION, InvocationKind.JUDGE),
+    "invocation__reused_from__isnull": True,
+}
+
+
 def observed_latency(*, url_env: str, model: str) -> Latency | None:
-    """The median duration of the model's last ``RECENT_CALLS`` successful calls through the
-    endpoint ``url_env`` names; None when none is recorded."""
+    """The median duration of the model's last ``RECENT_CALLS`` successful generations through
+    the endpoint ``url_env`` names (sent, not reused); None when none is recorded."""
     rows = (
         LlmCall.objects.filter(
             base_url_env=url_env,
             requested_model=model,
             status=InvocationStatus.SUCCEEDED,
             ended_at__isnull=False,
+            **TIMED_CALLS,
         )
         .order_by("-started_at")
         .values_list("started_at", "ended_at")[:RECENT_CALLS]

@@ -206,9 +206,9 @@ def _queue_turns(world_ids: list[int], turns: int, created_by: str) -> None:
         cursor.execute(
             f"INSERT INTO {table} (id, world_id, seq, batch_id, batch_index, batch_size, "  # noqa: S608
             "status, lease_owner, queued_at, failure_step, failure_subject, failure_reason, "
-            "requested_by) "
+            "requested_by, waiting_for) "
             "SELECT gen_random_uuid(), w.id, i + 1, w.batch_id, i, %s, %s, '', now(), '', '', "
-            "'', %s FROM (SELECT id, gen_random_uuid() AS batch_id "
+            "'', %s, '' FROM (SELECT id, gen_random_uuid() AS batch_id "
             "FROM unnest(%s::bigint[]) AS id) AS w CROSS JOIN generate_series(0, %s - 1) AS i "
             "ORDER BY w.id, i",
             [turns, AttemptStatus.QUEUED.value, created_by, world_ids, turns],

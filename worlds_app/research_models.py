@@ -1,0 +1,105 @@
+"""The experiment's budget ledger and reservations, people's reference values and interviews:
+models of ``worlds_app`` kept apart from ``worlds_app.models`` for size (it imports them, so they
+are registered with the app and read as ``worlds_app.models.X``)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class ExperimentLedger(models.Model):
+    """An experiment's budget ledger, on a row of its own (the experiment's row is read by every
+    turn and written by structural changes; this one by every LLM call): what calls in flight
+    could still spend (reserved before each call, one ``BudgetReservation`` row each) and what
+    finished calls spent (settled once each call's finished row is written, or by the reaper
+    from that row when its worker died). One statement checks and reserves, so workers on any
+    number of machines can never overshoot the budget together."""
+
+    experiment = models.OneToOneField(
+        "worlds_app.Experiment", primary_key=True, on_delete=models.CASCADE, related_name="ledger"
+    )
+    reserved_tokens = models.BigIntegerField(default=0)
+    reserved_cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
+    spent_tokens = models.BigIntegerField(default=0)
+    spent_cost = models.DecimalField(max_digits=20, decimal_places=10, default=0)
+
+    def __str__(self) -> str:
+        return f"ledger of experiment {self.experiment_id}"
+
+
+class BudgetReservation(models.Model):
+    """One LLM call's reservation against its experiment's budget, until settled. Its id is the
+    call's ``LlmCall`` id (once the call's rows exist): the reaper settles a reservation whose
+    worker died from that row's real usage (none, if the call never finished)."""
+
+    id = models.UUIDField(primary_key=True)
+    experiment = models.ForeignKey(
+        "worlds_app.Experiment", on_delete=models.CASCADE, related_name="+"
+    )
+    attempt_id = models.UUIDField(null=True, blank=True, db_index=True)
+    tokens = models.BigIntegerField()
+    cost = models.DecimalField(max_digits=20, decimal_places=10)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["created_at"], name="budgetres_created_idx")]
+
+    def __str__(self) -> str:
+        return f"reservation {self.id} of experiment {self.experiment_id}"
+
+
+class ReferenceValue(models.Model):
+    """One observed value from people (docs/populations.md, "Comparing with people"): a unit
+    (a person, a session), a metric of the experiment by label, and the value. Results compare
+    each arm's worlds with these values; an upload is written whole or not at all."""
+
+    experiment = models.ForeignKey(
+        "worlds_app.Experiment", on_delete=models.CASCADE, related_name="reference_values"
+    )
+    unit = models.CharField(max_length=200)
+    metric_label = models.CharField(max_length=64)
+    value = models.FloatField()
+    uploaded_at = models.DateTimeField(auto_now_add=True)
+    uploaded_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["experiment", "metric_label", "id"]
+        constraints = [
+            # Rule: a unit is observed once per metric.
+            models.UniqueConstraint(
+                fields=["experiment", "metric_label", "unit"], name="reference_value_unique"
+            ),
+            models.CheckConstraint(condition=~Q(unit=""), name="reference_value_unit_nonempty"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.metric_label} of {self.unit}: {self.value}"
+
+
+class Interview(models.Model):
+    """Agents asked questions about a committed turn, each in its own view (docs/populations.md,
+    "Interviews"): nothing of the world is written; the state hashes before and after show it.
+    ``answers``: [{subject, question, answer, llm_call}] in the order asked."""
+
+    world = models.ForeignKey(
+        "worlds_app.World", on_delete=models.CASCADE, related_name="interviews"
+    )
+    turn_number = models.IntegerField()
+    subjects = models.JSONField()
+    questions = models.JSONField()
+    source_hash = models.CharField(max_length=64)
+    answers = models.JSONField(default=list)
+    status = models.CharField(max_length=16)  # succeeded | failed
+    error_code = models.CharField(max_length=40, blank=True)
+    error_message = models.TextField(blank=True)
+    state_hash_before = models.CharField(max_length=64)
+    state_hash_after = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"interview of {self.world_id}#{self.turn_number}"
