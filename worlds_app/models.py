@@ -630,4 +630,3 @@ from worlds_app.research_models import (  # noqa: E402, F401
     Interview,
     ReferenceValue,
 )
-

@@ -144,6 +144,8 @@ def _reserve(ctx: CallContext, check: CheckRecord, model: str) -> Reservation:
         raise check.refused(
             SourceFailure("budget_exhausted", f"conformance check refused: {outcome}")
         )
+    if outcome.id is not None:  # the settle and the reaper find the call by its reservation
+        call.id = outcome.id
     return outcome
 
 

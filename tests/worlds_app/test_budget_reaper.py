@@ -88,7 +88,13 @@ def test_the_reaper_settles_the_reservation_of_a_killed_worker() -> None:
         ledger = ExperimentLedger.objects.get(pk=experiment.pk)
         assert BudgetReservation.objects.filter(experiment=experiment).count() == 1
         assert ledger.reserved_tokens == held.tokens > 0  # leaked: held by a dead worker
-        assert ledger.spent_tokens == 70  # the first call, settled by the worker itself
+        # the first call (70) and the conformance check before it, settled by the worker itself
+        checks = LlmCall.objects.filter(
+            invocation__world__experiment__slug="reaped", invocation__kind="conformance_check"
+        )
+        probe = sum((c.prompt_tokens or 0) + (c.completion_tokens or 0) for c in checks)
+        assert probe > 0
+        assert ledger.spent_tokens == 70 + probe
 
         TurnAttempt.objects.filter(pk=held.attempt_id).update(
             lease_expires_at=timezone.now() - timedelta(seconds=1)
@@ -98,10 +104,10 @@ def test_the_reaper_settles_the_reservation_of_a_killed_worker() -> None:
         ledger.refresh_from_db()
         assert not BudgetReservation.objects.filter(experiment=experiment).exists()
         assert (ledger.reserved_tokens, ledger.reserved_cost) == (0, Decimal(0))
-        assert ledger.spent_tokens == _calls_spent("reaped") == 70
+        assert ledger.spent_tokens == _calls_spent("reaped") == 70 + probe
         assert turn_attempt_reap() == []  # settled once: nothing counted twice
         ledger.refresh_from_db()
-        assert (ledger.reserved_tokens, ledger.spent_tokens) == (0, 70)
+        assert (ledger.reserved_tokens, ledger.spent_tokens) == (0, 70 + probe)
     finally:
         llm.stop()
 

@@ -52,9 +52,13 @@ def model_env(llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch) -> ScriptedLLM:
 
 
 def _median_latency() -> tuple[float, int]:
-    """The scripted model's recorded successful calls: their median duration, and how many."""
+    """The scripted model's recorded successful generations (the conformance check, short by
+    design, is not one): their median duration, and how many."""
     rows = LlmCall.objects.filter(
-        requested_model="scripted-model", status="succeeded", ended_at__isnull=False
+        requested_model="scripted-model",
+        status="succeeded",
+        ended_at__isnull=False,
+        invocation__kind="llm_generation",
     ).values_list("started_at", "ended_at")
     durations = [(ended - started).total_seconds() for started, ended in rows]
     return statistics.median(durations), len(durations)
@@ -158,7 +162,9 @@ def test_the_live_eta_uses_the_same_model(
     assert first is not None
     assert turn_attempt_run(attempt_id=str(first.pk), owner="test") == "committed"
     median, _ = _median_latency()
-    calls = LlmCall.objects.filter(invocation__world__experiment__slug="clocked").count()
+    calls = LlmCall.objects.filter(
+        invocation__world__experiment__slug="clocked", invocation__kind="llm_generation"
+    ).count()
     assert calls >= 1
     # 17 turns left (one world has two, five have three) at ``calls`` per turn, one at a time
     state = experiment_get(slug="clocked")
@@ -192,7 +198,9 @@ def test_a_declared_latency_stands_in_until_calls_are_observed(
         median = statistics.median(
             (ended - started).total_seconds()
             for started, ended in LlmCall.objects.filter(
-                requested_model="declared-model", status="succeeded"
+                requested_model="declared-model",
+                status="succeeded",
+                invocation__kind="llm_generation",
             ).values_list("started_at", "ended_at")
         )
         assert observed["seconds_basis"].startswith("observed median ")
