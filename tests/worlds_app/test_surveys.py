@@ -13,11 +13,14 @@ from rest_framework.test import APIClient
 
 from cognition_app.models import SourceInvocation
 from scenarios_app.models import Metric
-from scenarios_app.services import response_source_put
+from scenarios_app.services import metric_put, response_source_put, scenario_assemble
 from tests.conftest import LLM_SOURCE
 from tests.support.scripted_llm import ScriptedLLM
-from tests.worlds_app.test_measurements import buyers_world
+from tests.surfaces.pages.test_experiment_pages import design, run_experiment
+from tests.worlds_app.test_measurements import buyers_world, rule_tool_scenario
+from worlds_app.experiment_results import experiment_results, export_rows
 from worlds_app.models import Measurement
+from worlds_app.services.experiments import experiment_create
 from worlds_app.services.measurements import world_measure
 
 pytestmark = pytest.mark.django_db
@@ -105,3 +108,27 @@ def test_bad_survey_input_names_the_field_and_writes_nothing(
     assert answer.status_code == 400, answer.json()
     assert answer.json()["error"]["details"]["field"] == field, answer.json()
     assert Metric.objects.count() == before
+
+
+def test_an_experiments_survey_pools_its_agents_and_exports_their_subjects(
+    scripted_llm: ScriptedLLM, toy_sources: str
+) -> None:
+    scenario = scenario_assemble(data=rule_tool_scenario({"item": "candy_bar"}))["scenario_hash"]
+    source = {"hash": response_source_put(content=LLM_SOURCE)["hash"]}
+    metric = metric_put(content=_survey(source))["hash"]
+    experiment_create(data=design("moods", scenario, [metric], turns=1), created_by="t")
+    # 6 worlds by turns 0 and 1 by 2 agents: 24 answers
+    scripted_llm.script(*(_answer(1 + i % 5) for i in range(24)))
+    run_experiment("moods", [metric])
+    _, rows = export_rows(slug="moods")
+    exported = list(rows)
+    assert len(exported) == 24 and all(r["subject"] in ("ann", "ben") for r in exported)
+    (result,) = experiment_results(slug="moods").results
+    for arm in result.arms:
+        worlds = {r["world"]: [] for r in exported if r["arm"] == arm.arm and r["turn"] == 1}
+        for r in exported:
+            if r["arm"] == arm.arm and r["turn"] == 1:
+                worlds[r["world"]].append(r["value"])
+        means = [sum(v) / len(v) for v in worlds.values()]  # the mean over both agents
+        assert arm.n == 3 and len(means) == 3
+        assert arm.mean == pytest.approx(sum(means) / 3)
