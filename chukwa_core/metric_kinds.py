@@ -12,12 +12,14 @@ from chukwa_core.errors import invalid
 from chukwa_core.metric_expression import EXPRESSION_KIND
 from chukwa_core.metric_judge import LLM_JUDGE_KIND
 from chukwa_core.metric_kind import MetricKind
+from chukwa_core.metric_survey import SURVEY_KIND
 from chukwa_core.metric_types import world_scale
 from chukwa_core.statistics.types import MetricScale
 
 METRIC_KINDS: dict[str, MetricKind] = {
     "expression": EXPRESSION_KIND,
     "llm_judge": LLM_JUDGE_KIND,
+    "survey": SURVEY_KIND,
 }
 # The kinds the API documents (its OpenAPI enum); the registry above is what is checked.
 BUILT_IN_METRIC_KINDS = tuple(METRIC_KINDS)

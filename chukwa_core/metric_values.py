@@ -32,6 +32,7 @@ class Outcome:
     error_code: str = ""
     error_message: str = ""
     llm_call_id: UUID | None = None  # a judge's (accepted, or last) generation
+    subject: str = ""  # the agent a survey asked (one row per agent); "" for the turn's row
 
 
 @dataclass(frozen=True)

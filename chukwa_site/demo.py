@@ -2,7 +2,7 @@
 worker, on the embedded model (or on CHUKWA_LLM_BASE_URL when it is set), then answer a question
 with an experiment (docs/experiments.md) through ``manage.py run_experiment``.
 
-    python -m chukwa_site.demo [--turns 3] [--experiment picnic|park|none]
+    python -m chukwa_site.demo [--turns 3] [--experiment picnic|park|visitors|none]
 
 The experiment's slug carries the time it started (``picnic-caution-<HHMMSS>``), like the
 world's, so running the demo again on the same data makes a new one beside the old; its seed is
@@ -38,6 +38,13 @@ PARK_QUESTION = (
 PARK_SLOW = (
     "the park experiment runs the LLM: 8 park turns (2 arms by 2 replicates by 2 turns) on the "
     "embedded model are slow on a laptop CPU, several minutes"
+)
+VISITORS_QUESTION = (
+    "Does a shorter queue at the fountain keep very thirsty visitors in the park? "
+    "park_visitors_rules draws 50 visitors over age, thirst and patience (a Sobol population); "
+    "in its rules a very thirsty visitor who will not queue leaves the park; in the short-queue "
+    "variant (a fork of it) that visitor leaves only with probability 0.5. 3 paired replicates "
+    "per arm, 2 turns, on rule policies: no LLM, seconds."
 )
 # The experiments' seed: fixed, not derived from the slug (which changes every run), so every run
 # of the demo draws the same dice and prints the same table.
@@ -143,6 +150,50 @@ def _park_design(slug: str) -> dict[str, Any]:
     }
 
 
+def _visitors_design(slug: str) -> dict[str, Any]:
+    """The short queue (a fork of park_visitors_rules whose very thirsty visitors give up with
+    a probability) and the visitors_left metric (both stored again), and the experiment."""
+    from scenarios_app.fixture_files import load_fixture
+    from scenarios_app.services import metric_put, scenario_fork
+
+    visitor = copy.deepcopy(load_fixture("park_visitors_rules")["cognition_profiles"]["visitor"])
+    for rule in visitor["inline"]["workflow"]["inline"]["nodes"][0]["rules"]:
+        if rule["id"] == "give_up":
+            rule["probability"] = CAUTION
+    short_queue = scenario_fork(
+        data={
+            "primary_parent": {"name": "park_visitors_rules"},
+            "changes": {"cognition_profile_upserts": {"visitor": visitor}},
+            "name": "park_visitors_short_queue",
+            "operator": "demo",
+            "note": f"demo: a very thirsty visitor gives up with probability {CAUTION}",
+        }
+    )["scenario_hash"]
+    metric = metric_put(
+        content={
+            "version": 1,
+            "label": "visitors_left",
+            "kind": "expression",
+            "aggregate": "last",
+            "type": "count",
+            "expression": "length(values(entities)[?contains(state, 'leaving')])",
+        }
+    )["hash"]
+    return {
+        "slug": slug,
+        "name": "A shorter queue at the fountain",
+        "description": VISITORS_QUESTION,
+        "arms": [
+            {"label": "control", "scenario_ref": {"name": "park_visitors_rules"}},
+            {"label": "short_queue", "scenario_ref": {"hash": short_queue}},
+        ],
+        "replicates": 3,
+        "turns": 2,
+        "metrics": [{"hash": metric}],
+        "seed": SEED,
+    }
+
+
 def _experiment(kind: str, env: dict[str, str]) -> int:
     """Print the question, then run the experiment through ``manage.py run_experiment``, which
     prints the progress, the results table and the experiment's URL."""
@@ -150,6 +201,8 @@ def _experiment(kind: str, env: dict[str, str]) -> int:
     if kind == "park":
         question, design = PARK_QUESTION, _park_design(f"park-thirst-{stamp}")
         print(f"[chukwa] {PARK_SLOW}", flush=True)
+    elif kind == "visitors":
+        question, design = VISITORS_QUESTION, _visitors_design(f"visitors-queue-{stamp}")
     else:
         question, design = PICNIC_QUESTION, _picnic_design(f"picnic-caution-{stamp}")
     print(f"\n== experiment {design['slug']} ==\n{question}\n", flush=True)
@@ -169,10 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", default="park")
     parser.add_argument(
         "--experiment",
-        choices=("picnic", "park", "none"),
+        choices=("picnic", "park", "visitors", "none"),
         default="picnic",
         help="the experiment after the world: picnic (rule policies, seconds), park (the LLM, "
-        "minutes) or none",
+        "minutes), visitors (50 drawn visitors on rule policies, seconds) or none",
     )
     args = parser.parse_args(argv)
     if args.experiment == "park":

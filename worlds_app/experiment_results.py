@@ -48,6 +48,7 @@ EXPORT_COLUMNS = (
     "metric_hash",
     "value",
     "error_code",
+    "subject",  # the agent a survey asked; empty for every other kind
 )
 
 
@@ -72,7 +73,7 @@ def _world_values(
     design: ExperimentDesign,
     worlds: dict[int, dict[str, Any]],
     aggregate_kind: str,
-    points: dict[int, dict[int, float | None]],
+    points: dict[int, dict[int, list[float | None]]],
 ) -> dict[str, list[WorldInput]]:
     """Each arm's worlds in replicate order with their value or why they have none: only a
     world that ran every planned turn with every turn measured without error has a value."""
@@ -84,12 +85,13 @@ def _world_values(
         value: float | None = None
         if world["current_turn"] < design.last_turn:
             reason = "world_running" if world["pending"] else "world_incomplete"
-        elif any(n in turns and turns[n] is None for n in run):
+        elif any(n in turns and None in turns[n] for n in run):
             reason = "metric_error"
         elif any(n not in turns for n in run):
             reason = "not_measured"
         else:
-            value = aggregate(aggregate_kind, [float(turns[n]) for n in run])  # type: ignore[arg-type]
+            # a survey's turn holds one value per agent: the aggregate pools them all
+            value = aggregate(aggregate_kind, [float(v) for n in run for v in turns[n]])  # type: ignore[arg-type]
         if world["arm"] in found:
             found[world["arm"]].append(
                 WorldInput(world["replicate"] or 1, world["slug"], value, reason)
@@ -120,8 +122,10 @@ def experiment_results(*, slug: str) -> ExperimentResults:
             "hash", "label", "content"
         )
     }
-    # (metric, world) → turn → value (None: the metric erred on that turn)
-    points: dict[str, dict[int, dict[int, float | None]]] = defaultdict(lambda: defaultdict(dict))
+    # (metric, world) → turn → values, one per agent for a survey (None: the metric erred)
+    points: dict[str, dict[int, dict[int, list[float | None]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
     rows = (
         Measurement.objects.filter(
             world_id__in=list(worlds),
@@ -133,7 +137,7 @@ def experiment_results(*, slug: str) -> ExperimentResults:
         .values_list("metric_id", "world_id", "turn_number", "value")
     )
     for metric_id, world_id, number, value in rows.iterator(chunk_size=5000):
-        points[metric_id][world_id][number] = value
+        points[metric_id][world_id][number].append(value)
     registered_hash, registered_replicates, registered_metrics = _registered(experiment, design)
     people: dict[str, list[float]] = defaultdict(list)
     for label, observed in ReferenceValue.objects.filter(experiment=experiment).values_list(
@@ -149,9 +153,10 @@ def experiment_results(*, slug: str) -> ExperimentResults:
         by_turn: dict[str, dict[int, list[float]]] = {arm: defaultdict(list) for arm in arms}
         for world_id, turns in points[metric_hash].items():
             arm = worlds[world_id]["arm"]
-            for number, value in turns.items():
-                if value is not None and arm in by_turn:
-                    by_turn[arm][number].append(value)
+            for number, values in turns.items():
+                for value in values:
+                    if value is not None and arm in by_turn:
+                        by_turn[arm][number].append(value)
         world_values = _world_values(design, worlds, content["aggregate"], points[metric_hash])
         present = [w.value for arm in arms for w in world_values[arm] if w.value is not None]
         scale, _ = fitting_scale(world_scale_of(content), present)
@@ -250,7 +255,7 @@ def export_rows(*, slug: str) -> tuple[Experiment, Iterator[dict[str, Any]]]:
                 metric_id__in=list(design.metrics),
                 turn_number__gte=design.first_turn,
             )
-            .order_by("world__arm", "world__replicate", "turn_number", "metric__label")
+            .order_by("world__arm", "world__replicate", "turn_number", "metric__label", "subject")
             .values_list(
                 "world__arm",
                 "world__replicate",
@@ -260,6 +265,7 @@ def export_rows(*, slug: str) -> tuple[Experiment, Iterator[dict[str, Any]]]:
                 "metric_id",
                 "value",
                 "error_code",
+                "subject",
             )
         )
         for values in query.iterator(chunk_size=2000):

@@ -596,14 +596,16 @@ class Measurement(models.Model):
         on_delete=models.SET_NULL,
         related_name="measurements",
     )
+    # The agent a survey metric asked (one row per agent and turn); "" for every other kind.
+    subject = models.CharField(max_length=64, blank=True, default="")
     measured_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["world", "metric", "turn_number"]
+        ordering = ["world", "metric", "turn_number", "subject"]
         constraints = [
-            # Rule: one row per (world, turn, metric): measuring again reuses it.
+            # Rule: one row per (world, turn, metric, subject): measuring again reuses it.
             models.UniqueConstraint(
-                fields=["world", "turn_number", "metric"], name="measurement_unique"
+                fields=["world", "turn_number", "metric", "subject"], name="measurement_unique"
             ),
             models.CheckConstraint(condition=Q(turn_number__gte=0), name="measurement_turn_gte_0"),
             # Rule: a value or an error, exactly one.

@@ -164,3 +164,47 @@ def test_a_worker_asks_the_judge_for_every_turn_traced_and_priced(
         judged = http.get("/api/source-invocations/?kind=judge").json()["results"]
         assert sorted(r["attempted_turn"] for r in judged) == [0, 1, 2]
     assert len(scripted_llm.requests) == 3
+
+
+def test_a_worker_records_a_surveys_row_per_agent_and_turn(
+    live_server: Any, operator_user: User, toy_sources: str, scripted_llm: ScriptedLLM
+) -> None:
+    """A survey put and measured over real HTTP; a worker of its own (which sees the scripted
+    model) asks each agent at each turn: a row per agent, an answer off the scale an error."""
+    with unread_queue(f"unread-{uuid.uuid4().hex}"):
+        buyers_world("buyers", 1)
+    queue = f"survey-{uuid.uuid4().hex[:8]}"
+    env = {
+        "CHUKWA_DB_NAME": connection.settings_dict["NAME"],
+        "CHUKWA_LLM_BASE_URL": scripted_llm.base_url,
+        "CHUKWA_LLM_API_KEY": TEST_API_KEY,
+    }
+    with (
+        worker_process(queue, env=env, queue=queue),
+        routed_to(queue),
+        _client(live_server, operator_user) as http,
+    ):
+        source = http.post("/api/response-sources/", json={"content": LLM_SOURCE}).json()["hash"]
+        survey = {
+            "version": 1,
+            "label": "mood",
+            "kind": "survey",
+            "aggregate": "mean",
+            "source": {"hash": source},
+            "question": "How happy are you?",
+            "answer": {"likert": 5},
+        }
+        put = http.post("/api/metrics/", json={"content": survey})
+        assert put.status_code == 201, put.text
+        scripted_llm.script(*(json.dumps({"answer": n}) for n in (2, 3, 4, 6)))
+        asked = http.post("/api/worlds/buyers/measurements/", json={"metrics": [{"label": "mood"}]})
+        assert asked.status_code == 202, asked.text
+        rows = _measured(http, "buyers", "mood", 4)  # 2 agents by turns 0 and 1
+    assert len(rows) == 4
+    stored = list(
+        Measurement.objects.filter(metric_id=put.json()["hash"])
+        .order_by("turn_number", "subject")
+        .values_list("turn_number", "value", "error_code")
+    )
+    assert stored == [(0, 2.0, ""), (0, 3.0, ""), (1, 4.0, ""), (1, None, "survey_answer")]
+    assert Measurement.objects.exclude(subject="").count() == 4

@@ -115,7 +115,7 @@ def test_a_registered_kind_is_stored_measured_and_read_without_touching_the_meas
     assert bad.json()["error"]["details"]["field"] == "content.entity_kind"
 
 
-@pytest.mark.parametrize("kind", ["survey", "entity_count", "", None, ["llm_judge"]])
+@pytest.mark.parametrize("kind", ["poll", "entity_count", "", None, ["llm_judge"]])
 def test_an_unknown_kind_is_refused_at_put_naming_kind_and_nothing_is_stored(
     operator_client: APIClient, toy_sources: str, kind: Any
 ) -> None:
@@ -125,7 +125,7 @@ def test_an_unknown_kind_is_refused_at_put_naming_kind_and_nothing_is_stored(
     assert answer.status_code == 400, answer.json()
     error = answer.json()["error"]
     assert (error["code"], error["details"]["field"]) == ("invalid_metric_kind", "content.kind")
-    assert "must be one of expression, llm_judge" in error["message"]
+    assert "must be one of expression, llm_judge, survey" in error["message"]
     assert not Metric.objects.exists()
     assert not ResponseSource.objects.exists()
 

@@ -16,6 +16,7 @@ from chukwa_core.errors import invalid
 from chukwa_core.ids import is_hash
 from chukwa_core.rendering import environment_rendered, subject_rendered
 from chukwa_core.world_state import WorldState, memory_of
+from cognition_app.budgets import BudgetLedger
 from cognition_app.models import InvocationKind
 from cognition_app.sources import CallContext, SourceFailure, invoke_llm
 from scenarios_app.models import ResponseSource
@@ -26,12 +27,46 @@ from worlds_app.turn_view import turn_states
 
 MAX_QUESTIONS = 20
 MAX_QUESTION = 2000
-SYSTEM = (
+PREAMBLE = (
     "You are being interviewed about the simulated world you live in. Answer in the first "
     "person, in character, briefly and honestly, from what you know and remember. This "
-    "interview happens outside the world: nothing you say here changes it.\n\n"
+    "interview happens outside the world: nothing you say here changes it."
+)
+SYSTEM = (
+    "{preamble}\n\n"
     "Who you are now:\n{subject}\n\nWhere you are:\n{environment}\n\nWhat you remember:\n{memory}"
 )
+
+
+def subject_system(view: WorldState, subject: str, preamble: str = PREAMBLE) -> str:
+    """The system message of an agent asked about a turn in its own view (who it is, where it
+    is, what it remembers): an interview's, and a survey metric's (``surveys``)."""
+    return SYSTEM.format(
+        preamble=preamble,
+        subject=subject_rendered(view, subject),
+        environment=environment_rendered(view, subject),
+        memory=memory_of(view.entities[subject]) or "(nothing yet)",
+    )
+
+
+def subject_context(
+    world: World, turn: int, subject: str, ledger: BudgetLedger | None, *, node_id: str
+) -> CallContext:
+    """The traced context of one agent's conversation about turn ``turn``, outside any attempt
+    and counted against the world's budget."""
+    counter = itertools.count(1)
+    return CallContext(
+        attempt_id=None,
+        world_id=world.pk,
+        world_slug=world.slug,
+        attempted_turn=turn,
+        next_seq=lambda: next(counter),
+        node_id=node_id,
+        subject_id=subject,
+        world_seed=world.seed,
+        replay=None,
+        budget=ledger,
+    )
 
 
 def _latest_hash(world: World) -> tuple[int, str]:
@@ -116,24 +151,8 @@ def interview_create(*, slug: str, data: Any, created_by: str = "") -> Interview
     answers: list[dict[str, Any]] = []
     error: tuple[str, str] | None = None
     for subject in subjects:
-        counter = itertools.count(1)
-        ctx = CallContext(
-            attempt_id=None,
-            world_id=world.pk,
-            world_slug=world.slug,
-            attempted_turn=turn,
-            next_seq=lambda counter=counter: next(counter),  # type: ignore[misc]
-            node_id="interview",
-            subject_id=subject,
-            world_seed=world.seed,
-            replay=None,
-            budget=ledger,
-        )
-        system = SYSTEM.format(
-            subject=subject_rendered(view, subject),
-            environment=environment_rendered(view, subject),
-            memory=memory_of(view.entities[subject]) or "(nothing yet)",
-        )
+        ctx = subject_context(world, turn, subject, ledger, node_id="interview")
+        system = subject_system(view, subject)
         messages = [{"role": "system", "content": system}]
         for question in questions:
             messages.append({"role": "user", "content": question})

@@ -215,9 +215,13 @@ def unmeasured_before(world: World, end: int, metric_hashes: list[str]) -> dict[
     counts = dict.fromkeys(metric_hashes, 0)
     for owner, numbers in history_segments(world, end):
         done = Counter(
-            Measurement.objects.filter(
+            metric_id
+            for metric_id, _ in Measurement.objects.filter(
                 world=owner, metric_id__in=metric_hashes, turn_number__in=list(numbers)
-            ).values_list("metric_id", flat=True)
+            )
+            .order_by()
+            .values_list("metric_id", "turn_number")
+            .distinct()  # a survey's turn has a row per agent
         )
         for metric_hash in metric_hashes:
             counts[metric_hash] += len(numbers) - done[metric_hash]
@@ -261,14 +265,13 @@ def _measure_own(world: World, numbers: range, metrics: list[dict[str, Any]]) ->
         problem = subject_problem(metric, views)
         # each batch is written as soon as it is measured (a judge's: one turn), so a measuring
         # cut short (a worker killed) keeps what it measured and asks again only the rest
-        batches: Iterable[Mapping[int, Outcome]] = (
+        batches: Iterable[Mapping[int, Outcome | tuple[Outcome, ...]]] = (
             [{n: problem for n in turns}]
             if problem is not None
             else evaluator(metric["kind"])(world=world, metric=metric, views=views, turns=turns)
         )
         for outcomes in batches:
-            _write(world, metric, outcomes)
-            written += len(outcomes)
+            written += _write(world, metric, outcomes)
     return written
 
 
@@ -286,15 +289,23 @@ def _in_type(metric: Mapping[str, Any], outcome: Outcome) -> Outcome:
             error_code="metric_range",
             error_message=f"{exc} (declared type: {scale_label(scale)})",
             llm_call_id=outcome.llm_call_id,
+            subject=outcome.subject,
         )
     return outcome
 
 
-def _write(world: World, metric: Mapping[str, Any], outcomes: Mapping[int, Outcome]) -> None:
-    """The rows of ``outcomes``; one that exists already (a redelivered task) is left as it is."""
-    if not outcomes:
-        return
-    outcomes = {n: _in_type(metric, outcome) for n, outcome in outcomes.items()}
+def _write(
+    world: World, metric: Mapping[str, Any], outcomes: Mapping[int, Outcome | tuple[Outcome, ...]]
+) -> int:
+    """The rows of ``outcomes`` (a survey's turn: one per agent, each with its subject); one
+    that exists already (a redelivered task) is left as it is. Answers the rows offered."""
+    flat = [
+        (n, _in_type(metric, outcome))
+        for n, found in outcomes.items()
+        for outcome in (found if isinstance(found, tuple) else (found,))
+    ]
+    if not flat:
+        return 0
     with transaction.atomic(durable=True):
         Measurement.objects.bulk_create(
             [
@@ -306,8 +317,10 @@ def _write(world: World, metric: Mapping[str, Any], outcomes: Mapping[int, Outco
                     error_code=outcome.error_code,
                     error_message=outcome.error_message,
                     llm_call_id=outcome.llm_call_id,
+                    subject=outcome.subject,
                 )
-                for n, outcome in outcomes.items()
+                for n, outcome in flat
             ],
             ignore_conflicts=True,
         )
+    return len(flat)

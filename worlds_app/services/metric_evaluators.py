@@ -15,6 +15,7 @@ from chukwa_core.metric_kinds import METRIC_KINDS
 from chukwa_core.metric_values import Outcome, Trial
 from worlds_app.models import World
 from worlds_app.services.judging import judge_try, judged
+from worlds_app.services.surveys import survey_try, surveyed
 from worlds_app.turn_view import TurnView
 
 
@@ -30,7 +31,7 @@ class Evaluate(Protocol):
         metric: Mapping[str, Any],
         views: Mapping[int, TurnView],
         turns: list[int],
-    ) -> Iterator[dict[int, Outcome]]: ...
+    ) -> Iterator[Mapping[int, Outcome | tuple[Outcome, ...]]]: ...
 
 
 class Try(Protocol):
@@ -45,9 +46,11 @@ class Try(Protocol):
 # The kinds whose value needs more than the turn view, each with its evaluator and its trial.
 EVALUATORS: dict[str, Evaluate] = {
     "llm_judge": judged,
+    "survey": surveyed,
 }
 TRIALS: dict[str, Try] = {
     "llm_judge": judge_try,
+    "survey": survey_try,
 }
 
 

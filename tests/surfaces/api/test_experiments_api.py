@@ -238,6 +238,7 @@ def test_an_experiment_runs_paired_worlds_and_answers_with_its_uncertainty(
             "metric_hash",
             "value",
             "error_code",
+            "subject",
         ]
         assert len(frame) == 18 and frame["error_code"].isna().all()
         per_world = frame[frame.turn >= 1].groupby(["arm", "replicate"]).value.mean().unstack(0)
