@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('cognition_app', '0013_invocation_kind_interview'),
         ('scenarios_app', '0006_populations'),
-        ('worlds_app', '0022_interviews'),
+        ('worlds_app', '0023_experiment_ledger'),
     ]
 
     operations = [
