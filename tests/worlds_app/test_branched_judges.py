@@ -36,6 +36,9 @@ def _design(scenario: str, metric: str) -> dict[str, Any]:
         "turns": 1,
         "metrics": [{"hash": metric}],
         "branch_from": {"world": "trunk", "turn": 2},
+        # every judge request sent, so the count shows what is measured once (with reuse, the
+        # worlds' identical branch-point turns would share one reply; tests/worlds_app/test_reuse)
+        "reuse": "off",
     }
 
 

@@ -121,7 +121,7 @@ def _run(client: Any, slug: str, turns: int) -> dict[str, Any]:
 def _replies(slug: str) -> list[str]:
     """The world's generations' replies, turn by turn (the counter's, so each live one new)."""
     return list(
-        LlmCall.objects.filter(invocation__world__slug=slug)
+        LlmCall.objects.filter(invocation__world__slug=slug, invocation__kind="llm_generation")
         .order_by("invocation__attempted_turn", "invocation__seq")
         .values_list("raw_text", flat=True)
     )
@@ -160,7 +160,9 @@ def test_a_seeded_twin_with_reuse_sends_nothing_and_reuse_off_sends_everything(
     calls = LlmCall.objects.filter(invocation__world__slug="twin")
     assert {c.cost for c in calls} == {Decimal(0)}
     assert all(c.prompt_tokens is None and c.tokens_reused for c in calls)
-    paid = LlmCall.objects.filter(invocation__world__slug="first")
+    paid = LlmCall.objects.filter(
+        invocation__world__slug="first", invocation__kind="llm_generation"
+    )
     cost = twin["cost"]
     assert cost["calls_reused"] == 2 and cost["tokens"]["total"] == 0
     assert cost["tokens_reused"] == sum(c.prompt_tokens + c.completion_tokens for c in paid)
@@ -352,7 +354,9 @@ def test_arms_share_their_first_turns_and_a_rerun_sends_only_the_changed_arm(
     assert answer.json()["design"]["reuse"] == "exact"  # the default
     done = _wait("shared")
     assert done["status"] == "completed", done
-    calls = LlmCall.objects.filter(invocation__world__experiment__slug="shared").count()
+    calls = LlmCall.objects.filter(
+        invocation__world__experiment__slug="shared", invocation__kind="llm_generation"
+    ).count()
     sent = len(llm.requests)
     # the arms of a replicate ask the same first turn: answered once
     assert sent < calls

@@ -31,6 +31,7 @@ from worlds_app.models import AttemptStatus, Turn, TurnAttempt, World
 from worlds_app.services import turn_attempt_reap, turn_attempt_redrive
 from worlds_app.services.attempts import turn_attempt_retry, turn_attempt_retryable
 from worlds_app.services.experiments import experiment_create
+from worlds_app.services.measure_redrive import measure_redrive
 
 API_KEY = "test-secret-key"
 TURNS, WORLDS = 4, 8
@@ -163,9 +164,15 @@ def test_two_worker_groups_run_an_experiment_and_losing_one_loses_nothing(
                         "pk", flat=True
                     )
                 ):
-                    assert time.monotonic() < deadline, "the experiment did not complete"
+                    assert time.monotonic() < deadline, (
+                        "the experiment did not complete",
+                        experiment_get(slug="spread")["progress"],
+                        sorted(attempts.values_list("status", flat=True)),
+                        sorted(set(attempts.values_list("failure_reason", flat=True))),
+                    )
                     turn_attempt_reap()
                     turn_attempt_redrive()
+                    measure_redrive()  # a measure message lost with b's prefetch, sent again
                     for attempt_id in attempts.filter(status=AttemptStatus.INTERRUPTED).values_list(
                         "pk", flat=True
                     ):

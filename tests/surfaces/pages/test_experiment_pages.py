@@ -270,7 +270,7 @@ def test_operators_add_replicates_and_metrics_and_bad_input_is_a_form_error(
     assert 'id="operate"' in page and f'<option value="{other}">' in page
     bad = operator.post("/experiments/still/replicates/", {"count": "many"})
     assert bad.status_code == 400 and 'id="add-count-error"' in bad.content.decode()
-    too_many = operator.post("/experiments/still/replicates/", {"count": "600"})
+    too_many = operator.post("/experiments/still/replicates/", {"count": "6000"})
     assert too_many.status_code == 400 and "too_many_worlds" in too_many.content.decode()
     assert World.objects.count() == 6
     none = operator.post("/experiments/still/metrics/", {})
@@ -394,7 +394,7 @@ def test_the_form_estimates_the_replicates_a_power_needs(operator: Client) -> No
         ({"seed": "-3"}, "seed", "invalid_input"),
         ({"max_cost_total": "lots"}, "max_cost_total", "invalid_budget"),
         (
-            {"arm_label": ["control", "treated"], "control": "1", "replicates": "600"},
+            {"arm_label": ["control", "treated"], "control": "1", "replicates": "6000"},
             "replicates",
             "too_many_worlds",
         ),
