@@ -31,7 +31,7 @@ from cognition_app.sources.deadline import bounded
 from cognition_app.sources.generation import Generation, Judge, verdict_fields
 from cognition_app.sources.llm_replay import replayed_generation
 from cognition_app.sources.replay import fail_miss, request_key_of
-from cognition_app.sources.retry import retry_policy, with_retries
+from cognition_app.sources.retry import with_retries
 from cognition_app.sources.reuse import Flight, reuse_key_of, reused_or_claimed
 from cognition_app.sources.schema_delivery import deliver_schema
 from cognition_app.sources.stream_events import chunk_events, usage_counts
@@ -143,10 +143,7 @@ def invoke_llm(
         if ctx.reuse:
             # Before the conformance check and admission: a reused call sends nothing, so it
             # takes no slot and reserves no budget; nor does waiting for one in flight.
-            claim_seconds = retry_policy(iface).most_tries * (iface["timeout_ms"] / 1000 + 60)
-            original, flight = reused_or_claimed(
-                reuse_key, ctx=ctx, what=what, claim_seconds=claim_seconds
-            )
+            original, flight = reused_or_claimed(reuse_key, ctx=ctx, what=what)
             if original is not None:
                 rows = GenerationRecord.new_generation(
                     ctx,

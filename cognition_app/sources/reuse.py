@@ -13,7 +13,9 @@ that finds no record claims the key in Redis (``SET NX``, one claim per key over
 process) and sends; the claim is given back once its rows are written — succeeded or not. A call
 that finds the key claimed waits (holding no admission slot and no budget), then looks again:
 the record is there when the first succeeded; when the first failed there is none, and it claims
-the key and sends its own. A claim outlives a killed worker only until its expiry.
+the key and sends its own. A claim is a **lease** (``CHUKWA_LIMIT_LEASE_SECONDS``, as the
+concurrency slots'), renewed by one daemon thread of the process while its call is in flight: a
+killed worker's claim runs out within a lease, and the identical requests waiting on it go on.
 """
 
 from __future__ import annotations
@@ -31,13 +33,19 @@ from redis.exceptions import RedisError
 from chukwa_core.hashing import canonical_json_bytes
 from cognition_app.failures import SourceFailure
 from cognition_app.models import InvocationStatus, SourceInvocation
-from cognition_app.sources.admission.cluster import client
+from cognition_app.sources.admission.cluster import _lease_seconds, client
 from cognition_app.sources.context import CallContext
 
 EXACT, OFF = "exact", "off"
 REUSE_MODES = (EXACT, OFF)
 # how often a call waiting for an identical request in flight looks again
 WAIT_POLL_SECONDS = 0.05
+
+# Extends the claim only if it is still ours.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
 
 # Deletes the claim only if it is still ours (it may have expired and been taken since).
 _RELEASE = """
@@ -86,10 +94,51 @@ class Flight:
             if not self._held:
                 return
             self._held = False
+        _RENEWER.drop(self)
         try:
             client().eval(_RELEASE, 1, self.name, self.token)
         except RedisError:
             pass  # it expires on its own; a waiter then sends (never a wrong reply)
+
+
+def _lease_ms() -> int:
+    return max(int(_lease_seconds() * 1000), 1000)
+
+
+class _Renewer:
+    """The claims this process holds, renewed every third of a lease by one daemon thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[int, Flight] = {}
+        self._thread: threading.Thread | None = None
+
+    def add(self, flight: Flight) -> None:
+        with self._lock:
+            self._held[id(flight)] = flight
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._renew, name="chukwa-reuse-claims", daemon=True
+                )
+                self._thread.start()
+
+    def drop(self, flight: Flight) -> None:
+        with self._lock:
+            self._held.pop(id(flight), None)
+
+    def _renew(self) -> None:
+        while True:
+            time.sleep(_lease_ms() / 3000)
+            with self._lock:
+                held = list(self._held.values())
+            for flight in held:
+                try:
+                    client().eval(_RENEW, 1, flight.name, flight.token, _lease_ms())
+                except RedisError:
+                    pass  # the claim runs out: a waiter then sends (never a wrong reply)
+
+
+_RENEWER = _Renewer()
 
 
 def _claim_name(key: str) -> str:
@@ -98,7 +147,7 @@ def _claim_name(key: str) -> str:
 
 
 def reused_or_claimed(
-    key: str, *, ctx: CallContext, what: str, claim_seconds: float
+    key: str, *, ctx: CallContext, what: str
 ) -> tuple[SourceInvocation | None, Flight | None]:
     """The recorded call that answers ``key``, or the claim under which to send it. While an
     identical request is in flight elsewhere, waits for it (cancellable)."""
@@ -109,7 +158,7 @@ def reused_or_claimed(
     redis: Any = client()
     while True:
         try:
-            claimed = redis.set(name, token, nx=True, px=max(int(claim_seconds * 1000), 1000))
+            claimed = redis.set(name, token, nx=True, px=_lease_ms())
         except RedisError as exc:
             raise SourceFailure(
                 "reuse_unavailable",
@@ -120,6 +169,7 @@ def reused_or_claimed(
         found = recorded(key)
         if claimed:
             flight = Flight(name, token)
+            _RENEWER.add(flight)
             if found is not None:
                 flight.done()
                 return found, None
