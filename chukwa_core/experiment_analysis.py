@@ -17,11 +17,13 @@ from chukwa_core.experiment_results_types import (
     ArmResult,
     Effect,
     EffectSizeValue,
+    FactorialResult,
     HistoryEntry,
     MetricResult,
     Missing,
     ResultMetric,
     Software,
+    StoppingResult,
     TurnPoint,
     WorldValue,
 )
@@ -311,13 +313,56 @@ class DesignFacts:
     registered_hash: str
 
 
+def _factorial_sentences(design_text: str, fits: Sequence[FactorialResult]) -> list[str]:
+    """What a factorial design adds: how its arms were made (the fraction and its aliasing, as
+    the design states them) and how the effects were estimated."""
+    parts = [
+        "The arms were made from factors whose levels fork one base scenario; the control is the "
+        f"arm at every factor's first level. Design: {design_text.replace(chr(10), '; ').rstrip('.')}."
+    ]
+    for fit in fits:
+        parts.append(
+            f"For {fit.label}, main effects and interactions were estimated by {fit.method} "
+            f"({fit.library}) on effect-coded factors (a two-level factor's first level -1, its "
+            f"second +1; coefficients on the {fit.scale} scale) over {fit.n_worlds} worlds, with "
+            "standard errors clustered by replicate (the arms of a replicate share a seed) and "
+            f"95% intervals on t with G - 1 degrees of freedom (G = {fit.n_replicates})."
+        )
+    return parts
+
+
+def _stopping_sentences(stopping: StoppingResult, metric_label: str) -> list[str]:
+    """What a stopping rule adds: its schedule, its test and boundary, the looks taken, why the
+    experiment ended, and that the fixed-n tests are not the valid test after stopping early."""
+    ended = {
+        "stopped_early": "it stopped early when the boundary was reached",
+        "max_replicates": "it ran to the maximum without reaching the boundary",
+        None: "the rule had not ended when these results were read",
+    }[stopping.reason]
+    last = stopping.looks[-1].replicates if stopping.looks else 0
+    return [
+        f"Replicates were added {stopping.every} at a time up to {stopping.max_replicates}; at "
+        f"each look {stopping.test} tested {stopping.null} on {metric_label} ({stopping.treatment} "
+        f"against the control), rejecting when the e-value reached 1/alpha = "
+        f"{1 / stopping.alpha:g}. {len(stopping.looks)} looks were taken (the last at {last} "
+        f"replicates) and {ended}. The e-value is valid at every look; the fixed-sample tests "
+        "and intervals above are computed at the final sample size without adjustment for the "
+        "optional stopping and should be read as descriptive."
+    ]
+
+
 def methods_paragraph(
     facts: DesignFacts,
     results: Sequence[MetricResult],
     history: Sequence[HistoryEntry],
     multiplicity: str,
+    *,
+    design_text: str | None = None,
+    factorial: Sequence[FactorialResult] = (),
+    stopping: StoppingResult | None = None,
 ) -> str:
-    """A paragraph naming the design and every method, ready to paste into a paper."""
+    """A paragraph naming the design and every method, ready to paste into a paper (with a
+    factorial design's fraction and estimation, and a stopping rule's test and looks)."""
     first, last = facts.first_turn + 1, facts.first_turn + facts.turns
     start = "" if facts.first_turn == 0 else f" (branched at turn {facts.first_turn})"
     treated = [a for a in facts.arms if a != facts.control]
@@ -329,6 +374,11 @@ def methods_paragraph(
         f"experiment seed {facts.seed}. Each world ran turns {first} to {last}{start}; turn "
         f"{facts.first_turn}, the baseline, was measured but not aggregated."
     ]
+    if design_text is not None:
+        parts.extend(_factorial_sentences(design_text, factorial))
+    if stopping is not None:
+        labels = {r.metric.hash: r.metric.label for r in results}
+        parts.extend(_stopping_sentences(stopping, labels.get(stopping.metric, stopping.metric)))
     if facts.models:
         parts.append(f"Models: {_join(list(facts.models))}.")
     for result in results:

@@ -214,6 +214,7 @@ def experiment_results(*, slug: str) -> ExperimentResults:
         .values_list("requested_model", flat=True)
         .distinct()
     )
+    design_text = None if design.factorial is None else design.factorial.design.text()
     facts = DesignFacts(
         experiment=experiment.slug,
         arms=arms,
@@ -234,9 +235,17 @@ def experiment_results(*, slug: str) -> ExperimentResults:
         history=history,
         multiplicity=multiplicity,
         missing_data=MISSING_DATA_RULE,
-        methods=methods_paragraph(facts, adjusted, history, multiplicity),
+        methods=methods_paragraph(
+            facts,
+            adjusted,
+            history,
+            multiplicity,
+            design_text=design_text,
+            factorial=fits,
+            stopping=stopping,
+        ),
         software=software(),
-        design_text=None if design.factorial is None else design.factorial.design.text(),
+        design_text=design_text,
         factorial=tuple(fits),
         stopping=stopping,
     )

@@ -1,5 +1,6 @@
 """Launching an experiment in the browser (operators): slug, name, arms (a label and a stored
-scenario each; add and remove rows), the control, replicates, turns, the metrics, a seed and a
+scenario each; add and remove rows) and the control, or factors over a base scenario
+(``experiment_form_factors``), replicates, turns, the metrics, a seed and a
 budget. "Estimate" shows what it could spend (``experiment_estimate``) before "Launch" creates it
 (``experiment_create``); both read the same design, and an error is shown next to its field with
 nothing written. With an effect to detect (and an sd or a pilot experiment), the estimate also
@@ -22,6 +23,13 @@ from chukwa_core.experiment_design import BUDGET_LIMITS
 from chukwa_core.experiment_time import LONG_SECONDS, duration_text
 from scenarios_app.pickers import metric_choices, scenario_choices
 from surfaces.pages.authoring.common import error_dict, forbidden_unless_operator
+from surfaces.pages.experiment_form_factors import (
+    FRACTIONS,
+    apply_action,
+    factor_key,
+    factors_design,
+    factors_form,
+)
 from surfaces.pages.rendering import page, respond, wants_json
 from worlds_app.services.experiment_estimate import experiment_estimate
 from worlds_app.services.experiments import experiment_create
@@ -74,6 +82,7 @@ def _form(data: QueryDict) -> dict[str, Any]:
     form["arms"] = arms
     form["control"] = control
     form["metrics"] = [h for h in data.getlist("metrics") if h]
+    form.update(factors_form(data))
     if not data:
         form.update(replicates="5", turns="3")
     return form
@@ -128,22 +137,16 @@ def _intervention(typed: dict[str, str], where: str) -> dict[str, Any]:
 def _design(form: dict[str, Any]) -> dict[str, Any]:
     """The API's design from the form: empty fields left out, numbers read as numbers; the
     experiment service checks everything else, as for the API."""
-    arms: list[dict[str, Any]] = []
-    for index, row in enumerate(form["arms"]):
-        ref = {"hash": row["scenario"]} if row["scenario"] else {}
-        arm: dict[str, Any] = {"label": row["label"], "scenario_ref": ref}
-        if any(row["iv"].values()):
-            where = f"arms[{index}].interventions[0]"
-            arm["interventions"] = [_intervention(row["iv"], where)]
-        arms.append(arm)
-    design: dict[str, Any] = {
-        "slug": form["slug"],
-        "arms": arms,
-        "control": form["arms"][form["control"]]["label"],
-        "replicates": _whole(form["replicates"], "replicates"),
-        "turns": _whole(form["turns"], "turns"),
-        "metrics": [{"hash": h} for h in form["metrics"]],
-    }
+    design: dict[str, Any] = {"slug": form["slug"]}
+    if form["design_kind"] == "factors":
+        design.update(factors_design(form))
+    else:
+        design.update(arms=_arms(form), control=form["arms"][form["control"]]["label"])
+    design.update(
+        replicates=_whole(form["replicates"], "replicates"),
+        turns=_whole(form["turns"], "turns"),
+        metrics=[{"hash": h} for h in form["metrics"]],
+    )
     for name in ("name", "description"):
         if form[name]:
             design[name] = form[name]
@@ -159,6 +162,19 @@ def _design(form: dict[str, Any]) -> dict[str, Any]:
     if any(form[name] for name in STOPPING_FIELDS):
         design["stopping"] = _stopping(form)
     return design
+
+
+def _arms(form: dict[str, Any]) -> list[dict[str, Any]]:
+    """The arm rows as the API takes them."""
+    arms: list[dict[str, Any]] = []
+    for index, row in enumerate(form["arms"]):
+        ref = {"hash": row["scenario"]} if row["scenario"] else {}
+        arm: dict[str, Any] = {"label": row["label"], "scenario_ref": ref}
+        if any(row["iv"].values()):
+            where = f"arms[{index}].interventions[0]"
+            arm["interventions"] = [_intervention(row["iv"], where)]
+        arms.append(arm)
+    return arms
 
 
 def _stopping(form: dict[str, Any]) -> dict[str, Any]:
@@ -186,7 +202,11 @@ def _stopping(form: dict[str, Any]) -> dict[str, Any]:
 
 def field_key(field: str) -> str:
     """Where on the form an error's field is shown: ``arms[1].label`` on the second arm row's
-    label, ``metrics[0]`` on the metrics, ``budget.max_cost_total`` on that budget field."""
+    label, ``metrics[0]`` on the metrics, ``budget.max_cost_total`` on that budget field,
+    ``factors[1].levels[0].fork…`` on that level's fork."""
+    factor = factor_key(field)
+    if factor is not None:
+        return factor
     match = IV_FIELD.match(field)
     if match:
         return f"arm-{match.group(1)}-iv" + (f"-{match.group(2)}" if match.group(2) else "")
@@ -231,7 +251,9 @@ def experiment_new_page(request: HttpRequest) -> HttpResponse:
         ]
         back = f"{reverse('page-experiment-new')}?{urlencode(typed, doseq=True)}"
         return HttpResponseRedirect(f"{reverse('page-metric-new')}?{urlencode({'next': back})}")
-    if action == "add_arm" and len(form["arms"]) < MAX_ARM_ROWS:
+    if apply_action(form, action):
+        pass
+    elif action == "add_arm" and len(form["arms"]) < MAX_ARM_ROWS:
         form["arms"].append(
             {"label": "", "scenario": "", "iv": dict.fromkeys(IV_PARTS, ""), "iv_open": False}
         )
@@ -253,6 +275,7 @@ def experiment_new_page(request: HttpRequest) -> HttpResponse:
         "form_action": action,
         "can_remove": len(form["arms"]) > MIN_ARMS,
         "can_add": len(form["arms"]) < MAX_ARM_ROWS,
+        "fractions": FRACTIONS,
     }
     if action not in ("estimate", "launch"):
         data = {"form": form, "scenarios": context["scenarios"]}

@@ -287,6 +287,11 @@ def test_a_two_by_two_runs_forked_arms_and_its_effects_are_statsmodels_fit(
         assert effect["contrast"] == pytest.approx(2 * own.params[i], abs=1e-9)
     assert fit["effects"][2]["coefficient"] != 0  # the constructed interaction is there
     assert fit["n_replicates"] == 3 and "clustered by replicate" in fit["method"]
+    # the methods paragraph names the design and the estimation, with the fit's own figures
+    methods = results["methods"]
+    assert "4 arms from 2 factors (A = thirst, B = fountain): the full factorial product" in methods
+    assert f"estimated by {fit['method']} ({fit['library']})" in methods
+    assert "G - 1 degrees of freedom (G = 3)" in methods
     cells = {c["arm"]: c for c in fit["cells"]}
     assert cells["thirst-yes--fountain-yes"]["mean"] == pytest.approx(2 / 3)
     assert cells["thirst-no--fountain-no"]["levels"] == ["no", "no"]
@@ -332,7 +337,8 @@ def test_a_stopping_rule_stops_early_on_a_large_effect_and_runs_to_its_maximum_o
         stopped = large_results["stopping"]
         (effect,) = large_results["results"][0]["effects"]
         assert effect["added_after_creation"] is False  # the rule's replicates were registered
-        ran_out = _wait(http, "none", _ended, 300)["stopping"]
+        none_results = _wait(http, "none", _ended, 300)
+        ran_out = none_results["stopping"]
         large_state = http.get("/api/experiments/large/").json()
         history = http.get("/api/experiments/large/results/").json()["history"]
     assert stopped["reason"] == "stopped_early"
@@ -357,3 +363,15 @@ def test_a_stopping_rule_stops_early_on_a_large_effect_and_runs_to_its_maximum_o
         (4, 1.0),
     ]
     assert World.objects.filter(experiment__slug="none").count() == 8
+    # the methods paragraph names the rule, its looks and why it ended
+    last = looks[-1]["replicates"]
+    assert (
+        f"{len(looks)} looks were taken (the last at {last} replicates)"
+        in (large_results["methods"])
+    )
+    assert "stopped early when the boundary was reached" in large_results["methods"]
+    assert stopped["test"] in large_results["methods"]
+    assert (
+        "2 looks were taken (the last at 4 replicates) and it ran to the maximum"
+        in (none_results["methods"])
+    )
