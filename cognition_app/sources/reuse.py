@@ -25,6 +25,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -33,7 +34,7 @@ from redis.exceptions import RedisError
 from chukwa_core.hashing import canonical_json_bytes
 from cognition_app.failures import SourceFailure
 from cognition_app.models import InvocationStatus, SourceInvocation
-from cognition_app.sources.admission.cluster import _lease_seconds, client
+from cognition_app.sources.admission.leases import LEASES, client, lease_ms
 from cognition_app.sources.context import CallContext
 
 EXACT, OFF = "exact", "off"
@@ -94,51 +95,16 @@ class Flight:
             if not self._held:
                 return
             self._held = False
-        _RENEWER.drop(self)
+        LEASES.drop(self.token)
         try:
             client().eval(_RELEASE, 1, self.name, self.token)
         except RedisError:
             pass  # it expires on its own; a waiter then sends (never a wrong reply)
 
 
-def _lease_ms() -> int:
-    return max(int(_lease_seconds() * 1000), 1000)
-
-
-class _Renewer:
-    """The claims this process holds, renewed every third of a lease by one daemon thread."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: dict[int, Flight] = {}
-        self._thread: threading.Thread | None = None
-
-    def add(self, flight: Flight) -> None:
-        with self._lock:
-            self._held[id(flight)] = flight
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._renew, name="chukwa-reuse-claims", daemon=True
-                )
-                self._thread.start()
-
-    def drop(self, flight: Flight) -> None:
-        with self._lock:
-            self._held.pop(id(flight), None)
-
-    def _renew(self) -> None:
-        while True:
-            time.sleep(_lease_ms() / 3000)
-            with self._lock:
-                held = list(self._held.values())
-            for flight in held:
-                try:
-                    client().eval(_RENEW, 1, flight.name, flight.token, _lease_ms())
-                except RedisError:
-                    pass  # the claim runs out: a waiter then sends (never a wrong reply)
-
-
-_RENEWER = _Renewer()
+def _renew_claim(name: str, token: str, pipe: Any, _now_ms: int, lease: int) -> object:
+    # renewed only while this process's token still holds it
+    return pipe.eval(_RENEW, 1, name, token, lease)
 
 
 def _claim_name(key: str) -> str:
@@ -158,7 +124,7 @@ def reused_or_claimed(
     redis: Any = client()
     while True:
         try:
-            claimed = redis.set(name, token, nx=True, px=_lease_ms())
+            claimed = redis.set(name, token, nx=True, px=lease_ms())
         except RedisError as exc:
             raise SourceFailure(
                 "reuse_unavailable",
@@ -169,7 +135,7 @@ def reused_or_claimed(
         found = recorded(key)
         if claimed:
             flight = Flight(name, token)
-            _RENEWER.add(flight)
+            LEASES.hold(token, partial(_renew_claim, name, token))
             if found is not None:
                 flight.done()
                 return found, None

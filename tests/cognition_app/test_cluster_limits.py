@@ -26,6 +26,7 @@ from chukwa_core.errors import ChukwaError
 from cognition_app.models import SourceInvocation
 from cognition_app.sources.admission import cluster as cluster_limits
 from cognition_app.sources.admission.base import Held
+from cognition_app.sources.admission.leases import redis_now_ms
 from scenarios_app.services import response_source_put, scenario_assemble
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worker import routed_to, worker_process
@@ -298,7 +299,7 @@ def test_a_worker_whose_clock_is_an_hour_off_neither_frees_nor_stretches_a_limit
         conc_key, requests_key = cluster_limits._keys(source)[:2]
         ((_, expires),) = cluster_limits.client().zrange(conc_key, 0, 0, withscores=True)
         ((_, sent),) = cluster_limits.client().zrange(requests_key, 0, 0, withscores=True)
-        redis_now = cluster_limits._redis_now_ms()
+        redis_now = redis_now_ms()
         assert redis_now - 5000 < sent <= redis_now  # on Redis's clock, not an hour ago
         assert expires > redis_now
         waiting = cluster_limits.take_capacity(source, {"concurrency": 1}, 0)

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
-import time
 import uuid
 from collections.abc import Mapping
 from functools import partial
@@ -38,6 +36,7 @@ from redis.exceptions import RedisError
 
 from cognition_app.failures import SourceFailure
 from cognition_app.sources.admission.base import CallRequest, Held, Refused, Wait
+from cognition_app.sources.admission.leases import LEASES, client, lease_seconds
 from cognition_app.sources.admission.priority import WAITING_MS, held_by
 
 logger = logging.getLogger(__name__)
@@ -136,72 +135,6 @@ _WAITING_FOR = {
 }
 
 
-class _Leases:
-    """The concurrency leases this process holds, renewed by one daemon thread while held."""
-
-    def __init__(self) -> None:
-        self._held: dict[str, str] = {}  # token -> key
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def hold(self, key: str, token: str) -> None:
-        with self._lock:
-            self._held[token] = key
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._renew, name="chukwa-limit-leases", daemon=True
-                )
-                self._thread.start()
-
-    def drop(self, token: str) -> None:
-        with self._lock:
-            self._held.pop(token, None)
-
-    def _renew(self) -> None:
-        while True:
-            time.sleep(_lease_seconds() / 3)
-            with self._lock:
-                held = dict(self._held)
-            if not held:
-                continue
-            try:
-                pipe = client().pipeline(transaction=False)
-                expires = _redis_now_ms() + int(_lease_seconds() * 1000)
-                for token, key in held.items():
-                    pipe.zadd(key, {token: expires}, xx=True)
-                pipe.execute()
-            except (RedisError, OSError) as exc:  # the leases run out: capacity comes back
-                logger.warning("limit leases not renewed, Redis unavailable (%s)", exc)
-
-
-_leases = _Leases()
-_client_lock = threading.Lock()
-_client: Any = None
-
-
-def client() -> Any:
-    """The Redis client (the broker's server), made once per process."""
-    global _client
-    with _client_lock:
-        if _client is None:
-            import redis
-
-            # kombu spells a socket redis+socket://, redis-py unix://
-            url = settings.REDIS_URL.replace("redis+socket://", "unix://")
-            _client = redis.Redis.from_url(url, socket_timeout=10)
-        return _client
-
-
-def _lease_seconds() -> float:
-    return float(settings.CHUKWA_LIMIT_LEASE_SECONDS)
-
-
-def _redis_now_ms() -> int:
-    """Redis's clock (the one every lease and window is scored on), in milliseconds."""
-    seconds, micros = client().time()
-    return int(seconds) * 1000 + int(micros) // 1000
-
-
 def _keys(source_hash: str) -> list[str]:
     # one deployment's keys (its database's name): stacks sharing a Redis never share limits
     prefix = f"chukwa:{settings.DATABASES['default']['NAME']}:limits:{source_hash}"
@@ -255,7 +188,7 @@ def take_capacity(
     conc = int(limits.get("concurrency", 0))
     args = [
         token,
-        int(_lease_seconds() * 1000),
+        int(lease_seconds() * 1000),
         conc,
         int(limits.get("requests_per_minute", 0)),
         tpm,
@@ -288,12 +221,16 @@ def take_capacity(
         )
     if not conc:
         return Held()
-    _leases.hold(keys[0], token)
+    LEASES.hold(token, partial(_renew_slot, keys[0], token))
     return Held(give_back=partial(_give_back, keys[0], token))
 
 
+def _renew_slot(key: str, token: str, pipe: Any, now_ms: int, lease: int) -> object:
+    return pipe.zadd(key, {token: now_ms + lease}, xx=True)
+
+
 def _give_back(key: str, token: str) -> None:
-    _leases.drop(token)
+    LEASES.drop(token)
     try:
         client().zrem(key, token)
         client().hdel(key.removesuffix(":concurrency") + ":holders", token)

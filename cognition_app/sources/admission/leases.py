@@ -1,0 +1,98 @@
+"""Leases this process holds in Redis (the broker's server), renewed while held by one daemon
+thread per process: the cluster limits' concurrency slots (``cluster``) and reuse's
+single-flight claims (``cognition_app.sources.reuse``). A process that dies stops renewing, so
+what it held runs out within ``CHUKWA_LIMIT_LEASE_SECONDS`` (15 s): a killed worker leaks
+nothing. Every lease is scored on Redis's own clock (``redis_now_ms``), never a worker's."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from redis.exceptions import RedisError
+
+logger = logging.getLogger(__name__)
+
+# how one lease is renewed: given a pipeline, Redis's time now and the lease, in milliseconds
+Renew = Callable[[Any, int, int], object]
+
+_client_lock = threading.Lock()
+_client: Any = None
+
+
+def client() -> Any:
+    """The Redis client (the broker's server), made once per process."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            import redis
+
+            # kombu spells a socket redis+socket://, redis-py unix://
+            url = settings.REDIS_URL.replace("redis+socket://", "unix://")
+            _client = redis.Redis.from_url(url, socket_timeout=10)
+        return _client
+
+
+def lease_seconds() -> float:
+    return float(settings.CHUKWA_LIMIT_LEASE_SECONDS)
+
+
+def lease_ms() -> int:
+    """A lease, in milliseconds (at least a second)."""
+    return max(int(lease_seconds() * 1000), 1000)
+
+
+def redis_now_ms() -> int:
+    """Redis's clock (the one every lease and window is scored on), in milliseconds."""
+    seconds, micros = client().time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+class Leases:
+    """What this process holds, by token, each with how to renew it; renewed every third of a
+    lease, in one pipeline, by one daemon thread started on the first hold."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, Renew] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, token: str, renew: Renew) -> None:
+        with self._lock:
+            self._held[token] = renew
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="chukwa-leases", daemon=True
+                )
+                self._thread.start()
+
+    def drop(self, token: str) -> None:
+        with self._lock:
+            self._held.pop(token, None)
+
+    def renew_now(self) -> None:
+        """One round: every lease held, renewed from Redis's time now."""
+        with self._lock:
+            held = list(self._held.values())
+        if not held:
+            return
+        try:
+            pipe = client().pipeline(transaction=False)
+            now = redis_now_ms()
+            for renew in held:
+                renew(pipe, now, lease_ms())
+            pipe.execute()
+        except (RedisError, OSError) as exc:  # the leases run out: what they held comes back
+            logger.warning("leases not renewed, Redis unavailable (%s)", exc)
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(lease_ms() / 3000)
+            self.renew_now()
+
+
+LEASES = Leases()
