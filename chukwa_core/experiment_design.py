@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from chukwa_core.factorial import FactorialDesign, factorial_design
 
@@ -129,7 +129,11 @@ class Factorial:
 class Stopping:
     """Stopping early (docs/designs.md): after the first ``start`` replicates, then every
     ``every`` more up to ``max_replicates``, the anytime-valid paired test on ``metric`` (a
-    hash) between ``treatment`` and the control at the last turn; stop when it rejects."""
+    hash) between ``treatment`` and the control at the last turn; stop when it rejects. A
+    request gives the ``INPUT_*`` fields; ``start`` is the design's replicates then."""
+
+    INPUT_REQUIRED: ClassVar[tuple[str, ...]] = ("metric", "alpha", "max_replicates", "every")
+    INPUT_OPTIONAL: ClassVar[tuple[str, ...]] = ("treatment",)
 
     metric: str
     alpha: float

@@ -19,7 +19,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_http_methods
 
 from chukwa_core.errors import ChukwaError, invalid
-from chukwa_core.experiment_design import BUDGET_LIMITS
+from chukwa_core.experiment_design import BUDGET_LIMITS, Stopping
 from chukwa_core.experiment_time import LONG_SECONDS, duration_text
 from scenarios_app.pickers import metric_choices, scenario_choices
 from surfaces.pages.authoring.common import error_dict, forbidden_unless_operator
@@ -44,7 +44,11 @@ POWER_FIELDS = ("power_metric", "power_effect", "power_sd", "power_pilot")
 BUDGET_FIELDS = BUDGET_LIMITS
 # a stopping rule (docs/designs.md): on when max_replicates is given; the metric is the first
 # ticked unless named; no default alpha or step (the spec has none)
-STOPPING_FIELDS = ("stop_max_replicates", "stop_every", "stop_alpha", "stop_treatment")
+STOPPING_FIELDS = tuple(
+    f"stop_{name}"
+    for name in (*Stopping.INPUT_REQUIRED, *Stopping.INPUT_OPTIONAL)
+    if name != "metric"
+)
 ARM_FIELD = re.compile(r"^arms\[(\d+)\]\.(label|scenario_ref)")
 # an arm's intervention (one per arm on the form; the API takes any number)
 IV_FIELD = re.compile(r"^arms\[(\d+)\]\.interventions(?:\[0\](?:\.(turn|patch|note))?)?")

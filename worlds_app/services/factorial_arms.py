@@ -23,8 +23,6 @@ from scenarios_app.services.forks import scenario_fork
 
 SCALARS = ("scenario_slug", "description", "chronon_seconds")
 FORK_FIELDS = ("changes", "note", "metadata", "operator")
-STOPPING_REQUIRED = ("metric", "alpha", "max_replicates", "every")
-STOPPING_OPTIONAL = ("treatment",)
 
 
 class _Rollback(Exception):
@@ -90,7 +88,7 @@ def stopping_of(
     control."""
     body = require_object(value, "stopping", "invalid_stopping")
     check_keys(
-        body, "stopping", required=STOPPING_REQUIRED, optional=STOPPING_OPTIONAL,
+        body, "stopping", required=Stopping.INPUT_REQUIRED, optional=Stopping.INPUT_OPTIONAL,
         code="invalid_stopping",
     )  # fmt: skip
     metric = resolve(body["metric"], "stopping.metric")
