@@ -325,8 +325,10 @@ CHUKWA_PROBE_RETRY_SECONDS = env.int("CHUKWA_PROBE_RETRY_SECONDS", 60)
 OPERATORS_GROUP = "operators"
 
 # Where people reach the web pages; commands that print a link (run_experiment, the demo) build
-# it on this. The default is where ./bin/stack serves them.
-CHUKWA_SITE_URL = env.str("CHUKWA_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
+# it on this. The default is where ./bin/stack serves them (its port, CHUKWA_PORT, default 8000).
+CHUKWA_SITE_URL = env.str(
+    "CHUKWA_SITE_URL", f"http://127.0.0.1:{env.int('CHUKWA_PORT', 8000)}"
+).rstrip("/")
 
 # One JSON object per line by default (what log collectors read); `text` for a terminal. The web
 # process and the Celery workers (chukwa_site.celery) both log through this configuration.

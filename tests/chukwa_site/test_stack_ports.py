@@ -145,3 +145,25 @@ def test_the_embedded_model_is_started_bounded_and_announced(
     assert env["CHUKWA_EMBEDDED_MODEL"] == "true"
     assert env["CHUKWA_LLM_MAX_CONCURRENCY"] == "1"
     assert any("embedded model" in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ({"CHUKWA_PORT": "9123"}, "http://127.0.0.1:9123"),
+        ({"CHUKWA_PORT": "9123", "CHUKWA_SITE_URL": "https://sim.example/"}, "https://sim.example"),
+    ],
+)
+def test_printed_links_follow_the_port_the_stack_serves_on(
+    extra: dict[str, str], expected: str
+) -> None:
+    """Links the demo and run_experiment print start with CHUKWA_SITE_URL, which defaults to the
+    stack's own port (a stack moved off 8000 printed links to 8000)."""
+    env = {k: v for k, v in os.environ.items() if k != "CHUKWA_SITE_URL"}
+    env.update(extra, DJANGO_SETTINGS_MODULE="chukwa_site.settings")
+    code = "import django; django.setup(); from django.conf import settings; print(settings.CHUKWA_SITE_URL)"
+    shown = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT, env=env, capture_output=True, text=True
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == expected
