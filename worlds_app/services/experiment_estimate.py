@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict
 from decimal import Decimal
 from typing import Any, TypedDict
@@ -38,7 +38,7 @@ from scenarios_app.selectors import metric_rows
 from worlds_app.services.branches import design_branch_point
 from worlds_app.services.experiment_design import design_of
 from worlds_app.services.experiment_power import experiment_power
-from worlds_app.services.experiment_time import time_of
+from worlds_app.services.experiment_time import Rounds, generations_per_turn, time_of
 from worlds_app.services.factorial_arms import factorial_arms
 from worlds_app.services.measurements import unmeasured_before
 from worlds_app.services.worlds import parse_start_time, world_start
@@ -80,6 +80,84 @@ class Estimate(TypedDict):
     # the expected wall time (``experiment_time.time_of``) and what it rests on
     seconds: int | None
     seconds_basis: str
+
+
+def _llm_nodes(snapshot: Mapping[str, Any]) -> Iterator[tuple[str, str, str, bool]]:
+    """(profile label, workflow hash, node id, is a tool loop) of every model node an agent of
+    the snapshot thinks with."""
+    profiles = snapshot["cognition_profiles"]
+    for entity in snapshot["entities"]:
+        kind = entity.get("kind")
+        agent = kind.get("agent") if isinstance(kind, dict) else None
+        if not isinstance(agent, dict) or agent.get("cognition_profile") not in profiles:
+            continue
+        profile = profiles[agent["cognition_profile"]]
+        for node in profile["workflow"].get("nodes", []):
+            if node.get("type") in ("llm_text", "llm_tool_loop"):
+                looping = node["type"] == "llm_tool_loop"
+                yield agent["cognition_profile"], profile["workflow_hash"], node["id"], looping
+
+
+class _Rounds:
+    """How many generations a model node makes per agent per turn, for the time estimate: as
+    observed for that workflow's node (``generations_per_turn``); for a variant not run yet, as
+    observed for the same profile's node in the design's other arms (arms are variants of each
+    other); else one (a tool loop may make more: the basis says so)."""
+
+    def __init__(self, snapshots: Sequence[Mapping[str, Any]]) -> None:
+        self.observed: dict[tuple[str, str], Rounds] = {}
+        self.by_profile: dict[tuple[str, str], list[Rounds]] = {}
+        self.used: dict[str, set[str]] = {"observed": set(), "other arms": set(), "unseen": set()}
+        for snapshot in snapshots:
+            for label, workflow_hash, node_id, _ in _llm_nodes(snapshot):
+                key = (workflow_hash, node_id)
+                if key in self.observed:
+                    continue
+                seen = generations_per_turn(workflow_hash=workflow_hash, node_id=node_id)
+                if seen is not None:
+                    self.observed[key] = seen
+                    self.by_profile.setdefault((label, node_id), []).append(seen)
+        self.label_of = {
+            (workflow_hash, node_id): label
+            for snapshot in snapshots
+            for label, workflow_hash, node_id, _ in _llm_nodes(snapshot)
+        }
+
+    def of(self, workflow_hash: str, node_id: str, looping: bool) -> float:
+        name = f"{self.label_of.get((workflow_hash, node_id), '?')}/{node_id}"
+        seen = self.observed.get((workflow_hash, node_id))
+        if seen is not None:
+            self.used["observed"].add(f"{name} {seen.mean:.2g} over {seen.turns} turns")
+            return seen.mean
+        others = self.by_profile.get((self.label_of.get((workflow_hash, node_id), ""), node_id))
+        if others:
+            turns = sum(r.turns for r in others)
+            mean = sum(r.mean * r.turns for r in others) / turns
+            self.used["other arms"].add(f"{name} {mean:.2g}")
+            return mean
+        if looping:
+            self.used["unseen"].add(name)
+        return 1.0
+
+    def basis(self) -> str:
+        parts = []
+        if self.used["observed"]:
+            parts.append(
+                "generations per agent turn as observed: "
+                + ", ".join(sorted(self.used["observed"]))
+            )
+        if self.used["other arms"]:
+            parts.append(
+                "for a variant not run yet, as observed in the other arms: "
+                + ", ".join(sorted(self.used["other arms"]))
+            )
+        if self.used["unseen"]:
+            parts.append(
+                "one generation per turn assumed for "
+                + ", ".join(sorted(self.used["unseen"]))
+                + " (never run: a tool loop may make more)"
+            )
+        return "; ".join(parts)
 
 
 class _Tally:
@@ -175,8 +253,9 @@ def _estimate(*, data: Any) -> Estimate:
     tally = _Tally()
     point = design_branch_point(design.branch_from)
     start = parse_start_time(design.start_time)
-    # the calls one world of each arm is expected to make, per source: one generation per model
-    # node per agent per turn, and each judge's calls per measured turn (for the time estimate)
+    # the calls one world of each arm is expected to make, per source: each model node's
+    # generations per agent per turn (as observed, ``_rounds``), and each judge's calls per
+    # measured turn (for the time estimate)
     expected: list[dict[str, float]] = []
     # a branch's turns before its branch point are its parent's, measured once for all the
     # worlds (as the parent's): the calls still to make for those not measured yet
@@ -185,12 +264,15 @@ def _estimate(*, data: Any) -> Estimate:
         if point is not None
         else {}
     )
-    for arm in design.arms:
+    # each arm's start, checked as creating it would (a branch that does not fit, a start time
+    # with no room for a turn: the same 400)
+    snapshots = [
+        world_start(arm.scenario_hash, {"hash": arm.scenario_hash}, start, point).snapshot
+        for arm in design.arms
+    ]
+    rounds = _Rounds(snapshots)
+    for snapshot in snapshots:
         world_calls: dict[str, float] = {}
-        # the arm's start, checked as creating it would (a branch that does not fit, a start
-        # time with no room for a turn: the same 400)
-        scenario_hash = arm.scenario_hash
-        snapshot = world_start(scenario_hash, {"hash": scenario_hash}, start, point).snapshot
         world = _world_chars(snapshot)
         profiles = snapshot["cognition_profiles"]
         agents = 0
@@ -201,13 +283,15 @@ def _estimate(*, data: Any) -> Estimate:
                 agents += 1  # what a kind that asks each agent (a survey) multiplies by
             if not isinstance(agent, dict) or agent.get("cognition_profile") not in profiles:
                 continue
-            workflow = profiles[agent["cognition_profile"]]["workflow"]
+            profile = profiles[agent["cognition_profile"]]
+            workflow = profile["workflow"]
             for node in workflow.get("nodes", []):
                 if node.get("type") not in ("llm_text", "llm_tool_loop"):
                     continue
                 looping = node["type"] == "llm_tool_loop"
                 source = node["llm_source_ref"]["hash"]
-                world_calls[source] = world_calls.get(source, 0) + turns
+                per_turn = rounds.of(profile["workflow_hash"], node["id"], looping)
+                world_calls[source] = world_calls.get(source, 0) + turns * per_turn
                 tally.add(
                     who="agents",
                     source_hash=node["llm_source_ref"]["hash"],
@@ -234,7 +318,7 @@ def _estimate(*, data: Any) -> Estimate:
                 world_calls.get(calls.source_hash, 0) + calls.calls * judged_turns
             )
         expected.extend(dict(world_calls) for _ in range(replicates))
-    time = time_of(expected)
+    time = time_of(expected, calls_basis=rounds.basis())
     budget = design.budget
     total_tokens = tally.prompt + tally.completion
     cost = None if tally.unpriced else tally.cost

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Count, Max
 
 from chukwa_core.experiment_time import TimeEstimate, seconds_text, wall_seconds
 from chukwa_core.ids import bound_concurrency_env_name
 from cognition_app.failures import SourceFailure
-from cognition_app.models import InvocationKind, InvocationStatus, LlmCall
+from cognition_app.models import InvocationKind, InvocationStatus, LlmCall, SourceInvocation
 from cognition_app.sources.admission.endpoint import endpoint_limit
 from scenarios_app.models import ResponseSource
 
@@ -69,6 +70,36 @@ def observed_latency(*, url_env: str, model: str) -> Latency | None:
     return Latency(median=max(statistics.median(durations), 0.0), calls=len(durations))
 
 
+@dataclass(frozen=True)
+class Rounds:
+    """How many generations one subject's turn of a node makes (a tool loop's rounds and every
+    retry), observed over its most recent turns."""
+
+    mean: float
+    turns: int
+
+
+def generations_per_turn(*, workflow_hash: str, node_id: str) -> Rounds | None:
+    """The mean number of generations a subject's turn of the node made over its last
+    ``RECENT_CALLS`` recorded turns; None when none is recorded."""
+    rows = (
+        SourceInvocation.objects.filter(
+            workflow_hash=workflow_hash,
+            node_id=node_id,
+            kind=InvocationKind.LLM_GENERATION,
+            attempt__isnull=False,
+        )
+        .values("attempt_id", "subject_id")
+        .annotate(n=Count("id"), last=Max("started_at"))
+        .order_by("-last")
+        .values_list("n", flat=True)[:RECENT_CALLS]
+    )
+    counts = list(rows)
+    if not counts:
+        return None
+    return Rounds(mean=statistics.fmean(counts), turns=len(counts))
+
+
 def _interfaces(source_hashes: set[str]) -> dict[str, dict[str, Any]]:
     rows = ResponseSource.objects.filter(pk__in=source_hashes).values_list("pk", "content")
     return {pk: dict(dict(content or {}).get("interface", {})) for pk, content in rows}
@@ -92,9 +123,10 @@ def _parallel(interfaces: Sequence[Mapping[str, Any]], worlds: int) -> tuple[int
     return min(bounds, key=lambda bound: bound[0])
 
 
-def time_of(worlds: Sequence[Mapping[str, float]]) -> TimeEstimate:
+def time_of(worlds: Sequence[Mapping[str, float]], *, calls_basis: str = "") -> TimeEstimate:
     """The wall time of ``worlds``, each given as the calls it still makes per source hash
-    (its turns in sequence), run side by side as the limits allow."""
+    (its turns in sequence), run side by side as the limits allow; ``calls_basis`` says where
+    the calls' count comes from."""
     busy = [world for world in worlds if any(calls > 0 for calls in world.values())]
     if not busy:
         return TimeEstimate(
@@ -138,6 +170,6 @@ def time_of(worlds: Sequence[Mapping[str, float]]) -> TimeEstimate:
     basis = (
         f"{'; '.join(seen.values())}; {parallel} at a time ({binding}); "
         f"{math.ceil(calls)} calls over {len(busy)} world{'s' if len(busy) != 1 else ''}, "
-        "each world's turns in sequence"
+        "each world's turns in sequence" + (f"; {calls_basis}" if calls_basis else "")
     )
     return TimeEstimate(seconds, basis)

@@ -26,7 +26,14 @@ from scenarios_app.models import ResponseSource
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worlds import run_turn
 from tests.surfaces.api.test_experiment_power import ESTIMATE, http
-from tests.worlds_app.test_experiment_budget import API_KEY, USAGE, _design, _final, _scenario
+from tests.worlds_app.test_experiment_budget import (
+    API_KEY,
+    MAX_TOKENS,
+    USAGE,
+    _design,
+    _final,
+    _scenario,
+)
 from worlds_app.experiment_selectors import experiment_get
 from worlds_app.models import Experiment, TurnAttempt, World
 from worlds_app.services import turn_attempt_run
@@ -174,6 +181,50 @@ def test_the_live_eta_uses_the_same_model(
     monkeypatch.delenv("CHUKWA_LLM_MAX_CONCURRENCY")
     eta = experiment_get(slug="clocked")["progress"]["eta_seconds"]
     assert _whole_up(eta, 3 * calls * median)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.integration
+def test_the_estimate_counts_the_generations_a_turn_was_seen_to_make(
+    live_server: Any, operator_user: User, model_env: ScriptedLLM
+) -> None:
+    """A turn that takes two generations (the first reply refused, the second valid) counts
+    twice: the estimate uses the generations per agent turn observed for the workflow's node,
+    and for an arm whose variant never ran, what the other arms' same node was seen to make
+    (an estimate that assumed one call per turn said 3 minutes for a run whose ETA was 17)."""
+    sent = iter(range(1_000_000))
+    model_env.route(
+        lambda request: Reply(
+            text="not a patch" if next(sent) % 2 == 0 else _final("The ant waits."),
+            usage=USAGE,
+            delay_s=DELAY,
+        )
+    )
+    scenario = _scenario()
+    variant = _scenario(max_tokens=MAX_TOKENS + 1)  # another source, so another workflow
+    world_create(data={"slug": "stopwatch", "scenario_ref": {"hash": scenario}})
+    for _ in range(3):
+        assert run_turn("stopwatch").status == "committed"
+    generations = LlmCall.objects.filter(
+        invocation__world__slug="stopwatch", invocation__kind="llm_generation"
+    ).count()
+    assert generations == 6  # two per turn
+    median, _ = _median_latency()
+    design = {
+        **_design("doubled", scenario),
+        "arms": [
+            {"label": "control", "scenario_ref": {"hash": scenario}},
+            {"label": "variant", "scenario_ref": {"hash": variant}},
+        ],
+    }
+    with http(live_server, operator_user) as client:
+        answer = client.post(ESTIMATE, json=design).json()
+    basis = answer["seconds_basis"]
+    # 6 worlds by 3 turns by 2 generations, one at a time
+    assert "36 calls over 6 worlds" in basis, basis
+    assert "generations per agent turn as observed: ant/act 2 over 3 turns" in basis
+    assert "for a variant not run yet, as observed in the other arms: ant/act 2" in basis
+    assert _whole_up(answer["seconds"], 36 * median)
 
 
 @pytest.mark.django_db(transaction=True)
