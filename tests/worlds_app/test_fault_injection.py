@@ -35,9 +35,10 @@ def test_killed_workers_and_restarted_services_leave_a_consistent_history(tmp_pa
             "--pg-restarts=2",
             "--stalls=1",
             "--worlds=1",
-            # no experiment here yet: its "every committed turn measured" invariant needs a
-            # measure message lost with a killed worker re-driven, which is not built yet
-            "--experiment-replicates=0",
+            # an experiment too (2 arms by 1 replicate, judged, with a budget): every committed
+            # turn measured once, the ledger equal to its calls' rows, no slot or reservation
+            # left (bench/fault_experiments.py's invariants, in ``violations``)
+            "--experiment-replicates=1",
             "--phases=generation,tool,commit",
             "--seed=7",
             f"--json={figures_path}",
@@ -46,7 +47,7 @@ def test_killed_workers_and_restarted_services_leave_a_consistent_history(tmp_pa
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=420,
         check=False,
     )
     output = result.stdout[-4000:] + result.stderr[-4000:]
@@ -54,6 +55,10 @@ def test_killed_workers_and_restarted_services_leave_a_consistent_history(tmp_pa
     figures = json.loads(figures_path.read_text())
     assert figures["violations"] == [], output
     assert figures["settled"] is True
+    experiment = figures["experiment"]
+    assert experiment["experiment worlds"] == 2, output
+    assert experiment["measurements missing (lost measure messages)"] == 0, output
+    assert experiment["judge asked again for a measured turn"] == 0, output
     # each kill landed where it was aimed: a stream in flight, a tool call in flight, a reply in
     assert figures["kills_by_moment"] == {"generation": 1, "tool": 1, "commit": 1}, output
     assert (figures["redis_restarts"], figures["pg_restarts"]) == (1, 2)

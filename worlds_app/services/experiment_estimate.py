@@ -124,7 +124,8 @@ class _Rounds:
         }
 
     def of(self, workflow_hash: str, node_id: str, looping: bool) -> float:
-        name = f"{self.label_of.get((workflow_hash, node_id), '?')}/{node_id}"
+        label = self.label_of.get((workflow_hash, node_id), "?")
+        name = f"{label}/{node_id} (workflow {workflow_hash[:8]})"
         seen = self.observed.get((workflow_hash, node_id))
         if seen is not None:
             self.used["observed"].add(f"{name} {seen.mean:.2g} over {seen.turns} turns")

@@ -38,7 +38,7 @@ from worlds_app.experiment_selectors import experiment_get
 from worlds_app.models import Experiment, TurnAttempt, World
 from worlds_app.services import turn_attempt_run
 from worlds_app.services.experiments import experiment_create
-from worlds_app.services.worlds import world_create
+from worlds_app.services.worlds import parse_start_time, world_create, world_start
 
 DELAY = 0.3  # every scripted answer waits this long before it is sent
 
@@ -69,6 +69,12 @@ def _median_latency() -> tuple[float, int]:
     ).values_list("started_at", "ended_at")
     durations = [(ended - started).total_seconds() for started, ended in rows]
     return statistics.median(durations), len(durations)
+
+
+def _workflow(scenario: str) -> str:
+    """The ant's workflow hash in a stored scenario."""
+    snapshot = world_start(scenario, {"hash": scenario}, parse_start_time(None), None).snapshot
+    return str(snapshot["cognition_profiles"]["ant"]["workflow_hash"])
 
 
 def _whole_up(answer: int | None, seconds: float) -> bool:
@@ -222,8 +228,14 @@ def test_the_estimate_counts_the_generations_a_turn_was_seen_to_make(
     basis = answer["seconds_basis"]
     # 6 worlds by 3 turns by 2 generations, one at a time
     assert "36 calls over 6 worlds" in basis, basis
-    assert "generations per agent turn as observed: ant/act 2 over 3 turns" in basis
-    assert "for a variant not run yet, as observed in the other arms: ant/act 2" in basis
+    control, varied = (_workflow(h) for h in (scenario, variant))
+    assert (
+        f"generations per agent turn as observed: ant/act (workflow {control[:8]}) 2 over 3 turns"
+    ) in basis
+    assert (
+        "for a variant not run yet, as observed in the other arms: "
+        f"ant/act (workflow {varied[:8]}) 2"
+    ) in basis
     assert _whole_up(answer["seconds"], 36 * median)
 
 
