@@ -517,7 +517,8 @@ def kill_once(workers: Workers, figures: Figures, moment: str, rng: random.Rando
         time.sleep(rng.uniform(0.0, 2.5))
         reached = True
     else:
-        reached = _poll(_moment_reached(moment), timeout=15.0)
+        # up to 45 s: with an experiment beside them, the aimed-at worlds may wait for a slot
+        reached = _poll(_moment_reached(moment), timeout=45.0)
         time.sleep(rng.uniform(0.0, 0.05))
     kind = "child" if rng.random() < 0.25 else "group"
     if kind == "child" and not workers.kill_child():
