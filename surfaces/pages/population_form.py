@@ -193,8 +193,9 @@ def population_new_page(request: HttpRequest) -> HttpResponse:
         *(f"axis-{i}" for i in range(len(form["axes"]))),
         *(f"tpl-{key}" for key in TEMPLATE_FIELDS),
     )
-    if action not in ("check", "save"):
+    if not posted:
         return respond(request, PAGE, context, {"form": form})
+    # every post checks: a row added or removed shows the form's state at once
     try:
         context["preview"] = population_preview(content=content_of(form))
     except ChukwaError as exc:
