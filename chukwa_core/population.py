@@ -150,6 +150,20 @@ def _template(raw: Any, field: str, axes: Sequence[Axis], *, biographies: bool) 
         raise invalid(CODE, f"{field}.id", "must contain {{index}} or an axis, to be unique")
 
 
+def placeholders_problem(text: str, content: Mapping[str, Any]) -> str | None:
+    """Why ``text`` (a biography prompt) cannot be rendered for the population's agents: an
+    unknown placeholder (only ``{{index}}`` and ``{{axes.<name>}}``); None when it can."""
+    names = {a["name"] for a in content["axes"]}
+    for found in _PLACEHOLDER.findall(text):
+        if found == "index" or (found.startswith("axes.") and found[5:] in names):
+            continue
+        return (
+            f"unknown placeholder {{{{{found}}}}}; use {{{{index}}}} or {{{{axes.<name>}}}} "
+            f"with one of: {', '.join(sorted(names))}"
+        )
+    return None
+
+
 def validate_population(content: Any, field: str = "content") -> dict[str, Any]:
     """The content, checked (a 400 naming the field otherwise); returned as it is hashed."""
     body = require_object(content, field, CODE)
