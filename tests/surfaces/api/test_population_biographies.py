@@ -18,6 +18,8 @@ from rest_framework.test import APIClient
 from cognition_app.models import InvocationKind, LlmCall, SourceInvocation
 from scenarios_app.models import Entity, Population
 from scenarios_app.services import response_source_put
+from surfaces.mcp.calls import Caller, call
+from surfaces.mcp.catalog import api_tools
 from tests.conftest import LLM_SOURCE
 from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worlds import fixture_body
@@ -126,6 +128,8 @@ def test_one_traced_call_per_agent_makes_a_stable_version_assembly_uses(
     assert browser.get(f"/invocations/{traced[0].invocation_id}/").status_code == 200
     assert b"a population's biography (no world)" in browser.get("/llm-calls/").content
     assert b"a population's biography (no world)" in browser.get("/invocations/").content
+    shown = browser.get(f"/store/populations/{made['hash']}/").content.decode()
+    assert 'id="biographies">6, written by' in shown and source[:12] in shown
 
 
 def test_a_source_failure_stores_nothing_and_names_the_agent(
@@ -228,3 +232,24 @@ def test_readers_may_not_write_and_biography_needs_biographies(
     wrong = operator_client.post("/api/populations/", {"content": miscounted}, format="json")
     assert wrong.json()["error"]["details"]["field"] == "content.biographies.texts"
     assert Population.objects.count() == 1
+
+
+def test_the_mcp_tool_writes_them_as_the_api_does(
+    operator_client: APIClient, operator_user: User, scripted_llm: ScriptedLLM
+) -> None:
+    response_source_put(content=LLM_SOURCE)
+    h = _put(operator_client, _population(size=3))
+    scripted_llm.route(_biography)
+    tool = api_tools()["populations_biographies"]
+    assert not tool.reads_only
+    answer = call(
+        tool,
+        {"hash": h, "source": {"label": "chat"}, "prompt": PROMPT, "entity_template": TEMPLATE},
+        Caller(user=operator_user, token=None),
+    )
+    assert answer.status == 201, answer.body
+    assert answer.body["agents"] == 3 and len(scripted_llm.requests) == 3
+    stored = operator_client.get(f"/api/populations/{answer.body['hash']}/").json()
+    assert stored["content"]["biographies"]["texts"] == [
+        _biography(r) for r in scripted_llm.requests
+    ]
