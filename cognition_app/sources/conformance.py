@@ -129,7 +129,7 @@ def ensure_schema_enforced(
 def _reserve(ctx: CallContext, check: CheckRecord, model: str) -> Reservation:
     """The check's reservation under the world's (and its experiment's) budgets, like any LLM
     call's: what it could spend; a check that does not fit is refused, its rows written."""
-    if ctx.budget is None or ctx.world_id is None:
+    if ctx.budget is None:
         return Reservation(in_ledger=False)
     call = check.call
     outcome = ctx.budget.reserve(

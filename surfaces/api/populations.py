@@ -102,6 +102,7 @@ class BiographiesInputSerializer(StrictInputSerializer):
         "source": "invalid_biographies",
         "prompt": "invalid_biographies",
         "entity_template": "invalid_biographies",
+        "budget": "invalid_biographies",
     }
     source = described(  # type: ignore[assignment]  # the API's field name shadows a Field attribute
         {
@@ -130,6 +131,19 @@ class BiographiesInputSerializer(StrictInputSerializer):
         {"type": "object", "additionalProperties": {"type": "string"}},
         required=False,
         help_text="the new version's template (it may use {{biography}}); else the population's",
+    )
+    budget = described(
+        {
+            "type": "object",
+            "properties": {
+                "max_tokens_total": {"type": "integer", "minimum": 1},
+                "max_cost_total": {"type": "number", "minimum": 0, "exclusiveMinimum": True},
+            },
+            "additionalProperties": False,
+        },
+        required=False,
+        help_text="limits over this request's calls: a call that could pass one is not sent "
+        "(409 budget_exhausted, nothing stored)",
     )
 
     class Meta:

@@ -14,7 +14,11 @@ stay traced, as every call does).
 from __future__ import annotations
 
 import itertools
+import threading
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any
+from uuid import UUID
 
 from chukwa_core.component_validation import check_keys, require_object
 from chukwa_core.errors import ChukwaError, invalid
@@ -28,6 +32,7 @@ from chukwa_core.population import (
     render,
     validate_population,
 )
+from cognition_app.budgets import BudgetLedger, BudgetLimits, Reservation
 from cognition_app.models import InvocationKind, LlmCall
 from cognition_app.sources import CallContext, SourceFailure, invoke_llm
 from scenarios_app.models import ComponentKind, ResponseSource
@@ -41,6 +46,86 @@ SYSTEM = (
     "prose: who they are, where they come from, what they care about. Answer with the "
     "biography alone."
 )
+
+
+@dataclass
+class RequestBudget:
+    """The request's own budget (``budget``: ``max_tokens_total``, ``max_cost_total``) over
+    its calls, as an experiment's shared budget is over its worlds' (``SharedBudget``): each
+    call reserves what it could spend before it is sent (refused: ``budget_exhausted``), and
+    is settled to its real spend once its rows are written."""
+
+    max_tokens: int | None
+    max_cost: Decimal | None
+    spent_tokens: int = 0
+    spent_cost: Decimal = Decimal(0)
+    _reserved_tokens: int = 0
+    _reserved_cost: Decimal = Decimal(0)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def has_cost_limit(self) -> bool:
+        return self.max_cost is not None
+
+    @property
+    def name(self) -> str:
+        return "this biographies request"
+
+    def reserve(
+        self, *, tokens: int, cost: Decimal, reservation_id: UUID, attempt_id: UUID | None
+    ) -> str | None:
+        with self._lock:
+            used_tokens = self.spent_tokens + self._reserved_tokens
+            used_cost = self.spent_cost + self._reserved_cost
+            if self.max_tokens is not None and used_tokens + tokens > self.max_tokens:
+                return (
+                    f"budget max_tokens_total of {self.name}: {used_tokens} of "
+                    f"{self.max_tokens} spent or reserved, this call could spend {tokens}"
+                )
+            if self.max_cost is not None and used_cost + cost > self.max_cost:
+                return (
+                    f"budget max_cost_total of {self.name}: {used_cost} of {self.max_cost} "
+                    f"spent or reserved, this call could cost {cost}"
+                )
+            self._reserved_tokens += tokens
+            self._reserved_cost += cost
+            return None
+
+    def settle(self, *, reserved: Reservation, tokens: int, cost: Decimal) -> None:
+        with self._lock:
+            self._reserved_tokens -= reserved.tokens
+            self._reserved_cost -= reserved.cost
+            self.spent_tokens += tokens
+            self.spent_cost += cost
+
+
+def _budget(raw: Any) -> BudgetLedger | None:
+    """The request's ``budget``, if given: at least one of its limits, each positive."""
+    if raw is None:
+        return None
+    body = require_object(raw, "budget", CODE)
+    check_keys(
+        body, "budget", required=(), optional=("max_tokens_total", "max_cost_total"), code=CODE
+    )
+    if not body:
+        raise invalid(CODE, "budget", "give max_tokens_total, max_cost_total or both")
+    tokens = body.get("max_tokens_total")
+    if tokens is not None and (
+        isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1
+    ):
+        raise invalid(CODE, "budget.max_tokens_total", "must be a whole number ≥ 1")
+    cost: Decimal | None = None
+    if "max_cost_total" in body:
+        raw_cost = body["max_cost_total"]
+        try:
+            if isinstance(raw_cost, bool) or not isinstance(raw_cost, int | float | str):
+                raise InvalidOperation
+            cost = Decimal(str(raw_cost))
+        except InvalidOperation:
+            cost = None
+        if cost is None or not cost.is_finite() or cost <= 0:
+            raise invalid(CODE, "budget.max_cost_total", "must be a positive number (USD)")
+    return BudgetLedger(limits=BudgetLimits(), shared=RequestBudget(tokens, cost))
 
 
 def _source(raw: Any) -> str:
@@ -72,10 +157,16 @@ def _source(raw: Any) -> str:
     return str(hashes[0])
 
 
-def _checked(content: dict[str, Any], data: Any) -> tuple[str, str, dict[str, str]]:
+def _checked(
+    content: dict[str, Any], data: Any
+) -> tuple[str, str, dict[str, str], BudgetLedger | None]:
     body = require_object(data, "body", CODE)
     check_keys(
-        body, "body", required=("source", "prompt"), optional=("entity_template",), code=CODE
+        body,
+        "body",
+        required=("source", "prompt"),
+        optional=("entity_template", "budget"),
+        code=CODE,
     )
     prompt = body["prompt"]
     if not isinstance(prompt, str) or not prompt.strip() or len(prompt) > MAX_BIOGRAPHY_PROMPT:
@@ -86,7 +177,7 @@ def _checked(content: dict[str, Any], data: Any) -> tuple[str, str, dict[str, st
     if problem is not None:
         raise invalid(CODE, "prompt", problem)
     template = body.get("entity_template", content["entity_template"])
-    return _source(body["source"]), prompt, template
+    return _source(body["source"]), prompt, template, _budget(body.get("budget"))
 
 
 def population_biographies_write(*, hash: str, data: Any) -> dict[str, Any]:
@@ -94,7 +185,7 @@ def population_biographies_write(*, hash: str, data: Any) -> dict[str, Any]:
     holding them (a 400 naming the field before any call; a 502 ``biography_failed`` naming the
     agent when the source fails or answers nothing, with nothing stored)."""
     content = dict(component_get(kind=ComponentKind.POPULATION, hash=hash)["content"])
-    source_hash, prompt, template = _checked(content, data)
+    source_hash, prompt, template, ledger = _checked(content, data)
     content.pop("biographies", None)
     # the new version is checked before any call: a bad template costs nothing
     draft = {**content, "entity_template": template}
@@ -127,6 +218,7 @@ def population_biographies_write(*, hash: str, data: Any) -> dict[str, Any]:
             node_id=f"biography:{content['label']}"[:64],
             subject_id=agent[:200],
             who=f"population {content['label']}'s biography of agent {index}",
+            budget=ledger,
         )
         user = render({**dict.fromkeys(TEMPLATE_FIELDS, ""), "id": prompt}, index, values)["id"]
         try:
@@ -138,6 +230,14 @@ def population_biographies_write(*, hash: str, data: Any) -> dict[str, Any]:
                 kind=InvocationKind.BIOGRAPHY,
             )
         except SourceFailure as exc:
+            if exc.failure_class == "budget_exhausted":
+                raise ChukwaError(
+                    "budget_exhausted",
+                    f"budget: agent {index}'s biography was not asked: {exc.message[:500]}; "
+                    "nothing was stored",
+                    {"field": "budget", "agent": index},
+                    status_code=409,
+                ) from None
             raise ChukwaError(
                 "biography_failed",
                 f"source: the source failed writing agent {index}'s biography "

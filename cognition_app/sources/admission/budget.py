@@ -18,7 +18,7 @@ class Budget:
 
     def take(self, request: CallRequest) -> Held | Wait | Refused:
         ctx, iface = request.ctx, request.interface
-        if ctx.budget is None or ctx.world_id is None:  # no world: no world budget
+        if ctx.budget is None:
             return Held()
         outcome = ctx.budget.reserve(
             world_id=ctx.world_id,

@@ -253,3 +253,51 @@ def test_the_mcp_tool_writes_them_as_the_api_does(
     assert stored["content"]["biographies"]["texts"] == [
         _biography(r) for r in scripted_llm.requests
     ]
+
+
+def test_the_requests_budget_refuses_a_call_that_could_pass_it(
+    operator_client: APIClient, scripted_llm: ScriptedLLM
+) -> None:
+    """The source's max_tokens is 800: a call could spend its prompt and 800 more, so a budget
+    of 500 tokens refuses the first call (nothing sent, nothing stored), and a large one lets
+    every call through, counting their real spend."""
+    response_source_put(content=LLM_SOURCE)
+    h = _put(operator_client, _population(size=3))
+    scripted_llm.route(_biography)
+    body = {"source": {"label": "chat"}, "prompt": PROMPT}
+    tight = operator_client.post(
+        f"/api/populations/{h}/biographies/",
+        {**body, "budget": {"max_tokens_total": 500}},
+        format="json",
+    )
+    assert tight.status_code == 409, tight.json()
+    error = tight.json()["error"]
+    assert (error["code"], error["details"]["field"], error["details"]["agent"]) == (
+        "budget_exhausted",
+        "budget",
+        1,
+    )
+    assert "max_tokens_total of this biographies request" in error["message"]
+    assert scripted_llm.requests == [] and Population.objects.count() == 1
+    # the refused call is traced as refused, as any budget refusal is
+    refused = list(SourceInvocation.objects.values_list("status", "failure_class", "subject_id"))
+    assert refused == [("failed", "budget_exhausted", "visitor_1")]
+
+    roomy = operator_client.post(
+        f"/api/populations/{h}/biographies/",
+        {**body, "budget": {"max_tokens_total": 100_000}},
+        format="json",
+    )
+    assert roomy.status_code == 201, roomy.json()
+    assert len(scripted_llm.requests) == 3
+    bad = operator_client.post(
+        f"/api/populations/{h}/biographies/", {**body, "budget": {}}, format="json"
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["details"]["field"] == "budget"
+    cost = operator_client.post(
+        f"/api/populations/{h}/biographies/",
+        {**body, "budget": {"max_cost_total": -1}},
+        format="json",
+    )
+    assert cost.status_code == 400
+    assert cost.json()["error"]["details"]["field"] == "budget.max_cost_total"
