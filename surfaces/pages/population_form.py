@@ -17,6 +17,7 @@ from django.views.decorators.http import require_http_methods
 from chukwa_core.errors import ChukwaError, invalid
 from chukwa_core.population import CODE, MAX_AXES, SAMPLERS, TEMPLATE_FIELDS
 from scenarios_app.population_selectors import population_preview
+from scenarios_app.selectors import ComponentKind, component_get
 from scenarios_app.services import population_put
 from surfaces.pages.authoring.common import error_dict, forbidden_unless_operator
 from surfaces.pages.rendering import page, respond
@@ -143,6 +144,42 @@ def _form(data: QueryDict | dict[str, str]) -> dict[str, Any]:
     return form
 
 
+def _number_text(value: Any) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _from_stored(population_hash: str) -> dict[str, str]:
+    """A stored population as the form's fields, to start from: storing stores a new version
+    (its own hash); the stored one stays as it is. Its biographies are not carried over (they
+    were written for it: write them again for the new version)."""
+    content = component_get(kind=ComponentKind.POPULATION, hash=population_hash)["content"]
+    fields: dict[str, str] = {
+        "label": str(content["label"]),
+        "size": str(content["size"]),
+        "sampler": str(content["sampler"]),
+        "seed": str(content["seed"]),
+        "axis_count": str(len(content["axes"])),
+    }
+    for i, axis in enumerate(content["axes"]):
+        fields[f"axis-{i}-name"] = str(axis["name"])
+        if "categories" in axis:
+            fields[f"axis-{i}-kind"] = "categorical"
+            fields[f"axis-{i}-categories"] = "\n".join(
+                f"{c['value']}: {_number_text(c['weight'])}" for c in axis["categories"]
+            )
+            continue
+        fields[f"axis-{i}-kind"] = "numeric"
+        fields[f"axis-{i}-low"], fields[f"axis-{i}-high"] = (_number_text(v) for v in axis["range"])
+        fields[f"axis-{i}-integer"] = "1" if axis.get("integer") else ""
+        fields[f"axis-{i}-marginal"] = "\n".join(
+            ", ".join(_number_text(b[k]) for k in ("low", "high", "share"))
+            for b in axis.get("marginal", [])
+        )
+    for key in TEMPLATE_FIELDS:
+        fields[f"tpl-{key}"] = str(content["entity_template"][key])
+    return fields
+
+
 def _error(exc: ChukwaError) -> dict[str, Any]:
     error = error_dict(exc)
     error["key"] = field_key(str(error["field"]))
@@ -166,7 +203,11 @@ def _edit_rows(form: dict[str, Any], action: str) -> None:
 def population_new_page(request: HttpRequest) -> HttpResponse:
     forbidden_unless_operator(request, "Making populations")
     posted = request.method == "POST"
-    form = _form(request.POST if posted else request.GET)
+    source: QueryDict | dict[str, str] = request.POST if posted else request.GET
+    starting = "" if posted else request.GET.get("from", "")
+    if starting:
+        source = _from_stored(starting)
+    form = _form(source)
     action = request.POST.get("action", "") if posted else ""
     _edit_rows(form, action)
     for i, row in enumerate(form["axes"]):
@@ -182,6 +223,7 @@ def population_new_page(request: HttpRequest) -> HttpResponse:
         "template_fields": TEMPLATE_FIELDS,
         "error": None,
         "preview": None,
+        "starting": starting,
     }
     context["error_keys"] = (
         "label",
@@ -193,7 +235,7 @@ def population_new_page(request: HttpRequest) -> HttpResponse:
         *(f"axis-{i}" for i in range(len(form["axes"]))),
         *(f"tpl-{key}" for key in TEMPLATE_FIELDS),
     )
-    if not posted:
+    if not posted and not starting:
         return respond(request, PAGE, context, {"form": form})
     # every post checks: a row added or removed shows the form's state at once
     try:
@@ -206,7 +248,7 @@ def population_new_page(request: HttpRequest) -> HttpResponse:
     htmx = bool(getattr(request, "htmx", False))
     template = CHECK if htmx and action == "check" else PAGE
     context["oob_errors"] = template == CHECK
-    data = {"error": context["error"], "preview": context["preview"]}
+    data = {"form": form, "error": context["error"], "preview": context["preview"]}
     response = respond(request, template, context, data)
     if not htmx and context["error"] is not None and action == "save":
         response.status_code = context["error"]["status"]

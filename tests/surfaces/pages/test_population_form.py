@@ -171,3 +171,38 @@ def test_axes_are_added_and_removed_and_storing_opens_its_page(operator_browser:
     assert saved["Location"] == f"/store/populations/{population.pk}/"
     assert population.content == _content()
     assert operator_browser.get(saved["Location"]).status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_stored_population_starts_the_form_and_storing_unchanged_gives_its_hash(
+    operator_browser: Client, operator_client: APIClient
+) -> None:
+    from tests.support.worlds import fixture_body
+
+    fixture = fixture_body("park_visitors_rules")["populations"][0]["ref"]["inline"]
+    stored = operator_client.post("/api/populations/", {"content": fixture}, format="json")
+    h = stored.json()["hash"]
+    detail = operator_browser.get(f"/store/populations/{h}/").content.decode()
+    assert f'href="/populations/new/?from={h}"' in detail
+    page = operator_browser.get(f"{URL}?from={h}")
+    assert page.status_code == 200 and b'id="starting"' in page.content
+    fields = operator_browser.get(f"{URL}?from={h}&format=json").json()["form"]
+    assert [a["name"] for a in fields["axes"]] == ["age", "thirst", "patience"]
+    # the form's fields as posted give back the same content, hence the same hash
+    posted = {
+        "label": fields["label"],
+        "size": fields["size"],
+        "sampler": fields["sampler"],
+        "seed": fields["seed"],
+        "axis_count": str(len(fields["axes"])),
+        **{
+            f"axis-{i}-{k}": v
+            for i, row in enumerate(fields["axes"])
+            for k, v in row.items()
+            if k != "key"
+        },
+        **{f"tpl-{k}": v for k, v in fields["template"].items()},
+    }
+    checked = operator_browser.post(f"{URL}?format=json", {**posted, "action": "check"}).json()
+    assert checked["error"] is None and checked["preview"]["hash"] == h
+    assert operator_browser.get(f"{URL}?from={'0' * 64}").status_code == 404
