@@ -93,6 +93,7 @@ def _pages() -> list[str]:
         "/store/populations/",
         f"/store/populations/{population}/",
         "/populations/new/",
+        f"/populations/{population}/biographies/",
         "/store/cognition-workflows/",
         f"/store/cognition-workflows/{workflow_hash}/",
         "/scenarios/",

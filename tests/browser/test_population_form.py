@@ -1,7 +1,8 @@
 """An operator makes a population through the author page in headless Chromium: fills in two
 axes (one added with the button), sees the live check name a bad weight beside its axis, then the
-preview (hash, coverage, marginals, agents), stores it and lands on its page. At 1400 and 390 px;
-screenshots in test-artifacts/ (population-form-*.png)."""
+preview (hash, coverage, marginals, agents), stores it and lands on its page; then has the
+scripted model write its biographies through the biographies page (one request per agent).
+At 1400 and 390 px; screenshots in test-artifacts/ (population-*.png)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 
 from scenarios_app.models import Population
+from scenarios_app.services import response_source_put
+from tests.conftest import LLM_SOURCE
 from tests.support.chromium import full_page_shot, sideways_overflow, sign_in, wait_for
+from tests.support.scripted_llm import ScriptedLLM
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 PASSWORD = "a-long-password-1"
@@ -26,9 +30,10 @@ def _type(browser: webdriver.Chrome, element_id: str, text: str) -> None:
 
 
 def test_an_operator_makes_a_population_through_the_form(
-    live_server: Any, browser: webdriver.Chrome
+    live_server: Any, browser: webdriver.Chrome, scripted_llm: ScriptedLLM
 ) -> None:
     base = live_server.url
+    source = response_source_put(content=LLM_SOURCE)["hash"]
     user = User.objects.create_user("olga", password=PASSWORD)
     user.groups.add(Group.objects.get_or_create(name="operators")[0])
     sign_in(browser, base, "olga", PASSWORD)
@@ -93,3 +98,21 @@ def test_an_operator_makes_a_population_through_the_form(
     assert browser.current_url.endswith(f"/store/populations/{population.pk}/")
     assert population.content["axes"][1]["marginal"][0] == {"low": 0, "high": 0.5, "share": 0.7}
     assert browser.find_element(By.ID, "coverage").is_displayed()
+
+    # biographies written by the scripted model, through the page: one call per agent
+    scripted_llm.route(lambda body: "A life of " + body["messages"][-1]["content"][-40:])
+    browser.find_element(By.ID, "write-biographies").click()
+    wait_for(lambda: "/biographies/" in browser.current_url, 5, "the biographies page")
+    browser.find_element(By.CSS_SELECTOR, f"#bf-source option[value='{source}']").click()
+    _type(browser, "pf-tpl-memory", "{{biography}}")
+    full_page_shot(browser, "population-biographies-1400", 1400)
+    browser.set_window_size(1400, 1000)
+    browser.find_element(By.ID, "write-biographies").click()
+    wait_for(
+        lambda: browser.find_elements(By.ID, "biographies"), 30, "the new version with biographies"
+    )
+    assert len(scripted_llm.requests) == 64
+    newest = Population.objects.exclude(pk=population.pk).get()
+    assert browser.current_url.endswith(f"/store/populations/{newest.pk}/")
+    assert "64, written by" in browser.find_element(By.ID, "biographies").text
+    full_page_shot(browser, "population-with-biographies-1400", 1400)

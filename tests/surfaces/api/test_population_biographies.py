@@ -301,3 +301,40 @@ def test_the_requests_budget_refuses_a_call_that_could_pass_it(
     )
     assert cost.status_code == 400
     assert cost.json()["error"]["details"]["field"] == "budget.max_cost_total"
+
+
+def test_the_biographies_page_writes_them_and_names_a_bad_field(
+    operator_client: APIClient,
+    operator_user: User,
+    reader_user: User,
+    scripted_llm: ScriptedLLM,
+) -> None:
+    source = response_source_put(content=LLM_SOURCE)["hash"]
+    h = _put(operator_client, _population(size=4))
+    url = f"/populations/{h}/biographies/"
+    reader = Client()
+    reader.force_login(reader_user)
+    assert reader.get(url).status_code == 403
+    browser = Client()
+    browser.force_login(operator_user)
+    shown = browser.get(url).content.decode()
+    assert f'<option value="{source}"' in shown and "{{axes.age}}" in shown
+    fields = {
+        "source": source,
+        "prompt": PROMPT,
+        **{f"tpl-{k}": v for k, v in TEMPLATE.items()},
+        "max_tokens_total": "",
+    }
+    bad = browser.post(url, {**fields, "prompt": "{{axes.mood}}"})
+    assert bad.status_code == 400
+    assert 'id="pf-prompt-error" class="inline-error field-error" role="alert">' in (
+        bad.content.decode()
+    )
+    assert scripted_llm.requests == [] and Population.objects.count() == 1
+    scripted_llm.route(_biography)
+    done = browser.post(url, fields)
+    assert done.status_code == 302, done.content.decode()[:2000]
+    made = Population.objects.exclude(pk=h).get()
+    assert done["Location"] == f"/store/populations/{made.pk}/"
+    assert made.content["biographies"]["texts"] == [_biography(r) for r in scripted_llm.requests]
+    assert len(scripted_llm.requests) == 4
