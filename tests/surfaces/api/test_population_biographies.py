@@ -338,3 +338,23 @@ def test_the_biographies_page_writes_them_and_names_a_bad_field(
     assert done["Location"] == f"/store/populations/{made.pk}/"
     assert made.content["biographies"]["texts"] == [_biography(r) for r in scripted_llm.requests]
     assert len(scripted_llm.requests) == 4
+
+
+def test_the_admin_lists_and_shows_a_population_with_biographies(
+    operator_client: APIClient, scripted_llm: ScriptedLLM
+) -> None:
+    response_source_put(content=LLM_SOURCE)
+    h = _put(operator_client, _population(size=2))
+    scripted_llm.route(_biography)
+    made = operator_client.post(
+        f"/api/populations/{h}/biographies/",
+        {"source": {"label": "chat"}, "prompt": PROMPT, "entity_template": TEMPLATE},
+        format="json",
+    ).json()["hash"]
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", password="a-long-password-1"))
+    listed = admin.get("/admin/scenarios_app/population/")
+    assert listed.status_code == 200 and made[:12] in listed.content.decode()
+    shown = admin.get(f"/admin/scenarios_app/population/{made}/change/")
+    assert shown.status_code == 200
+    assert _biography(scripted_llm.requests[0]) in shown.content.decode()
