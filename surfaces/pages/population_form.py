@@ -38,10 +38,10 @@ def _number(raw: str, field: str) -> int | float:
         raise invalid(CODE, field, f"must be a number, got {raw!r}") from None
     if not math.isfinite(value):
         raise invalid(CODE, field, f"must be a finite number, got {raw!r}")
-    return int(value) if value.is_integer() and "." not in raw and "e" not in raw else value
+    return int(value) if value.is_integer() and "." not in raw and "e" not in raw.lower() else value
 
 
-def _integer(raw: str, field: str) -> int | str:
+def _integer(raw: str) -> int | str:
     """A whole number as typed; anything else is passed on for the validation to name."""
     return int(raw) if re.fullmatch(r"-?\d{1,18}", raw) else raw
 
@@ -101,9 +101,9 @@ def content_of(form: dict[str, Any]) -> dict[str, Any]:
     return {
         "version": 1,
         "label": form["label"],
-        "size": _integer(form["size"], "content.size"),
+        "size": _integer(form["size"]),
         "sampler": form["sampler"],
-        "seed": _integer(form["seed"], "content.seed"),
+        "seed": _integer(form["seed"]),
         "axes": [_axis(row, i) for i, row in enumerate(form["axes"])],
         "entity_template": {key: form["template"][key] for key in TEMPLATE_FIELDS},
     }
