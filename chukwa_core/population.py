@@ -24,7 +24,7 @@ from scipy.stats import qmc
 
 from chukwa_core.component_validation import check_keys, require_object, type_name
 from chukwa_core.errors import invalid
-from chukwa_core.ids import is_label
+from chukwa_core.ids import is_hash, is_label
 from chukwa_core.statistics.libraries import library
 
 SAMPLERS = ("sobol", "random")
@@ -36,6 +36,8 @@ COVERAGE_METHOD = "centered L2-discrepancy of the unit-cube points (scipy.stats.
 UNIFORM_BINS = 4
 _PLACEHOLDER = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 CODE = "invalid_population"
+MAX_BIOGRAPHY = 4000
+MAX_BIOGRAPHY_PROMPT = 4000
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,7 @@ def _axis(raw: Any, field: str) -> Axis:
     return Axis(name=name, low=low, high=high, integer=integer, marginal=tuple(bins))
 
 
-def _template(raw: Any, field: str, axes: Sequence[Axis]) -> None:
+def _template(raw: Any, field: str, axes: Sequence[Axis], *, biographies: bool) -> None:
     template = require_object(raw, field, CODE)
     check_keys(template, field, required=TEMPLATE_FIELDS, code=CODE)
     names = {a.name for a in axes}
@@ -129,11 +131,14 @@ def _template(raw: Any, field: str, axes: Sequence[Axis]) -> None:
             if found == "index" or (found.startswith("axes.") and found[5:] in names):
                 continue
             if found == "biography":
+                if biographies:
+                    continue
                 raise invalid(
                     "biography_unsupported",
                     f"{field}.{key}",
-                    "{{biography}} needs biographies written by an LLM source, which this "
-                    "version does not write; use the axes in the template instead",
+                    "{{biography}} needs a population with biographies: write them with "
+                    "POST /api/populations/<hash>/biographies/ (an LLM source, one call per "
+                    "agent), which stores a new version that may use {{biography}}",
                 )
             raise invalid(
                 CODE,
@@ -145,6 +150,20 @@ def _template(raw: Any, field: str, axes: Sequence[Axis]) -> None:
         raise invalid(CODE, f"{field}.id", "must contain {{index}} or an axis, to be unique")
 
 
+def placeholders_problem(text: str, content: Mapping[str, Any]) -> str | None:
+    """Why ``text`` (a biography prompt) cannot be rendered for the population's agents: an
+    unknown placeholder (only ``{{index}}`` and ``{{axes.<name>}}``); None when it can."""
+    names = {a["name"] for a in content["axes"]}
+    for found in _PLACEHOLDER.findall(text):
+        if found == "index" or (found.startswith("axes.") and found[5:] in names):
+            continue
+        return (
+            f"unknown placeholder {{{{{found}}}}}; use {{{{index}}}} or {{{{axes.<name>}}}} "
+            f"with one of: {', '.join(sorted(names))}"
+        )
+    return None
+
+
 def validate_population(content: Any, field: str = "content") -> dict[str, Any]:
     """The content, checked (a 400 naming the field otherwise); returned as it is hashed."""
     body = require_object(content, field, CODE)
@@ -152,6 +171,7 @@ def validate_population(content: Any, field: str = "content") -> dict[str, Any]:
         body,
         field,
         required=("version", "label", "size", "sampler", "seed", "axes", "entity_template"),
+        optional=("biographies",),
         code=CODE,
     )
     if body["version"] != 1 or isinstance(body["version"], bool):
@@ -175,8 +195,48 @@ def validate_population(content: Any, field: str = "content") -> dict[str, Any]:
         if axis.name in seen:
             raise invalid(CODE, f"{field}.axes[{i}].name", f"{axis.name!r} is named twice")
         seen.add(axis.name)
-    _template(body["entity_template"], f"{field}.entity_template", axes)
+    if "biographies" in body:
+        _biographies(body["biographies"], f"{field}.biographies", size)
+    _template(
+        body["entity_template"],
+        f"{field}.entity_template",
+        axes,
+        biographies="biographies" in body,
+    )
     return dict(body)
+
+
+def _biographies(raw: Any, field: str, size: int) -> None:
+    """``{"source": {"hash": H}, "prompt": text, "texts": [one per agent]}``: what an LLM
+    source wrote for each agent (``POST /api/populations/<hash>/biographies/``), kept in the
+    content so the version's hash covers them and assembly never asks a model."""
+    body = require_object(raw, field, CODE)
+    check_keys(body, field, required=("source", "prompt", "texts"), code=CODE)
+    source = require_object(body["source"], f"{field}.source", CODE)
+    check_keys(source, f"{field}.source", required=("hash",), code=CODE)
+    if not is_hash(source["hash"]):
+        raise invalid(CODE, f"{field}.source.hash", "must be a 64-hex hash")
+    prompt = body["prompt"]
+    if not isinstance(prompt, str) or not prompt.strip() or len(prompt) > MAX_BIOGRAPHY_PROMPT:
+        raise invalid(
+            CODE, f"{field}.prompt", f"must be non-empty text of at most {MAX_BIOGRAPHY_PROMPT}"
+        )
+    texts = body["texts"]
+    if not isinstance(texts, list) or len(texts) != size:
+        raise invalid(CODE, f"{field}.texts", f"must list one biography per agent ({size})")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_BIOGRAPHY:
+            raise invalid(
+                CODE,
+                f"{field}.texts[{i}]",
+                f"must be non-empty text of at most {MAX_BIOGRAPHY} characters",
+            )
+
+
+def biography_of(content: Mapping[str, Any], index: int) -> str | None:
+    """Agent ``index``'s (1…size) written biography, or None when the content has none."""
+    found = content.get("biographies")
+    return None if found is None else str(found["texts"][index - 1])
 
 
 def axes_of(content: Mapping[str, Any]) -> list[Axis]:
@@ -228,10 +288,22 @@ def _text(value: Any) -> str:
     )
 
 
-def render(template: Mapping[str, str], index: int, values: Mapping[str, Any]) -> dict[str, str]:
+def render(
+    template: Mapping[str, str],
+    index: int,
+    values: Mapping[str, Any],
+    biography: str | None = None,
+) -> dict[str, str]:
+    """The template's fields for one agent (validated: ``{{biography}}`` only appears when the
+    population has biographies, so ``biography`` is given)."""
+
     def one(match: re.Match[str]) -> str:
         key = match.group(1)
-        return str(index) if key == "index" else _text(values[key[5:]])
+        if key == "index":
+            return str(index)
+        if key == "biography":
+            return biography or ""
+        return _text(values[key[5:]])
 
     return {key: _PLACEHOLDER.sub(one, template[key]) for key in TEMPLATE_FIELDS}
 
@@ -252,7 +324,7 @@ def agent_entities(
     _, rows = draw(content)
     out = []
     for index, values in enumerate(rows, start=1):
-        text = render(content["entity_template"], index, values)
+        text = render(content["entity_template"], index, values, biography_of(content, index))
         out.append(
             {
                 "id": text["id"],

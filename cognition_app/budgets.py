@@ -152,7 +152,7 @@ class BudgetLedger:
     def reserve(
         self,
         *,
-        world_id: int,
+        world_id: int | None,
         attempt_id: UUID | None,
         prompt_tokens: int,
         max_completion: int | None,
@@ -160,9 +160,10 @@ class BudgetLedger:
         price_key: str,
     ) -> Reservation | str:
         """The call's reservation, or why it may not be sent (naming the budget and figures):
-        the world's limits first, then the shared budget."""
+        the world's limits first, then the shared budget. A call outside any world (a
+        population's biography) has no world limits, only its shared budget."""
         outcome: Reservation | str = Reservation(in_ledger=False)
-        if not self.limits.is_empty():
+        if not self.limits.is_empty() and world_id is not None:
             with self._lock:  # check and reserve as one step: concurrent calls cannot both pass
                 outcome = budget_refusal(
                     limits=self.limits,

@@ -32,6 +32,8 @@ class InvocationKind(models.TextChoices):
     JUDGE = "judge"
     # an agent interviewed about a committed turn (outside any attempt; the world unchanged)
     INTERVIEW = "interview"
+    # a population's agent's biography written by an LLM source (outside any world)
+    BIOGRAPHY = "biography"
 
 
 class InvocationStatus(models.TextChoices):
@@ -57,8 +59,14 @@ class SourceInvocation(models.Model):
         null=True,
         blank=True,
     )
+    # None for a call made outside any world: a population's biography (kind ``biography``)
     world = models.ForeignKey(
-        "worlds_app.World", on_delete=models.CASCADE, related_name="+", db_index=False
+        "worlds_app.World",
+        on_delete=models.CASCADE,
+        related_name="+",
+        db_index=False,
+        null=True,
+        blank=True,
     )
     attempted_turn = models.IntegerField()
     seq = models.IntegerField()

@@ -102,7 +102,7 @@ def invocation_get(*, invocation_id: str) -> dict[str, Any]:
     return {
         **{f: getattr(inv, f if f != "parent_id" else "parent_id") for f in SUMMARY_FIELDS},
         "attempt_id": inv.attempt_id,
-        "world": inv.world.slug,
+        "world": inv.world.slug if inv.world is not None else "",  # "": a biography's
         "attempted_turn": inv.attempted_turn,
         "request": inv.request,
         "response_json": inv.response_json,
@@ -287,7 +287,7 @@ def llm_call_list(*, filters: LlmCallFilters, limit: int, offset: int) -> dict[s
                 ),
                 "status": row["status"],
                 "problem": _problem(row),
-                "world": row["invocation__world__slug"],
+                "world": row["invocation__world__slug"] or "",
                 "attempt_id": row["invocation__attempt_id"],
                 "invocation_id": row["invocation_id"],
                 "attempted_turn": row["invocation__attempted_turn"],
@@ -376,7 +376,7 @@ def source_invocation_list(
             "status": row["status"],
             "failure_class": row["failure_class"],
             "problem": row["failure_message"][:300],
-            "world": row["world__slug"],
+            "world": row["world__slug"] or "",
             "attempt_id": row["attempt_id"],
             "attempted_turn": row["attempted_turn"],
             "subject_id": row["subject_id"],

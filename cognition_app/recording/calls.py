@@ -29,7 +29,7 @@ class CallOwner(Protocol):
     (``cognition_app.sources.CallContext`` is one)."""
 
     attempt_id: UUID | None
-    world_id: int
+    world_id: int | None
     attempted_turn: int
     workflow_hash: str
     node_id: str

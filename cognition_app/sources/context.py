@@ -32,7 +32,8 @@ JUDGE = "judge"
 @dataclass
 class CallContext:
     attempt_id: UUID | None  # None outside any attempt (a metric's judge)
-    world_id: int
+    # None outside any world: a population's biography calls (kind ``biography``)
+    world_id: int | None
     world_slug: str
     attempted_turn: int
     next_seq: Callable[[], int]

@@ -308,8 +308,9 @@ class PopulationAdmin(ComponentAdmin):
         'A population: {"version": 1, "label", "size", "sampler": "sobol" | "random", "seed", '
         '"axes": [{"name", "categories": [{"value", "weight"}]} | {"name", "range": [low, high], '
         '"integer"?, "marginal"?: [{"low", "high", "share"}]}], "entity_template": {"id", '
-        '"name", "state", "goal", "memory"}} with {{index}} and {{axes.<name>}}. See '
-        "docs/populations.md."
+        '"name", "state", "goal", "memory"}} with {{index}} and {{axes.<name>}} (and '
+        '{{biography}} when it has "biographies": {"source": {"hash"}, "prompt", "texts"}, '
+        "written by POST /api/populations/<hash>/biographies/). See docs/populations.md."
     )
     list_display = ("short_hash", "label", "size", "sampler", "created_at")
     list_filter = ("sampler",)

@@ -3,21 +3,29 @@ marginal against its target, and its first agents as the template renders them."
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
-from rest_framework import serializers
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from chukwa_core.population import MAX_BIOGRAPHY_PROMPT
 from scenarios_app.population_selectors import AGENTS_SHOWN, population_coverage
 from surfaces.api.contract import (
     HASH_SCHEMA,
+    LABEL_SCHEMA,
     READ_ERRORS,
+    WRITE_ERRORS,
+    ErrorSerializer,
     HashOutField,
     JSONObjectField,
     LabelOutField,
+    StrictInputSerializer,
+    described,
     path_parameter,
+    validate_body,
 )
+from worlds_app.services.population_biographies import population_biographies_write
 
 
 class CoverageSerializer(serializers.Serializer):
@@ -87,3 +95,100 @@ class PopulationCoverageApi(APIView):
     )
     def get(self, request: Request, hash: str) -> Response:
         return Response(PopulationCoverageSerializer(population_coverage(hash=hash)).data)
+
+
+class BiographiesInputSerializer(StrictInputSerializer):
+    field_codes = {
+        "source": "invalid_biographies",
+        "prompt": "invalid_biographies",
+        "entity_template": "invalid_biographies",
+        "budget": "invalid_biographies",
+    }
+    source = described(  # type: ignore[assignment]  # the API's field name shadows a Field attribute
+        {
+            "oneOf": [
+                {
+                    "type": "object",
+                    "properties": {"hash": HASH_SCHEMA},
+                    "required": ["hash"],
+                    "additionalProperties": False,
+                },
+                {
+                    "type": "object",
+                    "properties": {"label": LABEL_SCHEMA},
+                    "required": ["label"],
+                    "additionalProperties": False,
+                },
+            ]
+        },
+        help_text="the stored llm_chat_completions source that writes, by hash or label",
+    )
+    prompt = described(
+        {"type": "string", "minLength": 1, "maxLength": MAX_BIOGRAPHY_PROMPT},
+        help_text="asked once per agent, with {{index}} and {{axes.<name>}}",
+    )
+    entity_template = described(
+        {"type": "object", "additionalProperties": {"type": "string"}},
+        required=False,
+        help_text="the new version's template (it may use {{biography}}); else the population's",
+    )
+    budget = described(
+        {
+            "type": "object",
+            "properties": {
+                "max_tokens_total": {"type": "integer", "minimum": 1},
+                "max_cost_total": {"type": "number", "minimum": 0, "exclusiveMinimum": True},
+            },
+            "additionalProperties": False,
+        },
+        required=False,
+        help_text="limits over this request's calls: a call that could pass one is not sent "
+        "(409 budget_exhausted, nothing stored)",
+    )
+
+    class Meta:
+        ref_name = "PopulationBiographiesInput"
+
+
+class BiographiesOutputSerializer(serializers.Serializer):
+    hash = HashOutField(help_text="the new version, holding the biographies")
+    was_new = serializers.BooleanField()
+    derived_from = HashOutField(help_text="the population the biographies were written for")
+    source = JSONObjectField(help_text='{"hash": H}: the source that wrote them')  # type: ignore[assignment]  # the API's field name shadows a Field attribute
+    agents = serializers.IntegerField(help_text="one call and one biography per agent")
+    llm_calls = serializers.ListField(
+        child=serializers.UUIDField(), help_text="the traced calls, agent 1 first"
+    )
+    cost = serializers.CharField(
+        allow_null=True, help_text="the calls' total cost (USD); null when a price is unknown"
+    )
+
+    class Meta:
+        ref_name = "PopulationBiographiesOutput"
+
+
+class PopulationBiographiesApi(APIView):
+    """POST (operators) asks an LLM source for one biography per agent of the population and
+    stores the version holding them (docs/populations.md, "Biographies written by a model")."""
+
+    @extend_schema(
+        operation_id="populations_biographies",
+        parameters=[path_parameter("hash", HASH_SCHEMA, "population hash")],
+        request=BiographiesInputSerializer,
+        responses={
+            201: BiographiesOutputSerializer,
+            **WRITE_ERRORS,
+            502: OpenApiResponse(
+                ErrorSerializer,
+                description="The source failed or wrote nothing for an agent "
+                "(biography_failed, naming the agent); nothing was stored.",
+            ),
+        },
+    )
+    def post(self, request: Request, hash: str) -> Response:
+        body = validate_body(BiographiesInputSerializer, request)
+        made = population_biographies_write(hash=hash, data=body)
+        return Response(
+            BiographiesOutputSerializer(made).data,
+            status=status.HTTP_201_CREATED if made["was_new"] else status.HTTP_200_OK,
+        )

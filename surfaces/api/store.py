@@ -91,7 +91,9 @@ CONTENT_SCHEMAS: dict[ComponentKind, dict[str, Any]] = {
         "description": "a population: {version: 1, label, size (1…10,000), sampler: sobol | "
         "random, seed, axes: [{name, categories: [{value, weight}]} | {name, range: [low, high], "
         "integer?, marginal?: [{low, high, share}]}], entity_template: {id, name, state, goal, "
-        "memory} with {{index}} and {{axes.<name>}}}",
+        "memory} with {{index}} and {{axes.<name>}} (and {{biography}} with biographies), "
+        "biographies?: {source: {hash}, prompt, texts: [one per agent]} (written by "
+        "POST /api/populations/<hash>/biographies/)}",
     },
 }
 # A population a scenario includes: its agents live in ``environment`` and think with the

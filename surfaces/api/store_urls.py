@@ -2,7 +2,7 @@ from django.urls import path
 
 from surfaces.api import store as api
 from surfaces.api.metric_try import MetricTryApi
-from surfaces.api.populations import PopulationCoverageApi
+from surfaces.api.populations import PopulationBiographiesApi, PopulationCoverageApi
 
 # Before the metric routes: "try" is no hash.
 urlpatterns = [
@@ -11,6 +11,11 @@ urlpatterns = [
         "populations/<str:hash>/coverage/",
         PopulationCoverageApi.as_view(),
         name="api-population-coverage",
+    ),
+    path(
+        "populations/<str:hash>/biographies/",
+        PopulationBiographiesApi.as_view(),
+        name="api-population-biographies",
     ),
 ]
 for segment, kind in api.COLLECTIONS.items():

@@ -109,7 +109,8 @@ _KIND_CONTENT = {
         "{{axes.<name>}} in the template. A scenario includes it in populations [{ref, "
         "environment, cognition_profile}] and gets its agents as entities, drawn "
         "deterministically (same content, same agents, same scenario hash). See "
-        "populations_coverage for its coverage and marginals.",
+        "populations_coverage for its coverage and marginals; populations_biographies to "
+        "have an LLM source write a biography per agent ({{biography}} in the template).",
     ),
 }
 
@@ -138,6 +139,15 @@ def _component_descriptions() -> dict[str, str]:
         "A population's coverage (by hash): the centered L2-discrepancy of its sample in the "
         "unit cube (scipy.stats.qmc; lower is more even), each axis's shares against its "
         "target (category weights or marginal bins), and its first agents as rendered."
+    )
+    texts["populations_biographies"] = (
+        "Have an LLM source write one biography per agent of a population (by hash): source "
+        '({"hash": H} or {"label": L} of a stored llm_chat_completions source), prompt (asked '
+        "once per agent, with {{index}} and {{axes.<name>}}), optional entity_template for the "
+        "new version (it may use {{biography}}). Each call is traced (kind biography, no "
+        "world); the texts are stored in a new version of the population, returned as {hash, "
+        "derived_from, agents, llm_calls, cost}; scenarios that include that version render "
+        "{{biography}} from the stored texts. Operators only; a source failure stores nothing."
     )
     return texts
 

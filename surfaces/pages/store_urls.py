@@ -4,12 +4,20 @@ from django.urls import URLPattern, path
 
 from surfaces.pages import store as views
 from surfaces.pages.metric_form import metric_new_page
+from surfaces.pages.population_biographies import population_biographies_page
+from surfaces.pages.population_form import population_new_page
 
 # <str:…> rather than a hash converter: a malformed hash must reach the selector and become a
 # 400 page, not a resolver 404.
 urlpatterns: list[URLPattern] = [
     path("store/", views.store_index, name="page-store"),
     path("metrics/new/", metric_new_page, name="page-metric-new"),
+    path("populations/new/", population_new_page, name="page-population-new"),
+    path(
+        "populations/<str:hash>/biographies/",
+        population_biographies_page,
+        name="page-population-biographies",
+    ),
     path("store/<str:segment>/", views.component_list_page, name="page-component-list"),
     path(
         "store/<str:segment>/<str:hash>/",

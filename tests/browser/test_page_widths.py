@@ -1,6 +1,6 @@
 """Every page type fits a 390 px screen (headless Chromium): home, the indexes, a world and its
 turn, attempt, invocation, diff and comparison, the store's pages, a scenario, the workflow
-editor, the experiment index, page (with a people row) and form, the metric and population pages (the admin excluded). At 1400 px
+editor, the experiment index, page (with a people row) and form, the metric and population pages and the population form (the admin excluded). At 1400 px
 the world page's tables do not scroll sideways inside their cards. Screenshots of the editor and
 the world page at 390 px in test-artifacts/ (widths-*.png)."""
 
@@ -92,6 +92,8 @@ def _pages() -> list[str]:
         f"/store/metrics/{metrics[0]}/",
         "/store/populations/",
         f"/store/populations/{population}/",
+        "/populations/new/",
+        f"/populations/{population}/biographies/",
         "/store/cognition-workflows/",
         f"/store/cognition-workflows/{workflow_hash}/",
         "/scenarios/",

@@ -1,0 +1,273 @@
+"""Biographies for a population's agents, written by an LLM source (docs/populations.md,
+"Biographies written by a model").
+
+An explicit action, never part of assembly: the source is asked once per drawn agent (its
+prompt rendered from the agent's axis values), each call a traced generation of kind
+``biography`` outside any world (its rows carry no world, the agent's id as their subject, and
+its cost like any call's). The texts go into a new version of the population
+(``content.biographies``: the source, the prompt and one text per agent), so its hash changes
+once and is stable afterwards, and assembly reads the texts without asking any model. All calls
+are made before anything is stored: a source failure stores nothing (the calls made until then
+stay traced, as every call does).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+from uuid import UUID
+
+from chukwa_core.component_validation import check_keys, require_object
+from chukwa_core.errors import ChukwaError, invalid
+from chukwa_core.ids import is_hash
+from chukwa_core.population import (
+    MAX_BIOGRAPHY,
+    MAX_BIOGRAPHY_PROMPT,
+    TEMPLATE_FIELDS,
+    draw,
+    placeholders_problem,
+    render,
+    validate_population,
+)
+from cognition_app.budgets import BudgetLedger, BudgetLimits, Reservation
+from cognition_app.models import InvocationKind, LlmCall
+from cognition_app.sources import CallContext, SourceFailure, invoke_llm
+from scenarios_app.models import ComponentKind, ResponseSource
+from scenarios_app.selectors import component_get
+from scenarios_app.services import population_put
+
+CODE = "invalid_biographies"
+LLM = "llm_chat_completions"
+SYSTEM = (
+    "You write short biographies of people in a simulation, in the third person, as plain "
+    "prose: who they are, where they come from, what they care about. Answer with the "
+    "biography alone."
+)
+
+
+@dataclass
+class RequestBudget:
+    """The request's own budget (``budget``: ``max_tokens_total``, ``max_cost_total``) over
+    its calls, as an experiment's shared budget is over its worlds' (``SharedBudget``): each
+    call reserves what it could spend before it is sent (refused: ``budget_exhausted``), and
+    is settled to its real spend once its rows are written."""
+
+    max_tokens: int | None
+    max_cost: Decimal | None
+    spent_tokens: int = 0
+    spent_cost: Decimal = Decimal(0)
+    _reserved_tokens: int = 0
+    _reserved_cost: Decimal = Decimal(0)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def has_cost_limit(self) -> bool:
+        return self.max_cost is not None
+
+    @property
+    def name(self) -> str:
+        return "this biographies request"
+
+    def reserve(
+        self, *, tokens: int, cost: Decimal, reservation_id: UUID, attempt_id: UUID | None
+    ) -> str | None:
+        with self._lock:
+            used_tokens = self.spent_tokens + self._reserved_tokens
+            used_cost = self.spent_cost + self._reserved_cost
+            if self.max_tokens is not None and used_tokens + tokens > self.max_tokens:
+                return (
+                    f"budget max_tokens_total of {self.name}: {used_tokens} of "
+                    f"{self.max_tokens} spent or reserved, this call could spend {tokens}"
+                )
+            if self.max_cost is not None and used_cost + cost > self.max_cost:
+                return (
+                    f"budget max_cost_total of {self.name}: {used_cost} of {self.max_cost} "
+                    f"spent or reserved, this call could cost {cost}"
+                )
+            self._reserved_tokens += tokens
+            self._reserved_cost += cost
+            return None
+
+    def settle(self, *, reserved: Reservation, tokens: int, cost: Decimal) -> None:
+        with self._lock:
+            self._reserved_tokens -= reserved.tokens
+            self._reserved_cost -= reserved.cost
+            self.spent_tokens += tokens
+            self.spent_cost += cost
+
+
+def _budget(raw: Any) -> BudgetLedger | None:
+    """The request's ``budget``, if given: at least one of its limits, each positive."""
+    if raw is None:
+        return None
+    body = require_object(raw, "budget", CODE)
+    check_keys(
+        body, "budget", required=(), optional=("max_tokens_total", "max_cost_total"), code=CODE
+    )
+    if not body:
+        raise invalid(CODE, "budget", "give max_tokens_total, max_cost_total or both")
+    tokens = body.get("max_tokens_total")
+    if tokens is not None and (
+        isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1
+    ):
+        raise invalid(CODE, "budget.max_tokens_total", "must be a whole number ≥ 1")
+    cost: Decimal | None = None
+    if "max_cost_total" in body:
+        raw_cost = body["max_cost_total"]
+        try:
+            if isinstance(raw_cost, bool) or not isinstance(raw_cost, int | float | str):
+                raise InvalidOperation
+            cost = Decimal(str(raw_cost))
+        except InvalidOperation:
+            cost = None
+        if cost is None or not cost.is_finite() or cost <= 0:
+            raise invalid(CODE, "budget.max_cost_total", "must be a positive number (USD)")
+    return BudgetLedger(limits=BudgetLimits(), shared=RequestBudget(tokens, cost))
+
+
+def _source(raw: Any) -> str:
+    source = require_object(raw, "source", CODE)
+    if set(source) not in ({"hash"}, {"label"}):
+        raise invalid(CODE, "source", 'must be {"hash": H} or {"label": L} of a stored LLM source')
+    if "hash" in source:
+        found = is_hash(source["hash"]) and (
+            ResponseSource.objects.filter(pk=source["hash"], interface=LLM).exists()
+        )
+        if not found:
+            raise invalid(CODE, "source.hash", f"no stored {LLM} source has this hash")
+        return str(source["hash"])
+    hashes = list(
+        ResponseSource.objects.filter(label=source["label"], interface=LLM).values_list(
+            "hash", flat=True
+        )[:2]
+        if isinstance(source["label"], str)
+        else []
+    )
+    if len(hashes) != 1:
+        raise invalid(
+            CODE,
+            "source.label",
+            f"no stored {LLM} source has this label"
+            if not hashes
+            else "several stored sources have this label: give the hash",
+        )
+    return str(hashes[0])
+
+
+def _checked(
+    content: dict[str, Any], data: Any
+) -> tuple[str, str, dict[str, str], BudgetLedger | None]:
+    body = require_object(data, "body", CODE)
+    check_keys(
+        body,
+        "body",
+        required=("source", "prompt"),
+        optional=("entity_template", "budget"),
+        code=CODE,
+    )
+    prompt = body["prompt"]
+    if not isinstance(prompt, str) or not prompt.strip() or len(prompt) > MAX_BIOGRAPHY_PROMPT:
+        raise invalid(
+            CODE, "prompt", f"must be non-empty text of at most {MAX_BIOGRAPHY_PROMPT} characters"
+        )
+    problem = placeholders_problem(prompt, content)
+    if problem is not None:
+        raise invalid(CODE, "prompt", problem)
+    template = body.get("entity_template", content["entity_template"])
+    return _source(body["source"]), prompt, template, _budget(body.get("budget"))
+
+
+def population_biographies_write(*, hash: str, data: Any) -> dict[str, Any]:
+    """Ask the source for one biography per agent of population ``hash`` and store the version
+    holding them (a 400 naming the field before any call; a 502 ``biography_failed`` naming the
+    agent when the source fails or answers nothing, with nothing stored)."""
+    content = dict(component_get(kind=ComponentKind.POPULATION, hash=hash)["content"])
+    source_hash, prompt, template, ledger = _checked(content, data)
+    content.pop("biographies", None)
+    # the new version is checked before any call: a bad template costs nothing
+    draft = {**content, "entity_template": template}
+    draft["biographies"] = {
+        "source": {"hash": source_hash},
+        "prompt": prompt,
+        "texts": ["…"] * content["size"],
+    }
+    try:
+        validate_population(draft)
+    except ChukwaError as exc:
+        field = str(exc.details.get("field", ""))
+        if not field.startswith("content.entity_template"):
+            raise
+        raise invalid(
+            exc.code, field.removeprefix("content."), exc.message.removeprefix(f"{field}: ")
+        ) from None
+    _, rows = draw(content)
+    counter = itertools.count(1)
+    texts: list[str] = []
+    calls: list[str] = []
+    for index, values in enumerate(rows, start=1):
+        agent = render(content["entity_template"], index, values)["id"]
+        ctx = CallContext(
+            attempt_id=None,
+            world_id=None,
+            world_slug="",
+            attempted_turn=0,
+            next_seq=lambda: next(counter),
+            node_id=f"biography:{content['label']}"[:64],
+            subject_id=agent[:200],
+            who=f"population {content['label']}'s biography of agent {index}",
+            budget=ledger,
+        )
+        user = render({**dict.fromkeys(TEMPLATE_FIELDS, ""), "id": prompt}, index, values)["id"]
+        try:
+            gen = invoke_llm(
+                source_hash=source_hash,
+                messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
+                ctx=ctx,
+                response_schema=None,
+                kind=InvocationKind.BIOGRAPHY,
+            )
+        except SourceFailure as exc:
+            if exc.failure_class == "budget_exhausted":
+                raise ChukwaError(
+                    "budget_exhausted",
+                    f"budget: agent {index}'s biography was not asked: {exc.message[:500]}; "
+                    "nothing was stored",
+                    {"field": "budget", "agent": index},
+                    status_code=409,
+                ) from None
+            raise ChukwaError(
+                "biography_failed",
+                f"source: the source failed writing agent {index}'s biography "
+                f"({exc.failure_class}): {exc.message[:500]}; nothing was stored",
+                {"field": "source", "agent": index, "failure_class": exc.failure_class},
+                status_code=502,
+            ) from None
+        text = gen.text.strip()
+        if not text or len(text) > MAX_BIOGRAPHY:
+            raise ChukwaError(
+                "biography_failed",
+                f"source: agent {index}'s biography is "
+                f"{'empty' if not text else f'longer than {MAX_BIOGRAPHY} characters'}; "
+                "nothing was stored",
+                {"field": "source", "agent": index},
+                status_code=502,
+            )
+        texts.append(text)
+        calls.append(str(gen.call.pk))
+    made = population_put(
+        content={**draft, "biographies": {**draft["biographies"], "texts": texts}}
+    )
+    costs = LlmCall.objects.filter(pk__in=calls).values_list("cost", flat=True)
+    known = [c for c in costs if c is not None]
+    return {
+        "hash": made["hash"],
+        "was_new": made["was_new"],
+        "derived_from": hash,
+        "source": {"hash": source_hash},
+        "agents": len(texts),
+        "llm_calls": calls,
+        "cost": str(sum(known)) if len(known) == len(calls) else None,
+    }
