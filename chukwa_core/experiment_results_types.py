@@ -183,9 +183,18 @@ class PeopleDistance:
     ks_p: float | None = field(metadata=doc("its two-sided p"))
     ks_method: str
     wasserstein: float | None = field(metadata=doc("Wasserstein (earth mover's) distance"))
-    wasserstein_ci_low: float | None = field(metadata=doc("95% bootstrap interval"))
+    wasserstein_ci_low: float | None = field(
+        metadata=doc(
+            "95% bootstrap interval of the distance as measured; it never covers 0 (the plug-in "
+            "distance is biased up), so test sameness with wasserstein_p"
+        )
+    )
     wasserstein_ci_high: float | None
     wasserstein_method: str
+    wasserstein_p: float | None = field(
+        metadata=doc("permutation p of 'worlds and people come from one distribution'")
+    )
+    wasserstein_p_method: str
     library: str
     note: str | None = field(metadata=doc("why a figure is missing, when one is"))
 

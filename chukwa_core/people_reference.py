@@ -1,7 +1,15 @@
 """How far an arm's worlds are from people (docs/populations.md, "Comparing with people"): the
 worlds' values of a metric and the people's observed values are two independent samples; per
 arm, the mean difference with Welch's interval, the two-sample Kolmogorov-Smirnov statistic with
-its p, and the Wasserstein distance with a percentile bootstrap interval — each from scipy.
+its p, and the Wasserstein distance with a percentile bootstrap interval and a permutation
+test — each from scipy.
+
+The bootstrap interval alone misleads: the plug-in distance is biased up, so when worlds and
+people come from one distribution its interval never covers 0 (0 of 200 simulated runs at 5 to
+40 worlds against 50 people, ``bench/people_reference_coverage.py``), and a reader would see a
+distance "significantly" above 0 where there is none. Whether the distance exceeds what two
+samples of these sizes from one distribution show is the permutation test's question
+(``wasserstein_p``), whose A/A rejection rate the same bench measures.
 
 Pure: no Django.
 """
@@ -21,6 +29,14 @@ from chukwa_core.statistics.libraries import library
 BOOTSTRAP_RESAMPLES = 2000
 CI_METHOD = "Welch's t interval of the difference in means (scipy.stats.ttest_ind, equal_var=False)"
 KS_METHOD = "two-sample Kolmogorov–Smirnov, two-sided (scipy.stats.ks_2samp, method auto)"
+
+
+def _permutation_method(seed: int) -> str:
+    return (
+        "permutation test of the Wasserstein distance, one-sided (greater), worlds and people "
+        f"exchangeable under the null (scipy.stats.permutation_test, {BOOTSTRAP_RESAMPLES} "
+        f"resamples, seed {seed})"
+    )
 
 
 def _wasserstein_method(seed: int) -> str:
@@ -58,6 +74,8 @@ def people_distance(
         wasserstein_ci_low=None,
         wasserstein_ci_high=None,
         wasserstein_method=_wasserstein_method(seed),
+        wasserstein_p=None,
+        wasserstein_p_method=_permutation_method(seed),
         library=library("scipy"),
         note=None,
     )
@@ -90,12 +108,22 @@ def people_distance(
         confidence_level=0.95,
         rng=np.random.default_rng(seed),
     )
+    permuted = stats.permutation_test(
+        (ours, theirs),
+        stats.wasserstein_distance,
+        permutation_type="independent",
+        vectorized=False,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        alternative="greater",
+        rng=np.random.default_rng(seed),
+    )
     return _with(
         found,
         ci_low=low,
         ci_high=high,
         wasserstein_ci_low=_finite(boot.confidence_interval.low),
         wasserstein_ci_high=_finite(boot.confidence_interval.high),
+        wasserstein_p=_finite(permuted.pvalue),
         note="; ".join(notes) or None,
     )
 

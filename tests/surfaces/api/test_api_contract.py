@@ -331,6 +331,8 @@ def test_the_experiment_results_are_declared_field_by_field(tmp_path: Path) -> N
         "wasserstein_ci_low": "number?",
         "wasserstein_ci_high": "number?",
         "wasserstein_method": "string",
+        "wasserstein_p": "number?",
+        "wasserstein_p_method": "string",
         "library": "string",
         "note": "string?",
     }

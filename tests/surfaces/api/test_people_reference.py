@@ -85,6 +85,17 @@ def test_the_distances_are_scipys_own() -> None:
         pytest.approx(boot.high),
     )
     assert found.wasserstein_ci_low < found.wasserstein < found.wasserstein_ci_high
+    permuted = stats.permutation_test(
+        (ours, theirs),
+        stats.wasserstein_distance,
+        permutation_type="independent",
+        vectorized=False,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        alternative="greater",
+        rng=np.random.default_rng(11),
+    )
+    assert found.wasserstein_p == pytest.approx(permuted.pvalue)
+    assert 0 < found.wasserstein_p <= 1 and "permutation_test" in found.wasserstein_p_method
     # one value on a side: the distances, no intervals, and the reason said
     single = people_distance("treated", [2.0], theirs, seed=11)
     assert single.ks_statistic is not None and single.ci_low is None
