@@ -42,6 +42,23 @@ MAX_TURN_NUMBER = 2_147_483_647
 
 HASH_SCHEMA: dict[str, Any] = {"type": "string", "pattern": HASH_PATTERN}
 LABEL_SCHEMA: dict[str, Any] = {"type": "string", "pattern": LABEL_PATTERN}
+# a stored component by hash or by label: ``{"hash": H}`` or ``{"label": L}``
+HASH_OR_LABEL_SCHEMA: dict[str, Any] = {
+    "oneOf": [
+        {
+            "type": "object",
+            "properties": {"hash": HASH_SCHEMA},
+            "required": ["hash"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {"label": LABEL_SCHEMA},
+            "required": ["label"],
+            "additionalProperties": False,
+        },
+    ]
+}
 
 
 # --- the error envelope -----------------------------------------------------------------------

@@ -15,10 +15,9 @@ from rest_framework.views import APIView
 from chukwa_core.agreement import MetricAgreement
 from chukwa_core.metric_kinds import BUILT_IN_METRIC_KINDS
 from surfaces.api.contract import (
+    HASH_OR_LABEL_SCHEMA,
     HASH_PATH,
-    HASH_SCHEMA,
     LABEL_PATTERN,
-    LABEL_SCHEMA,
     READ_ERRORS,
     SLUG_PATH,
     WRITE_ERRORS,
@@ -35,22 +34,7 @@ from surfaces.api.typed_output import output_serializer
 from worlds_app import measurement_selectors as selectors
 from worlds_app.services import measurements as services
 
-METRIC_REF_SCHEMA: dict[str, Any] = {
-    "oneOf": [
-        {
-            "type": "object",
-            "properties": {"hash": HASH_SCHEMA},
-            "required": ["hash"],
-            "additionalProperties": False,
-        },
-        {
-            "type": "object",
-            "properties": {"label": LABEL_SCHEMA},
-            "required": ["label"],
-            "additionalProperties": False,
-        },
-    ]
-}
+METRIC_REF_SCHEMA: dict[str, Any] = HASH_OR_LABEL_SCHEMA
 
 
 class MetricSummarySerializer(serializers.Serializer):

@@ -12,8 +12,8 @@ from rest_framework.views import APIView
 from chukwa_core.population import MAX_BIOGRAPHY_PROMPT
 from scenarios_app.population_selectors import AGENTS_SHOWN, population_coverage
 from surfaces.api.contract import (
+    HASH_OR_LABEL_SCHEMA,
     HASH_SCHEMA,
-    LABEL_SCHEMA,
     READ_ERRORS,
     WRITE_ERRORS,
     ErrorSerializer,
@@ -105,22 +105,7 @@ class BiographiesInputSerializer(StrictInputSerializer):
         "budget": "invalid_biographies",
     }
     source = described(  # type: ignore[assignment]  # the API's field name shadows a Field attribute
-        {
-            "oneOf": [
-                {
-                    "type": "object",
-                    "properties": {"hash": HASH_SCHEMA},
-                    "required": ["hash"],
-                    "additionalProperties": False,
-                },
-                {
-                    "type": "object",
-                    "properties": {"label": LABEL_SCHEMA},
-                    "required": ["label"],
-                    "additionalProperties": False,
-                },
-            ]
-        },
+        HASH_OR_LABEL_SCHEMA,
         help_text="the stored llm_chat_completions source that writes, by hash or label",
     )
     prompt = described(
