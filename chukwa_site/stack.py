@@ -370,7 +370,9 @@ def _run_children(
         str(embedded.data_dir() / "celerybeat-schedule"),
     )
     base = f"http://{host}:{port}"
-    _wait_ready(web, f"{base}/healthz", 60)
+    # healthy once the workers answer too: on a loaded machine that takes more than a minute
+    # (a child that exits fails at once; only a slow start waits this long)
+    _wait_ready(web, f"{base}/healthz", float(os.environ.get("CHUKWA_STACK_START_SECONDS", "180")))
     print(
         f"\n[chukwa] web:     {base}/\n"
         f"[chukwa] admin:   {base}/admin/\n"
