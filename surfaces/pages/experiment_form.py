@@ -38,7 +38,11 @@ PAGE = "experiments/experiment_form.html"
 ESTIMATE = "experiments/_estimate.html"
 MIN_ARMS = 2
 MAX_ARM_ROWS = 20
-TEXT_FIELDS = ("slug", "name", "description", "replicates", "turns", "seed")
+TEXT_FIELDS = ("slug", "name", "description", "replicates", "turns", "seed", "reuse")
+REUSE_CHOICES = (
+    ("exact", "reuse recorded replies (exact): an identical request is answered from the record"),
+    ("off", "send every request (off)"),
+)
 # the estimate's optional power: which metric, the effect to detect, and sd or a pilot experiment
 POWER_FIELDS = ("power_metric", "power_effect", "power_sd", "power_pilot")
 BUDGET_FIELDS = BUDGET_LIMITS
@@ -88,7 +92,7 @@ def _form(data: QueryDict) -> dict[str, Any]:
     form["metrics"] = [h for h in data.getlist("metrics") if h]
     form.update(factors_form(data))
     if not data:
-        form.update(replicates="5", turns="3")
+        form.update(replicates="5", turns="3", reuse="exact")
     return form
 
 
@@ -156,6 +160,8 @@ def _design(form: dict[str, Any]) -> dict[str, Any]:
             design[name] = form[name]
     if form["seed"]:
         design["seed"] = _whole(form["seed"], "seed")
+    if form["reuse"]:
+        design["reuse"] = form["reuse"]  # the design's rules refuse others, naming `reuse`
     budget: dict[str, Any] = {}
     if form["max_cost_total"]:
         budget["max_cost_total"] = form["max_cost_total"]
@@ -280,6 +286,7 @@ def experiment_new_page(request: HttpRequest) -> HttpResponse:
         "can_remove": len(form["arms"]) > MIN_ARMS,
         "can_add": len(form["arms"]) < MAX_ARM_ROWS,
         "fractions": FRACTIONS,
+        "reuse_choices": REUSE_CHOICES,
     }
     if action not in ("estimate", "launch"):
         data = {"form": form, "scenarios": context["scenarios"]}

@@ -258,3 +258,13 @@ def test_a_cancelled_experiment_prints_its_table_and_exits_non_zero(
         out.getvalue()
     )
     assert out.getvalue().rstrip().endswith("/experiments/cli/")
+
+
+@pytest.mark.django_db
+def test_reuse_on_the_command_line_overrides_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, _design(reuse="exact"))
+    call_command("run_experiment", path, "--reuse", "off", "--no-wait", stdout=io.StringIO())
+    assert Experiment.objects.get(slug="cli").typed_design.reuse == "off"
+    with pytest.raises(CommandError, match="invalid choice: 'sometimes'"):
+        call_command("run_experiment", path, "--reuse", "sometimes", stdout=io.StringIO())
+    assert Experiment.objects.count() == 1

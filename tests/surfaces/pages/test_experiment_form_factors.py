@@ -174,3 +174,19 @@ def test_factors_and_levels_are_added_and_removed_on_the_form(operator: Client) 
     page = operator.post("/experiments/new/", {**typed, "action": "remove_factor_0"}).content
     assert rows(page.decode()) == (2, [2, 2])
     assert not Experiment.objects.exists()
+
+
+def test_reuse_is_chosen_on_the_form_and_a_bad_value_names_the_field(operator: Client) -> None:
+    """The form's Replies choice (reuse exact by default, or off) reaches the design; anything
+    else is refused naming ``reuse``, nothing written."""
+    page = operator.get("/experiments/new/").content.decode()
+    assert 'name="reuse" value="exact" checked' in page
+    base, metric = stored_scenario(), expression_metric("any", "`true`")
+    typed = _form(base, metric, ("thirst", THIRST), ("fountain", FOUNTAIN))
+    answer = operator.post("/experiments/new/", {**typed, "reuse": "sometimes"})
+    assert answer.status_code == 400
+    assert 'id="reuse-error"' in answer.content.decode()
+    assert not Experiment.objects.exists()
+    answer = operator.post("/experiments/new/", {**typed, "reuse": "off"})
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    assert Experiment.objects.get(slug="grid").typed_design.reuse == "off"

@@ -165,6 +165,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-wait", action="store_true", help="create the experiment and return"
         )
+        parser.add_argument(
+            "--reuse",
+            choices=("exact", "off"),
+            help="answer a request identical to a recorded one from the record (exact, an "
+            "experiment's default) or send every request (off); overrides the file's reuse",
+        )
         parser.add_argument("--created-by", default="cli", help="recorded on the experiment")
         parser.add_argument(
             "--poll", type=float, default=0.5, help="seconds between progress reads"
@@ -175,6 +181,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         data = power_flags(options, read_design(options["file"], options.get("stdin")))
+        if options.get("reuse") and isinstance(data, dict):
+            data = {**data, "reuse": options["reuse"]}
         if options["estimate"]:
             try:
                 estimate = experiment_estimate(data=data)
