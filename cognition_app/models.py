@@ -174,6 +174,17 @@ class ModelPrice(models.Model):
     input_per_million = models.DecimalField(max_digits=14, decimal_places=6)
     output_per_million = models.DecimalField(max_digits=14, decimal_places=6)
     cached_input_per_million = models.DecimalField(max_digits=14, decimal_places=6)
+    # What the provider's Batch API charges (all three or none): a row without them prices a
+    # batched call "unknown", never at the online price or 0.
+    batch_input_per_million = models.DecimalField(
+        max_digits=14, decimal_places=6, null=True, blank=True
+    )
+    batch_output_per_million = models.DecimalField(
+        max_digits=14, decimal_places=6, null=True, blank=True
+    )
+    batch_cached_input_per_million = models.DecimalField(
+        max_digits=14, decimal_places=6, null=True, blank=True
+    )
     valid_from = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150, blank=True)
@@ -196,6 +207,20 @@ class ModelPrice(models.Model):
                 & Q(output_per_million__gte=0)
                 & Q(cached_input_per_million__gte=0),
                 name="model_price_not_negative",
+            ),
+            # batch prices: all three or none, never negative
+            models.CheckConstraint(
+                condition=(
+                    Q(batch_input_per_million__isnull=True)
+                    & Q(batch_output_per_million__isnull=True)
+                    & Q(batch_cached_input_per_million__isnull=True)
+                )
+                | (
+                    Q(batch_input_per_million__gte=0)
+                    & Q(batch_output_per_million__gte=0)
+                    & Q(batch_cached_input_per_million__gte=0)
+                ),
+                name="model_price_batch_all_or_none",
             ),
         ]
 
@@ -236,6 +261,8 @@ class LlmCall(models.Model):
     )
     cost = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
     cost_estimated = models.BooleanField(default=False)  # computed from estimated usage
+    # Sent through the provider's Batch API (not streamed live): priced at the batch prices.
+    batched = models.BooleanField(default=False)
     # A call answered under reuse: its cost is 0, its tokens are not spent (prompt and
     # completion tokens stay null); what it would have spent is here, the original call's
     # tokens and cost (null when the original's cost was unknown).
