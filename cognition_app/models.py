@@ -326,3 +326,55 @@ class SourceProbe(models.Model):
 
     def __str__(self) -> str:
         return f"{self.base_url} {self.model}: {'enforces' if self.enforces_schema else 'does NOT enforce'}"
+
+
+class ProviderBatch(models.Model):
+    """One batch sent to a provider's Batch API (``interface.batch``): the requests it holds
+    are :class:`BatchRequest` rows. Polled until it ends (cognition_app.batches)."""
+
+    source_hash = models.CharField(max_length=64)
+    provider_batch_id = models.CharField(max_length=200)
+    # in_progress | completed | failed | expired | cancelled (what the provider said last)
+    status = models.CharField(max_length=16, default="in_progress")
+    submitted_at = models.DateTimeField(auto_now_add=True)
+    polled_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status"], name="providerbatch_status_idx")]
+
+    def __str__(self) -> str:
+        return f"provider batch {self.provider_batch_id} ({self.status})"
+
+
+class BatchRequest(models.Model):
+    """One chat request waiting for, or answered by, a provider batch. The database is the
+    queue of record: a worker killed while a batch is pending loses nothing, the next poll
+    finds the batch and writes its answers here."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    source_hash = models.CharField(max_length=64)
+    # the whole request (endpoint and body): identical requests wait on one line
+    reuse_key = models.CharField(max_length=64)
+    body = models.JSONField()  # the chat request as sent, not streamed
+    # who asked (``experiment:<id>``, ``world:<id>``): cancelling the owner cancels its lines
+    owner = models.CharField(max_length=100, blank=True)
+    # pending (not yet sent) | submitted | completed | failed | cancelled
+    status = models.CharField(max_length=16, default="pending")
+    batch = models.ForeignKey(
+        ProviderBatch, null=True, blank=True, on_delete=models.PROTECT, related_name="requests"
+    )
+    response_status = models.IntegerField(null=True, blank=True)
+    response_body = models.JSONField(null=True, blank=True)
+    failure_class = models.CharField(max_length=40, blank=True)  # batch_failed | batch_expired…
+    created_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "source_hash"], name="batchrequest_status_idx"),
+            models.Index(fields=["reuse_key"], name="batchrequest_reuse_key_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"batch request {self.id} ({self.status})"
