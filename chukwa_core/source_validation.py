@@ -167,6 +167,33 @@ def _check_limits(
         )
 
 
+BATCH_APIS = ("openai",)
+BATCH_COMPLETION_WINDOWS = ("24h",)
+
+
+def _check_batch(interface: Mapping[str, Any], iface_field: str) -> None:
+    """The optional ``batch`` object: calls nobody waits for (judges) go through the provider's
+    Batch API (OpenAI's Files and Batches endpoints), priced at the price table's batch prices.
+    Both keys are required: the API spoken and the completion window asked for."""
+    if "batch" not in interface:
+        return
+    code, field = "invalid_response_source", f"{iface_field}.batch"
+    batch = require_object(interface["batch"], field, code)
+    check_keys(batch, field, required=("api", "completion_window"), code=code)
+    if batch["api"] not in BATCH_APIS or not isinstance(batch["api"], str):
+        raise invalid(
+            code, f"{field}.api", f"must be one of {', '.join(BATCH_APIS)}, got {batch['api']!r}"
+        )
+    window = batch["completion_window"]
+    if not isinstance(window, str) or window not in BATCH_COMPLETION_WINDOWS:
+        raise invalid(
+            code,
+            f"{field}.completion_window",
+            f"must be one of {', '.join(BATCH_COMPLETION_WINDOWS)} (what OpenAI's Batch API "
+            f"offers), got {window!r}",
+        )
+
+
 def validate_response_source_content(content: object, field: str = "content") -> dict[str, Any]:
     code = "invalid_response_source"
     source = require_object(content, field, code)
@@ -209,6 +236,7 @@ def validate_response_source_content(content: object, field: str = "content") ->
                 "retry",
                 "limits",
                 "latency_ms",
+                "batch",
             ),
             code=code,
         )
@@ -250,6 +278,7 @@ def validate_response_source_content(content: object, field: str = "content") ->
             )
         _check_timeout(interface["timeout_ms"], f"{iface_field}.timeout_ms")
         _check_retry(interface, iface_field)
+        _check_batch(interface, iface_field)
         if "max_string_length" in interface:
             # Bounds every string (and the effects list) in the schema sent to the model: small
             # local models otherwise loop inside a string until max_tokens.

@@ -280,6 +280,7 @@ CELERY_TASK_ROUTES = {
     "worlds.reap_expired_attempts": {"queue": CHUKWA_CONTROL_QUEUE},
     "worlds.export_attempt_trace": {"queue": CHUKWA_CONTROL_QUEUE},
     "worlds.measure_world": {"queue": CHUKWA_MEASURE_QUEUE},
+    "cognition.batch_tick": {"queue": CHUKWA_CONTROL_QUEUE},
 }
 # How often the reaper/re-drive runs: a lost dispatch delays an attempt by at most this long.
 CHUKWA_REAPER_PERIOD_SECONDS = env.float("CHUKWA_REAPER_PERIOD_SECONDS", 15)
@@ -288,6 +289,8 @@ CHUKWA_REAPER_PERIOD_SECONDS = env.float("CHUKWA_REAPER_PERIOD_SECONDS", 15)
 # count over (60 s; shorter only in tests).
 CHUKWA_LIMIT_LEASE_SECONDS = env.float("CHUKWA_LIMIT_LEASE_SECONDS", 15.0)
 CHUKWA_LIMIT_WINDOW_SECONDS = env.float("CHUKWA_LIMIT_WINDOW_SECONDS", 60.0)
+# How often pending provider batches are sent and polled (interface.batch sources).
+CHUKWA_BATCH_POLL_SECONDS = env.float("CHUKWA_BATCH_POLL_SECONDS", 10)
 CELERY_BEAT_SCHEDULE = {
     # Safety net for dead workers and lost dispatches: interrupt attempts whose lease expired,
     # then re-send the next attempt of every world with queued attempts and nothing running.
@@ -296,6 +299,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": CHUKWA_REAPER_PERIOD_SECONDS,
         # A run that waited longer than a period is superseded by the next one.
         "options": {"queue": CHUKWA_CONTROL_QUEUE, "expires": CHUKWA_REAPER_PERIOD_SECONDS},
+    },
+    # Provider batches (cognition_app/batches.py): send what is pending, poll what was sent.
+    "batch-tick": {
+        "task": "cognition.batch_tick",
+        "schedule": CHUKWA_BATCH_POLL_SECONDS,
+        "options": {"queue": CHUKWA_CONTROL_QUEUE, "expires": CHUKWA_BATCH_POLL_SECONDS},
     },
 }
 # At most this many idle worlds are re-driven per period (the longest-waiting first).

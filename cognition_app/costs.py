@@ -68,6 +68,49 @@ def usage_cost(
     ) / MILLION
 
 
+def batch_usage_cost(
+    price: ModelPrice, *, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
+) -> Decimal | None:
+    """What a call sent through the provider's Batch API costs under ``price``'s batch prices;
+    None (unknown) when the row has none: never the online price, never 0."""
+    batch_input = price.batch_input_per_million
+    batch_output = price.batch_output_per_million
+    batch_cached = price.batch_cached_input_per_million
+    if batch_input is None or batch_output is None or batch_cached is None:
+        return None
+    cached = min(max(cached_tokens, 0), prompt_tokens)
+    return (
+        (prompt_tokens - cached) * batch_input
+        + cached * batch_cached
+        + completion_tokens * batch_output
+    ) / MILLION
+
+
+def call_cost(
+    price: ModelPrice,
+    *,
+    batched: bool,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int = 0,
+) -> Decimal | None:
+    """A call's cost: the batch prices for a batched call (None when the row has none), the
+    online prices otherwise."""
+    if batched:
+        return batch_usage_cost(
+            price,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cached_tokens=cached_tokens,
+        )
+    return usage_cost(
+        price,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cached_tokens=cached_tokens,
+    )
+
+
 def worst_case_cost(price: ModelPrice, *, prompt_tokens: int, completion_tokens: int) -> Decimal:
     """The most a call could cost: no prompt token assumed cached, whichever input price is
     higher (an operator may price cached input above fresh input; nothing forbids it)."""

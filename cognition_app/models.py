@@ -182,6 +182,17 @@ class ModelPrice(models.Model):
     input_per_million = models.DecimalField(max_digits=14, decimal_places=6)
     output_per_million = models.DecimalField(max_digits=14, decimal_places=6)
     cached_input_per_million = models.DecimalField(max_digits=14, decimal_places=6)
+    # What the provider's Batch API charges (all three or none): a row without them prices a
+    # batched call "unknown", never at the online price or 0.
+    batch_input_per_million = models.DecimalField(
+        max_digits=14, decimal_places=6, null=True, blank=True
+    )
+    batch_output_per_million = models.DecimalField(
+        max_digits=14, decimal_places=6, null=True, blank=True
+    )
+    batch_cached_input_per_million = models.DecimalField(
+        max_digits=14, decimal_places=6, null=True, blank=True
+    )
     valid_from = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150, blank=True)
@@ -204,6 +215,20 @@ class ModelPrice(models.Model):
                 & Q(output_per_million__gte=0)
                 & Q(cached_input_per_million__gte=0),
                 name="model_price_not_negative",
+            ),
+            # batch prices: all three or none, never negative
+            models.CheckConstraint(
+                condition=(
+                    Q(batch_input_per_million__isnull=True)
+                    & Q(batch_output_per_million__isnull=True)
+                    & Q(batch_cached_input_per_million__isnull=True)
+                )
+                | (
+                    Q(batch_input_per_million__gte=0)
+                    & Q(batch_output_per_million__gte=0)
+                    & Q(batch_cached_input_per_million__gte=0)
+                ),
+                name="model_price_batch_all_or_none",
             ),
         ]
 
@@ -244,6 +269,8 @@ class LlmCall(models.Model):
     )
     cost = models.DecimalField(max_digits=20, decimal_places=10, null=True, blank=True)
     cost_estimated = models.BooleanField(default=False)  # computed from estimated usage
+    # Sent through the provider's Batch API (not streamed live): priced at the batch prices.
+    batched = models.BooleanField(default=False)
     # A call answered under reuse: its cost is 0, its tokens are not spent (prompt and
     # completion tokens stay null); what it would have spent is here, the original call's
     # tokens and cost (null when the original's cost was unknown).
@@ -307,3 +334,55 @@ class SourceProbe(models.Model):
 
     def __str__(self) -> str:
         return f"{self.base_url} {self.model}: {'enforces' if self.enforces_schema else 'does NOT enforce'}"
+
+
+class ProviderBatch(models.Model):
+    """One batch sent to a provider's Batch API (``interface.batch``): the requests it holds
+    are :class:`BatchRequest` rows. Polled until it ends (cognition_app.batches)."""
+
+    source_hash = models.CharField(max_length=64)
+    provider_batch_id = models.CharField(max_length=200)
+    # in_progress | completed | failed | expired | cancelled (what the provider said last)
+    status = models.CharField(max_length=16, default="in_progress")
+    submitted_at = models.DateTimeField(auto_now_add=True)
+    polled_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status"], name="providerbatch_status_idx")]
+
+    def __str__(self) -> str:
+        return f"provider batch {self.provider_batch_id} ({self.status})"
+
+
+class BatchRequest(models.Model):
+    """One chat request waiting for, or answered by, a provider batch. The database is the
+    queue of record: a worker killed while a batch is pending loses nothing, the next poll
+    finds the batch and writes its answers here."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    source_hash = models.CharField(max_length=64)
+    # the whole request (endpoint and body): identical requests wait on one line
+    reuse_key = models.CharField(max_length=64)
+    body = models.JSONField()  # the chat request as sent, not streamed
+    # who asked (``experiment:<id>``, ``world:<id>``): cancelling the owner cancels its lines
+    owner = models.CharField(max_length=100, blank=True)
+    # pending (not yet sent) | submitted | completed | failed | cancelled
+    status = models.CharField(max_length=16, default="pending")
+    batch = models.ForeignKey(
+        ProviderBatch, null=True, blank=True, on_delete=models.PROTECT, related_name="requests"
+    )
+    response_status = models.IntegerField(null=True, blank=True)
+    response_body = models.JSONField(null=True, blank=True)
+    failure_class = models.CharField(max_length=40, blank=True)  # batch_failed | batch_expired…
+    created_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "source_hash"], name="batchrequest_status_idx"),
+            models.Index(fields=["reuse_key"], name="batchrequest_reuse_key_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"batch request {self.id} ({self.status})"

@@ -12,11 +12,17 @@ from chukwa_core import clock
 from chukwa_core.component_validation import check_keys, require_object, type_name
 from chukwa_core.errors import ConflictError, invalid
 from chukwa_core.ids import is_url_env_name
-from cognition_app.costs import usage_cost
+from cognition_app.costs import call_cost
 from cognition_app.models import LlmCall, ModelPrice
 from scenarios_app.services._store import reject_nul
 
 PRICE_FIELDS = ("input_per_million", "output_per_million", "cached_input_per_million")
+# the provider's Batch API prices: optional, all three or none (none: batched calls unknown)
+BATCH_PRICE_FIELDS = (
+    "batch_input_per_million",
+    "batch_output_per_million",
+    "batch_cached_input_per_million",
+)
 # The columns hold 8 integer digits and 6 decimals.
 MAX_PRICE = Decimal("99999999")
 
@@ -27,6 +33,9 @@ class ModelPriceInput(TypedDict, total=False):
     input_per_million: str | Decimal
     output_per_million: str | Decimal
     cached_input_per_million: str | Decimal
+    batch_input_per_million: str | Decimal | None
+    batch_output_per_million: str | Decimal | None
+    batch_cached_input_per_million: str | Decimal | None
     valid_from: str  # ISO 8601 with an offset; default now
     operator: str
 
@@ -74,12 +83,13 @@ def _reprice_calls(price: ModelPrice) -> int:
     priced = 0
     batch: list[LlmCall] = []
     for call in calls.only(
-        "id", "prompt_tokens", "completion_tokens", "cached_tokens", "price", "cost"
+        "id", "prompt_tokens", "completion_tokens", "cached_tokens", "price", "cost", "batched"
     ).iterator(chunk_size=REPRICE_CHUNK):
         assert call.prompt_tokens is not None and call.completion_tokens is not None
         call.price = price
-        call.cost = usage_cost(
+        call.cost = call_cost(
             price,
+            batched=call.batched,
             prompt_tokens=call.prompt_tokens,
             completion_tokens=call.completion_tokens,
             cached_tokens=call.cached_tokens or 0,
@@ -104,7 +114,7 @@ def model_price_add(*, data: ModelPriceInput) -> ModelPrice:
         body,
         "",
         required=("url_env", "model", *PRICE_FIELDS),
-        optional=("valid_from", "operator"),
+        optional=("valid_from", "operator", *BATCH_PRICE_FIELDS),
         code="invalid_input",
     )
     if not is_url_env_name(body["url_env"]):
@@ -117,7 +127,18 @@ def model_price_add(*, data: ModelPriceInput) -> ModelPrice:
     if not isinstance(model, str) or not model.strip() or len(model) > 200:
         raise invalid("invalid_input", "model", "must be a non-empty string ≤ 200 chars")
     reject_nul(model, "model")
-    prices = {name: _price(body[name], name) for name in PRICE_FIELDS}
+    prices: dict[str, Decimal | None] = {name: _price(body[name], name) for name in PRICE_FIELDS}
+    given = [name for name in BATCH_PRICE_FIELDS if body.get(name) is not None]
+    if given:
+        missing = [name for name in BATCH_PRICE_FIELDS if name not in given]
+        if missing:
+            raise invalid(
+                "invalid_price",
+                missing[0],
+                f"batch prices come together: {', '.join(given)} given, {missing[0]} missing "
+                "(leave all three out when the provider's batch price is unknown)",
+            )
+        prices.update({name: _price(body[name], name) for name in BATCH_PRICE_FIELDS})
     valid_from = timezone.now() if body.get("valid_from") is None else _instant(body["valid_from"])
     operator = body.get("operator") or ""
     if not isinstance(operator, str) or len(operator) > 150:

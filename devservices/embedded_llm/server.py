@@ -12,6 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from devservices.batch_api import BatchStore
+from devservices.batch_api import route as batch_route
 from devservices.embedded_llm.chat_request import ChatRequest, RequestError, parse_request
 from devservices.embedded_llm.engine import MODEL_NAME, Engine, generation_error, model_path
 
@@ -24,7 +26,21 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 class EmbeddedLLMServer(ThreadingHTTPServer):
     daemon_threads = True
     engine: Engine
+    batches: BatchStore
     log_requests: bool = False
+
+
+def answer_batch_line(engine: Engine, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """One line of a batch, answered as a non-streamed chat completion (or its error)."""
+    try:
+        request = parse_request(json.dumps({**body, "stream": False}).encode())
+        grammar = engine.compile_grammar(request.schema) if request.schema else None
+        try:
+            return 200, engine.complete(request, grammar)
+        except Exception as exc:  # noqa: BLE001 - reported in the line, never a traceback
+            raise generation_error(exc) from None
+    except RequestError as error:
+        return error.status, error.body()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -51,9 +67,26 @@ class Handler(BaseHTTPRequestHandler):
     def _send_error(self, error: RequestError) -> None:
         self._send_json(error.status, error.body())
 
+    def _send_batch(self, method: str, raw: bytes) -> bool:
+        """Files and Batches (devservices/batch_api.py); a batch is answered at its first poll."""
+        content_type = self.headers.get("Content-Type", "")
+        answer = batch_route(self.server.batches, method, self.path, content_type, raw)
+        if answer is None:
+            return False
+        status, data, kind = answer
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+        return True
+
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         engine = self.server.engine
+        if self._send_batch("GET", b""):
+            return
         if path == "/health":
             self._send_json(200, {"ok": True, "model": MODEL_NAME, "model_file": engine.path.name})
         elif path in ("/v1/models", "/models"):
@@ -94,6 +127,8 @@ class Handler(BaseHTTPRequestHandler):
         self._streaming = False
         try:
             body = self._read_body()
+            if self._send_batch("POST", body):
+                return
             if path not in ("/v1/chat/completions", "/chat/completions"):
                 raise RequestError(f"no such endpoint: POST {path}", status=404)
             request = parse_request(body)
@@ -170,6 +205,7 @@ def serve(
     engine = Engine(model_path(), threads=threads, ctx=ctx)
     server = EmbeddedLLMServer((host, port), Handler)
     server.engine = engine
+    server.batches = BatchStore(lambda body: answer_batch_line(engine, body))
     server.log_requests = log_requests
     thread = threading.Thread(target=server.serve_forever, name="embedded-llm-http", daemon=True)
     thread.start()

@@ -25,6 +25,8 @@ class ModelPriceAdmin(admin.ModelAdmin):
         "input_per_million",
         "output_per_million",
         "cached_input_per_million",
+        "batch_input_per_million",
+        "batch_output_per_million",
         "valid_from",
         "created_by",
     )

@@ -196,6 +196,18 @@ def _price_field(help_text: str) -> serializers.DecimalField:
     )
 
 
+def _batch_price_field(help_text: str) -> serializers.DecimalField:
+    return serializers.DecimalField(
+        max_digits=14,
+        decimal_places=6,
+        min_value=0,
+        required=False,
+        allow_null=True,
+        help_text=f"through the provider's Batch API, {help_text} (all three batch prices or "
+        "none; none: batched calls cost unknown)",
+    )
+
+
 class ModelPriceSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     url_env = serializers.CharField()
@@ -203,6 +215,15 @@ class ModelPriceSerializer(serializers.Serializer):
     input_per_million = serializers.DecimalField(max_digits=14, decimal_places=6)
     output_per_million = serializers.DecimalField(max_digits=14, decimal_places=6)
     cached_input_per_million = serializers.DecimalField(max_digits=14, decimal_places=6)
+    batch_input_per_million = serializers.DecimalField(
+        max_digits=14, decimal_places=6, allow_null=True
+    )
+    batch_output_per_million = serializers.DecimalField(
+        max_digits=14, decimal_places=6, allow_null=True
+    )
+    batch_cached_input_per_million = serializers.DecimalField(
+        max_digits=14, decimal_places=6, allow_null=True
+    )
     valid_from = InstantField()
     created_at = InstantField()
     created_by = _text()
@@ -222,6 +243,9 @@ class ModelPriceApi(APIView):
             "input_per_million": "invalid_price",
             "output_per_million": "invalid_price",
             "cached_input_per_million": "invalid_price",
+            "batch_input_per_million": "invalid_price",
+            "batch_output_per_million": "invalid_price",
+            "batch_cached_input_per_million": "invalid_price",
         }
         url_env = StrictCharField(
             max_length=100, help_text="the sources' base_url_env, e.g. CHUKWA_LLM_BASE_URL"
@@ -230,6 +254,9 @@ class ModelPriceApi(APIView):
         input_per_million = _price_field("per million prompt tokens not cached")
         output_per_million = _price_field("per million completion tokens")
         cached_input_per_million = _price_field("per million cached prompt tokens")
+        batch_input_per_million = _batch_price_field("per million prompt tokens not cached")
+        batch_output_per_million = _batch_price_field("per million completion tokens")
+        batch_cached_input_per_million = _batch_price_field("per million cached prompt tokens")
         valid_from = InstantInField(
             required=False, allow_null=True, help_text="ISO 8601 with an offset; default now"
         )

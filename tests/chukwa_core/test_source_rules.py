@@ -381,6 +381,60 @@ def test_http_json_sources_have_no_concurrency_setting() -> None:
     assert _code(_iface(HTTP, limits={"concurrency": 2}))[0] == "invalid_response_source"
 
 
+# --- batch: the provider's Batch API for calls nobody waits for ----------------------------
+
+
+def test_an_llm_source_may_declare_a_batch_api() -> None:
+    validate_response_source_content(
+        _iface(LLM, batch={"api": "openai", "completion_window": "24h"})
+    )
+
+
+@pytest.mark.parametrize(
+    ("batch", "field"),
+    [
+        ("openai", "content.interface.batch"),
+        ({"api": "openai"}, "content.interface.batch.completion_window"),
+        ({"completion_window": "24h"}, "content.interface.batch.api"),
+        ({"api": "openai", "completion_window": "24h", "x": 1}, "content.interface.batch.x"),
+        ({"api": "anthropic", "completion_window": "24h"}, "content.interface.batch.api"),
+        ({"api": ["openai"], "completion_window": "24h"}, "content.interface.batch.api"),
+        ({"api": "openai", "completion_window": "1h"}, "content.interface.batch.completion_window"),
+        ({"api": "openai", "completion_window": 24}, "content.interface.batch.completion_window"),
+    ],
+)
+def test_a_bad_batch_is_refused_naming_the_field(batch: Any, field: str) -> None:
+    assert _code(_iface(LLM, batch=batch)) == ("invalid_response_source", field)
+
+
+def test_http_json_sources_have_no_batch() -> None:
+    assert _code(_iface(HTTP, batch={"api": "openai", "completion_window": "24h"})) == (
+        "invalid_response_source",
+        "content.interface.batch",
+    )
+
+
+@pytest.mark.django_db
+def test_a_batch_source_is_put_through_the_api_and_a_bad_one_writes_nothing(
+    operator_client: Any,
+) -> None:
+    from scenarios_app.models import ResponseSource
+
+    bad = _iface(LLM, batch={"api": "openai", "completion_window": "7d"})
+    response = operator_client.post("/api/response-sources/", {"content": bad}, format="json")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["code"], error["details"]["field"]) == (
+        "invalid_response_source",
+        "content.interface.batch.completion_window",
+    )
+    assert not ResponseSource.objects.exists()
+    good = _iface(LLM, batch={"api": "openai", "completion_window": "24h"})
+    response = operator_client.post("/api/response-sources/", {"content": good}, format="json")
+    assert response.status_code == 201, response.json()
+    assert ResponseSource.objects.get().content == good
+
+
 # --- JSON Schemas are self-contained ---------------------------------------------------------
 
 

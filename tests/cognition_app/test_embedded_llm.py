@@ -281,3 +281,35 @@ def test_grammar_strings_exclude_raw_control_characters() -> None:
     assert char_rule.startswith('char ::= [^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (')
     with pytest.raises(ValueError, match="unexpected string character rule"):
         json_strings_without_control_characters("root ::= char\nchar ::= [a-z]\n")
+
+
+def test_batch_endpoints_answer_each_line(client: httpx.Client) -> None:
+    line = {
+        "custom_id": "park-1",
+        "method": "POST",
+        "url": "/v1/chat/completions",
+        "body": {"model": "gpt-4o-mini", "messages": HELLO, "max_tokens": 8, "seed": 1},
+    }
+    uploaded = client.post(
+        "/v1/files",
+        data={"purpose": "batch"},
+        files={"file": ("in.jsonl", json.dumps(line).encode() + b"\n")},
+    )
+    assert uploaded.status_code == 200, uploaded.text
+    created = client.post(
+        "/v1/batches",
+        json={
+            "input_file_id": uploaded.json()["id"],
+            "endpoint": "/v1/chat/completions",
+            "completion_window": "24h",
+        },
+    )
+    assert created.status_code == 200, created.text
+    batch = client.get(f"/v1/batches/{created.json()['id']}").json()
+    assert batch["status"] == "completed"
+    output = client.get(f"/v1/files/{batch['output_file_id']}/content")
+    (answer,) = [json.loads(raw) for raw in output.text.splitlines()]
+    assert answer["custom_id"] == "park-1"
+    assert answer["response"]["status_code"] == 200
+    assert answer["response"]["body"]["choices"][0]["message"]["content"]
+    assert answer["response"]["body"]["usage"]["completion_tokens"] <= 8

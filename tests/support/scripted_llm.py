@@ -25,6 +25,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
+from devservices.batch_api import OUTCOMES, BatchStore
+from devservices.batch_api import route as batch_route
+
 PROBE_SCHEMA_NAME = "chukwa_conformance_probe"
 PROBE_OK = "chukwa-conformance-ok"
 PROBE_WRONG = "whatever I like"
@@ -211,8 +214,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- HTTP verbs -------------------------------------------------------------------------
 
+    def _batch_route(self, method: str, raw: bytes) -> bool:
+        llm = self.server.llm
+        content_type = self.headers.get("Content-Type", "")
+        answer = batch_route(llm._batch_store, method, self.path, content_type, raw)
+        if answer is None:
+            return False
+        status, body, kind = answer
+        llm._count_batch_call(method, self.path, status)
+        self._send_bytes(status, body, kind)
+        return True
+
     def do_GET(self) -> None:
         llm = self.server.llm
+        if self._batch_route("GET", b""):
+            return
         if self.path.rstrip("/") == "/v1/models":
             self._send_json(
                 200,
@@ -228,6 +244,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         llm = self.server.llm
         raw = self._read_body()
+        if self._batch_route("POST", raw):
+            return
         if self.path.split("?", 1)[0].rstrip("/") != "/v1/chat/completions":
             llm._fail(f"scripted LLM: unexpected POST {self.path}")
             self._send_json(
@@ -445,6 +463,10 @@ class ScriptedLLM:
         self._connections: set[socket.socket] = set()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._batch_outcomes: deque[str] = deque()
+        self._batch_plan: dict[str, str] = {}
+        self._batch_calls: list[tuple[str, str, int]] = []
+        self._batch_store = BatchStore(self._answer_batch_line, self._outcome_of)
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -589,6 +611,8 @@ class ScriptedLLM:
                 self._failures,
             ):
                 recorded.clear()
+            self._batch_calls.clear()
+            self._batch_outcomes.clear()
             self._queue.clear()
             self._router = None
             self._max_in_flight = self._in_flight
@@ -660,6 +684,73 @@ class ScriptedLLM:
         value = scripted(body) if callable(scripted) else scripted
         return _as_reply(value)
 
+    # --- batches (OpenAI Files + Batches; see devservices/batch_api.py) ---------------------
+
+    def script_batches(self, *outcomes: str) -> Self:
+        """How the next batches end, in creation order: ``completed`` (the default once the
+        queue is empty), ``failed``, ``expired`` or ``in_progress`` (stays so until
+        ``settle_batches``). Lines of a completed batch are answered like chat requests (the
+        router, else the FIFO queue) but recorded in ``batch_requests``, not ``requests``."""
+        for outcome in outcomes:
+            if outcome not in OUTCOMES:
+                raise ValueError(f"scripted LLM: batch outcome must be one of {OUTCOMES}")
+        with self._lock:
+            self._batch_outcomes.extend(outcomes)
+        return self
+
+    def settle_batches(self, outcome: str = "completed") -> None:
+        """End every batch held ``in_progress`` with ``outcome`` at its next poll."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"scripted LLM: batch outcome must be one of {OUTCOMES}")
+        with self._lock:
+            for batch_id, planned in self._batch_plan.items():
+                if planned == "in_progress":
+                    self._batch_plan[batch_id] = outcome
+
+    @property
+    def batch_requests(self) -> list[dict[str, Any]]:
+        """Chat request bodies answered inside completed batches, in answer order."""
+        with self._lock:
+            return list(self._batch_store.lines_answered)
+
+    @property
+    def batch_calls(self) -> list[tuple[str, str, int]]:
+        """Every Files/Batches HTTP call received: (method, path, status)."""
+        with self._lock:
+            return list(self._batch_calls)
+
+    @property
+    def batches(self) -> list[dict[str, Any]]:
+        """The batch objects created so far (as the last poll left them)."""
+        return self._batch_store.batches()
+
+    def _count_batch_call(self, method: str, path: str, status: int) -> None:
+        with self._lock:
+            self._batch_calls.append((method, path, status))
+            self._lock.notify_all()
+
+    def _outcome_of(self, batch_id: str) -> str:
+        with self._lock:
+            if batch_id not in self._batch_plan:
+                queued = self._batch_outcomes.popleft() if self._batch_outcomes else "completed"
+                self._batch_plan[batch_id] = queued
+            return self._batch_plan[batch_id]
+
+    def _answer_batch_line(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            router = self._router
+            scripted: Scripted | None = None
+            if router is None and self._queue:
+                scripted = self._queue.popleft()
+        if router is not None:
+            reply = _as_reply(router(body))
+        elif scripted is not None:
+            reply = _as_reply(scripted(body) if callable(scripted) else scripted)
+        else:
+            self._fail(f"{NO_REPLY_MESSAGE} (batch line)")
+            return 500, _error_body(NO_REPLY_MESSAGE)
+        return _completion_body(self, body, reply)
+
     def _enter(self) -> None:
         with self._lock:
             self._in_flight += 1
@@ -696,6 +787,41 @@ class ScriptedLLM:
     def _untrack(self, conn: socket.socket) -> None:
         with self._lock:
             self._connections.discard(conn)
+
+
+def _completion_body(
+    llm: ScriptedLLM, body: dict[str, Any], reply: Reply
+) -> tuple[int, dict[str, Any]]:
+    """A non-streamed chat completion (or error) for ``reply``: one line of a batch's output."""
+    if reply.error_body is not None or reply.status != 200:
+        payload = reply.error_body or _error_body(f"scripted LLM: scripted HTTP {reply.status}")
+        return reply.status, payload
+    text = reply.text or ""
+    if reply.usage is not None:
+        usage = dict(reply.usage)
+    else:
+        prompt_tokens = _estimate_tokens(_request_chars(body))
+        completion_tokens = _estimate_tokens(len(text))
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+    return 200, {
+        "id": f"chatcmpl-scripted-{llm._next_completion_number()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": llm.response_model or body.get("model") or DEFAULT_MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": reply.finish_reason,
+            }
+        ],
+        "usage": usage,
+    }
 
 
 def iter_sse_data(lines: Iterator[str]) -> Iterator[str]:
