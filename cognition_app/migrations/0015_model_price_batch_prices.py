@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cognition_app', '0013_invocation_kind_interview'),
+        ('cognition_app', '0014_invocation_biography'),
     ]
 
     operations = [

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cognition_app', '0014_model_price_batch_prices'),
+        ('cognition_app', '0015_model_price_batch_prices'),
     ]
 
     operations = [
