@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from chukwa_core.statistics.multiplicity import holm, holm_adjusted
 from chukwa_core.statistics.pairs import CoinFlips, sign_flip_monte_carlo_p
 from chukwa_core.statistics.types import MetricScale
 
@@ -88,3 +89,21 @@ def test_check_all_raises_what_checking_one_by_one_raises(
         except ValueError as exc:
             found = str(exc)
         assert found == expected
+
+
+@pytest.mark.parametrize(
+    "p_values",
+    [
+        [0.01, 0.04, 0.03, 0.2],
+        [0.5, 0.5, 0.5],
+        [0.001, 0.3, 0.3, 0.9, 0.02, 0.0001, 0.049, 0.05],
+        [0.7],
+        list(np.random.default_rng(5).uniform(0, 0.2, size=40)),
+    ],
+)
+def test_holm_gives_statsmodels_floats_exactly(p_values: list[float]) -> None:
+    from statsmodels.stats.multitest import multipletests
+
+    expected = multipletests(p_values, alpha=0.05, method="holm")[1]
+    assert holm_adjusted(p_values).tolist() == expected.tolist()
+    assert list(holm(p_values).adjusted) == expected.tolist()
