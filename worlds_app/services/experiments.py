@@ -180,7 +180,7 @@ def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> 
         ) from None
     for world, turn in rows:
         turn.world = world
-    Turn.objects.bulk_create([turn for _, turn in rows])  # a turn row is immutable: no UPDATE
+    _insert_first_turns([turn for _, turn in rows])
     Intervention.objects.bulk_create(
         [
             Intervention(
@@ -240,6 +240,41 @@ def _json_once(model: type[Model], instances: list[Any], names: tuple[str, ...])
                 f"UPDATE {table} SET {connection.ops.quote_name(field.column)} = %s "  # noqa: S608
                 "WHERE id = ANY(%s)",
                 [field.get_db_prep_value(value, connection), [item.pk for item in items]],
+            )
+
+
+def _insert_first_turns(turns: list[Turn]) -> None:
+    """The worlds' first turns: a state ``SHARED_JSON_ROWS`` or more of them share (an arm's
+    first state: the same hash) sent once, PostgreSQL copying it into their rows (``INSERT …
+    SELECT``; a turn row cannot be updated once written, so ``_json_once`` cannot serve)."""
+    groups: dict[str, list[Turn]] = {}
+    for turn in turns:  # the same hash, the same state
+        groups.setdefault(turn.state_hash, []).append(turn)
+    # a state of its own (fewer than SHARED_JSON_ROWS turns share it): the plain bulk insert
+    Turn.objects.bulk_create(
+        [turn for group in groups.values() if len(group) < SHARED_JSON_ROWS for turn in group]
+    )
+    table = connection.ops.quote_name(Turn._meta.db_table)
+    state_field = Turn._meta.get_field("state")
+    assert isinstance(state_field, Field)
+    created = timezone.now()
+    with connection.cursor() as cursor:
+        for state_hash, group in groups.items():
+            if len(group) < SHARED_JSON_ROWS:
+                continue
+            cursor.execute(
+                f"INSERT INTO {table} (world_id, number, simulation_time, state, state_hash, "  # noqa: S608
+                "attempt_id, created_at) SELECT u.world_id, u.number, u.simulation_time, %s, "
+                "%s, NULL, %s FROM unnest(%s::bigint[], %s::integer[], %s::timestamptz[]) "
+                "AS u(world_id, number, simulation_time)",
+                [
+                    state_field.get_db_prep_value(group[0].state, connection),
+                    state_hash,
+                    created,
+                    [turn.world.pk for turn in group],
+                    [turn.number for turn in group],
+                    [turn.simulation_time for turn in group],
+                ],
             )
 
 
