@@ -273,9 +273,10 @@ def _measure_all(slug: str, turns: int, hashes: list[str]) -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO worlds_app_measurement "
-            "(world_id, turn_number, metric_id, value, error_code, error_message, measured_at) "
+            "(world_id, turn_number, metric_id, value, error_code, error_message, subject, "
+            "measured_at) "
             "SELECT w.id, t, m, (CASE WHEN w.arm = 'treated' THEN 1.0 ELSE 0.8 END) "
-            "+ 0.3 * (random() + random() + random() - 1.5) * 2, '', '', now() "
+            "+ 0.3 * (random() + random() + random() - 1.5) * 2, '', '', '', now() "
             "FROM worlds_app_world w JOIN worlds_app_experiment e ON e.id = w.experiment_id "
             "CROSS JOIN generate_series(0, %s) AS t CROSS JOIN unnest(%s::text[]) AS m "
             "WHERE e.slug = %s",

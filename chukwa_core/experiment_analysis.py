@@ -89,14 +89,12 @@ def fitting_scale(scale: MetricScale, values: Sequence[float]) -> tuple[MetricSc
     """The scale the values fit: ``scale`` itself, or — values that are not whole numbers on an
     ordinal or count scale (a judge's mean score, old rows) — continuous within its bounds."""
     try:
-        for value in values:
-            scale.check(value)
+        scale.check_all(values)
     except ValueError as exc:
         if scale.type in (MetricType.ORDINAL, MetricType.COUNT):
             wider = MetricScale.continuous(scale.low, scale.high)
             try:
-                for value in values:
-                    wider.check(value)
+                wider.check_all(values)
             except ValueError:
                 return MetricScale.continuous(), f"treated as unbounded continuous: {exc}"
             return wider, f"treated as {scale_label(wider)}: {exc}"

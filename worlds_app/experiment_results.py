@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, Q
 
 from chukwa_core.experiment_analysis import (
@@ -31,10 +32,17 @@ from chukwa_core.experiment_results_types import (
     StoppingResult,
 )
 from chukwa_core.metric_kinds import turn_scale, world_scale_of
-from chukwa_core.metric_values import aggregate
 from chukwa_core.people_reference import people_reference
 from cognition_app.models import LlmCall
 from scenarios_app.models import Metric
+from worlds_app.experiment_points import (
+    WorldTurns,
+    arm_codes,
+    rows_by_metric,
+    world_turns,
+    world_value,
+)
+from worlds_app.experiment_points import by_turn as turns_by_arm
 from worlds_app.experiment_selectors import experiment_row
 from worlds_app.models import AttemptStatus, Experiment, Measurement, ReferenceValue, World
 
@@ -73,25 +81,16 @@ def _world_values(
     design: ExperimentDesign,
     worlds: dict[int, dict[str, Any]],
     aggregate_kind: str,
-    points: dict[int, dict[int, list[float | None]]],
+    measured: dict[int, WorldTurns],
 ) -> dict[str, list[WorldInput]]:
     """Each arm's worlds in replicate order with their value or why they have none: only a
     world that ran every planned turn with every turn measured without error has a value."""
     found: dict[str, list[WorldInput]] = {arm: [] for arm in design.arm_labels}
-    run = list(design.run_turns)
+    run = design.run_turns
     for world_id, world in sorted(worlds.items(), key=lambda item: item[1]["replicate"] or 0):
-        turns = points.get(world_id, {})
-        reason: str | None = None
-        value: float | None = None
-        if world["current_turn"] < design.last_turn:
-            reason = "world_running" if world["pending"] else "world_incomplete"
-        elif any(n in turns and None in turns[n] for n in run):
-            reason = "metric_error"
-        elif any(n not in turns for n in run):
-            reason = "not_measured"
-        else:
-            # a survey's turn holds one value per agent: the aggregate pools them all
-            value = aggregate(aggregate_kind, [float(v) for n in run for v in turns[n]])  # type: ignore[arg-type]
+        value, reason = world_value(
+            world, measured.get(world_id), run, design.last_turn, aggregate_kind
+        )
         if world["arm"] in found:
             found[world["arm"]].append(
                 WorldInput(world["replicate"] or 1, world["slug"], value, reason)
@@ -122,22 +121,18 @@ def experiment_results(*, slug: str) -> ExperimentResults:
             "hash", "label", "content"
         )
     }
-    # (metric, world) → turn → values, one per agent for a survey (None: the metric erred)
-    points: dict[str, dict[int, dict[int, list[float | None]]]] = defaultdict(
-        lambda: defaultdict(lambda: defaultdict(list))
-    )
-    rows = (
-        Measurement.objects.filter(
-            world_id__in=list(worlds),
-            metric_id__in=list(metrics),
-            turn_number__gte=design.first_turn,
-            turn_number__lte=design.last_turn,
+    # every measurement in one query, as arrays (a survey's turn has one row per agent)
+    hashes = list(metrics)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT array_position(%s::text[], metric_id::text) - 1, world_id, turn_number, "
+            "value IS NULL, coalesce(value, 0) FROM worlds_app_measurement "
+            "WHERE world_id = ANY(%s) AND metric_id = ANY(%s) "
+            "AND turn_number >= %s AND turn_number <= %s",
+            [hashes, list(worlds), hashes, design.first_turn, design.last_turn],
         )
-        .order_by()
-        .values_list("metric_id", "world_id", "turn_number", "value")
-    )
-    for metric_id, world_id, number, value in rows.iterator(chunk_size=5000):
-        points[metric_id][world_id][number].append(value)
+        measured = rows_by_metric(cursor.fetchall(), len(hashes))
+    arm_of = {world_id: world["arm"] for world_id, world in worlds.items()}
     registered_hash, registered_replicates, registered_metrics = _registered(experiment, design)
     people: dict[str, list[float]] = defaultdict(list)
     for label, observed in ReferenceValue.objects.filter(experiment=experiment).values_list(
@@ -150,14 +145,11 @@ def experiment_results(*, slug: str) -> ExperimentResults:
     for metric_hash in design.metrics:
         metric = metrics[metric_hash]
         content = metric["content"]
-        by_turn: dict[str, dict[int, list[float]]] = {arm: defaultdict(list) for arm in arms}
-        for world_id, turns in points[metric_hash].items():
-            arm = worlds[world_id]["arm"]
-            for number, values in turns.items():
-                for value in values:
-                    if value is not None and arm in by_turn:
-                        by_turn[arm][number].append(value)
-        world_values = _world_values(design, worlds, content["aggregate"], points[metric_hash])
+        rows = measured[hashes.index(metric_hash)]
+        by_turn = turns_by_arm(rows, arm_codes(rows, arm_of, arms), arms)
+        world_values = _world_values(
+            design, worlds, content["aggregate"], world_turns(rows, design.run_turns)
+        )
         present = [w.value for arm in arms for w in world_values[arm] if w.value is not None]
         scale, _ = fitting_scale(world_scale_of(content), present)
         if design.factorial is not None:

@@ -39,8 +39,7 @@ MAX_POWER_N = 100_000
 
 def present_values(scale: MetricScale, values: Sequence[float | None]) -> np.ndarray:
     present = np.array([v for v in values if v is not None], dtype=float)
-    for value in present:
-        scale.check(float(value))
+    scale.check_all(present)
     return present
 
 
@@ -69,8 +68,7 @@ def compare_means(
     effect_sizes: Callable[[np.ndarray], tuple[EffectSize, ...]],
 ) -> PairedEffect:
     pairs = pair_up(control, treatment)
-    for value in (*pairs.control, *pairs.treatment):
-        scale.check(float(value))
+    scale.check_all(np.concatenate((pairs.control, pairs.treatment)))
     differences = pairs.differences
     result = test(differences)
     interval = reconcile(paired_t_interval(differences, bound=scale.width), result)

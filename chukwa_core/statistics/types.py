@@ -5,8 +5,11 @@ naming its method and the library version that computed it."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+import numpy as np
 
 CONFIDENCE = 0.95
 ALPHA = 0.05
@@ -78,6 +81,23 @@ class MetricScale:
             raise ValueError(f"{value!r} is outside the {self.type} metric's range")
         if self.type is not MetricType.CONTINUOUS and not float(value).is_integer():
             raise ValueError(f"{value!r} is not a whole number, as a {self.type} value must be")
+
+    def check_all(self, values: Sequence[float] | np.ndarray) -> None:
+        """``check`` of every value, at once: the same ValueError, for the first value that
+        fails, as checking them one by one."""
+        if len(values) == 0:
+            return
+        array = np.asarray(values, dtype=float)
+        fits = bool(np.isfinite(array).all())
+        if fits and self.low is not None:
+            fits = bool((array >= self.low).all())
+        if fits and self.high is not None:
+            fits = bool((array <= self.high).all())
+        if fits and self.type is not MetricType.CONTINUOUS:
+            fits = bool((array == np.trunc(array)).all())
+        if not fits:
+            for value in values:
+                self.check(float(value) if isinstance(values, np.ndarray) else value)
 
 
 class IntervalStatus(StrEnum):

@@ -24,7 +24,7 @@ from tests.support.worker import (
     worker_process,
 )
 from tests.worlds_app.test_fair_queues import _design, _messages, _metric, rules_scenario
-from worlds_app.models import Experiment, Measurement, TurnAttempt, World
+from worlds_app.models import Experiment, Measurement, Turn, TurnAttempt, World
 from worlds_app.services import experiments as experiment_services
 from worlds_app.services.dispatch import MEASURE_WORLDS_PER_MESSAGE
 from worlds_app.services.experiments import experiment_add_replicates, experiment_create
@@ -162,3 +162,28 @@ def test_each_new_world_gets_its_turns_queued_as_one_batch_of_its_own(
         assert {(r["status"], r["requested_by"]) for r in rows} == {("queued", "")}
     assert len(batches) == 4  # a batch of its own per world
     assert {w.next_attempt_seq for w in World.objects.filter(experiment=experiment)} == {4}
+
+
+def test_a_wide_experiments_worlds_hold_their_arms_snapshot_and_first_state_whole(
+    rules_scenario: str,
+) -> None:
+    """The arm's snapshot and first state, sent once for 50 or more worlds, are in every world's
+    rows as a narrow experiment (each row its own copy) writes them."""
+    wide = experiment_services.SHARED_JSON_ROWS + 5
+    experiment_create(data=_design("wide-json", rules_scenario, wide, 1))
+    experiment_create(data=_design("narrow-json", rules_scenario, 2, 1))
+    narrow = World.objects.filter(experiment__slug="narrow-json").first()
+    assert narrow is not None
+    first = Turn.objects.get(world=narrow, number=0)
+    assert narrow.scenario_snapshot and first.state  # not the placeholder
+    worlds = World.objects.filter(experiment__slug="wide-json")
+    assert worlds.count() == wide * len(narrow.experiment.typed_design.arm_labels)  # type: ignore[union-attr]
+    for world in worlds:
+        assert world.scenario_snapshot == narrow.scenario_snapshot
+        assert world.scenario_ref == narrow.scenario_ref
+        turn = Turn.objects.get(world=world, number=0)
+        assert (turn.state, turn.state_hash) == (first.state, first.state_hash)
+        assert turn.created_at is not None and turn.attempt_id is None
+    # the start is the creation's time, one for every world of the experiment
+    starts = Turn.objects.filter(world__experiment__slug="wide-json", number=0)
+    assert len(set(starts.values_list("simulation_time", flat=True))) == 1

@@ -10,11 +10,14 @@ while writing — a world slug taken, a start time out of range — writes nothi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Field, Model
 from django.utils import timezone
 
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
@@ -164,9 +167,11 @@ def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> 
             )
             rows.append((world, turn))
             interventions.extend((world, item) for item in arm.interventions)
+    worlds = [world for world, _ in rows]
     try:
         with transaction.atomic():
-            World.objects.bulk_create([world for world, _ in rows])
+            with _json_once(World, worlds, ("scenario_snapshot", "scenario_ref")):
+                World.objects.bulk_create(worlds)
     except IntegrityError:  # a create racing on one of the slugs: the constraint decides
         raise ConflictError(
             "world_exists",
@@ -175,7 +180,7 @@ def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> 
         ) from None
     for world, turn in rows:
         turn.world = world
-    Turn.objects.bulk_create([turn for _, turn in rows])
+    _insert_first_turns([turn for _, turn in rows])
     Intervention.objects.bulk_create(
         [
             Intervention(
@@ -195,6 +200,82 @@ def _make_worlds(experiment: Experiment, replicates: range, created_by: str) -> 
     # of the rest when an admitted world is done (dispatch.experiment_admit).
     admit_on_commit(experiment.pk)
     measure_on_commit(world_ids, experiment.pk)  # the first turn, the baseline
+
+
+# A JSON value this many rows share (an arm's scenario snapshot, its first state) is written
+# once for all of them instead of as one copy per row in the bulk insert's arrays, which psycopg
+# quotes in Python, a regular-expression substitution per double quote of every copy.
+SHARED_JSON_ROWS = 50
+
+
+@contextmanager
+def _json_once(model: type[Model], instances: list[Any], names: tuple[str, ...]) -> Iterator[None]:
+    """Around a ``bulk_create`` of ``instances``: each of the fields ``names`` whose value (the
+    same object) ``SHARED_JSON_ROWS`` or more instances share is inserted as null-free
+    placeholder ``{}`` and then set by one UPDATE per shared value; the instances keep their
+    values. Rows with a value of their own are inserted as they are."""
+    shared: dict[tuple[str, int], list[Any]] = {}
+    for instance in instances:
+        for name in names:
+            shared.setdefault((name, id(getattr(instance, name))), []).append(instance)
+    groups = [
+        (name, items) for (name, _), items in shared.items() if len(items) >= SHARED_JSON_ROWS
+    ]
+    values = [getattr(items[0], name) for name, items in groups]
+    for (name, items), _ in zip(groups, values, strict=True):
+        for instance in items:
+            setattr(instance, name, {})
+    try:
+        yield
+    finally:
+        for (name, items), value in zip(groups, values, strict=True):
+            for instance in items:
+                setattr(instance, name, value)
+    table = connection.ops.quote_name(model._meta.db_table)
+    with connection.cursor() as cursor:
+        for (name, items), value in zip(groups, values, strict=True):
+            field = model._meta.get_field(name)
+            assert isinstance(field, Field) and field.column is not None
+            cursor.execute(
+                f"UPDATE {table} SET {connection.ops.quote_name(field.column)} = %s "  # noqa: S608
+                "WHERE id = ANY(%s)",
+                [field.get_db_prep_value(value, connection), [item.pk for item in items]],
+            )
+
+
+def _insert_first_turns(turns: list[Turn]) -> None:
+    """The worlds' first turns: a state ``SHARED_JSON_ROWS`` or more of them share (an arm's
+    first state: the same hash) sent once, PostgreSQL copying it into their rows (``INSERT …
+    SELECT``; a turn row cannot be updated once written, so ``_json_once`` cannot serve)."""
+    groups: dict[str, list[Turn]] = {}
+    for turn in turns:  # the same hash, the same state
+        groups.setdefault(turn.state_hash, []).append(turn)
+    # a state of its own (fewer than SHARED_JSON_ROWS turns share it): the plain bulk insert
+    Turn.objects.bulk_create(
+        [turn for group in groups.values() if len(group) < SHARED_JSON_ROWS for turn in group]
+    )
+    table = connection.ops.quote_name(Turn._meta.db_table)
+    state_field = Turn._meta.get_field("state")
+    assert isinstance(state_field, Field)
+    created = timezone.now()
+    with connection.cursor() as cursor:
+        for state_hash, group in groups.items():
+            if len(group) < SHARED_JSON_ROWS:
+                continue
+            cursor.execute(
+                f"INSERT INTO {table} (world_id, number, simulation_time, state, state_hash, "  # noqa: S608
+                "attempt_id, created_at) SELECT u.world_id, u.number, u.simulation_time, %s, "
+                "%s, NULL, %s FROM unnest(%s::bigint[], %s::integer[], %s::timestamptz[]) "
+                "AS u(world_id, number, simulation_time)",
+                [
+                    state_field.get_db_prep_value(group[0].state, connection),
+                    state_hash,
+                    created,
+                    [turn.world.pk for turn in group],
+                    [turn.number for turn in group],
+                    [turn.simulation_time for turn in group],
+                ],
+            )
 
 
 def _queue_turns(world_ids: list[int], turns: int, created_by: str) -> None:
