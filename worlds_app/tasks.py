@@ -146,7 +146,7 @@ def measure_world(world_id: int | list[int], metric_hashes: list[str]) -> dict[s
 
 @shared_task(
     bind=True,
-    name="worlds.run_interview",  # = services.interview_runs.RUN_INTERVIEW_TASK
+    name="worlds.run_interview",  # = services.dispatch.RUN_INTERVIEW_TASK
     acks_late=True,
     # A worker killed mid-interview leaves the row running; the reaper queues it again (or fails
     # it) when its lease expires. A redelivered message finds the row claimed and does nothing.

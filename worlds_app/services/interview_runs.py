@@ -2,7 +2,7 @@
 
 An interview is accepted ``queued`` by the request (``interviews.interview_create``); the database
 is the queue of record and a broker message only a wake-up call, as for turns
-(``dispatch``). A worker claims the row (``running``, with a lease), opens a **throwaway branch**
+(``dispatch``, which sends its messages). A worker claims the row (``running``, with a lease), opens a **throwaway branch**
 of the world at the interview's turn — the branch point is checked by the branch machinery
 (``branches.branch_point``) and the branch's state is a copy of that turn's snapshot held by the
 worker only: it is never a world row, so it never shows among anyone's worlds and there is
@@ -27,43 +27,15 @@ from django.utils import timezone
 from chukwa_core.errors import ChukwaError
 from worlds_app.models import Interview
 from worlds_app.services.branches import branch_point
-from worlds_app.services.dispatch import BROKER_ERRORS
+from worlds_app.services.dispatch import BROKER_ERRORS, interview_send
 from worlds_app.services.interviews import interview_answers, latest_hash
 from worlds_app.turn_view import turn_states
 
 logger = logging.getLogger(__name__)
 
-RUN_INTERVIEW_TASK = "worlds.run_interview"  # = tasks.run_interview
 MAX_INTERVIEW_TRIES = 2
 # A queued row older than this with no worker on it is re-sent by the reaper.
 REDRIVE_AFTER_SECONDS = 30
-
-
-def interview_send(interview_id: int) -> None:
-    """Hand an interview to the measure queue (where judges' and surveys' calls run; read at
-    send time, so tests route it to their worker); a broker error propagates."""
-    from celery import current_app
-
-    current_app.send_task(
-        RUN_INTERVIEW_TASK, args=[interview_id], queue=settings.CHUKWA_MEASURE_QUEUE
-    )
-
-
-def interview_send_on_commit(interview_id: int) -> None:
-    """After commit, wake a worker; a broker that cannot take the message is logged and the
-    row stays queued for the re-drive."""
-
-    def send() -> None:
-        try:
-            interview_send(interview_id)
-        except BROKER_ERRORS as exc:
-            logger.warning(
-                "interview %s: not sent now, broker unavailable (%s); the re-drive will send it",
-                interview_id,
-                type(exc).__name__,
-            )
-
-    transaction.on_commit(send)
 
 
 def _lease_seconds() -> float:

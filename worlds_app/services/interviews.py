@@ -26,6 +26,7 @@ from cognition_app.sources import CallContext, SourceFailure, invoke_llm
 from scenarios_app.models import ResponseSource
 from worlds_app.models import Interview, Turn, World
 from worlds_app.selectors import world_budget_limits, world_row
+from worlds_app.services.dispatch import interview_send_on_commit
 from worlds_app.services.experiment_budget import budget_ledger
 from worlds_app.turn_view import turn_states
 
@@ -148,8 +149,6 @@ def interview_create(*, slug: str, data: Any, created_by: str = "") -> Interview
     ``queued``; after commit a worker is asked to run it (``interview_runs``). A message the
     broker cannot take is logged and the row stays queued: the periodic re-drive sends it
     (the database is the queue of record), so an accepted interview is always carried out."""
-    from worlds_app.services.interview_runs import interview_send_on_commit
-
     world = world_row(slug)
     turn, subjects, questions, source_hash, _state = _checked(world, data)
     with transaction.atomic():
