@@ -1,9 +1,9 @@
 """Running interviews on a worker (docs/populations.md, "Interviewing without disturbing").
 
 An interview is accepted ``queued`` by the request (``interviews.interview_create``); the database
-is the queue of record and a broker message only a wake-up call, as for turns
-(``dispatch``, which sends its messages). A worker claims the row (``running``, with a lease), opens a **throwaway branch**
-of the world at the interview's turn — the branch point is checked by the branch machinery
+is the queue of record and a broker message (sent by ``dispatch``) only a wake-up call, as for
+turns. A worker claims the row (``running``, with a lease), opens a **throwaway branch** of the
+world at the interview's turn — the branch point is checked by the branch machinery
 (``branches.branch_point``) and the branch's state is a copy of that turn's snapshot held by the
 worker only: it is never a world row, so it never shows among anyone's worlds and there is
 nothing to clean up — asks the agents there, records the parent world's state hash before and
