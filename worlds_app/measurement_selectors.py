@@ -34,6 +34,7 @@ _ROW_FIELDS = (
     "metric_id",
     "metric__label",
     "metric__kind",
+    "subject",
     "value",
     "error_code",
     "error_message",
@@ -50,6 +51,7 @@ def _row(row: Mapping[str, Any]) -> dict[str, Any]:
             "label": row["metric__label"],
             "kind": row["metric__kind"],
         },
+        "subject": row["subject"],
         "value": row["value"],
         "error": (
             {"code": row["error_code"], "message": row["error_message"]}
@@ -85,11 +87,12 @@ def _in_history(world: World) -> Q:
 
 def measurement_list(*, slug: str, metric: str | None) -> dict[str, Any]:
     """A world's measurements (of one metric: a hash, or a label for all its versions), by
-    metric and turn. One query after the world's."""
+    metric, turn and subject (a survey's one row per agent asked; "" for every other kind).
+    One query after the world's."""
     world = world_row(slug)
     rows = (
         Measurement.objects.filter(_metric_filter(metric), _in_history(world))
-        .order_by("metric__label", "metric_id", "turn_number")
+        .order_by("metric__label", "metric_id", "turn_number", "subject")
         .values(*_ROW_FIELDS)
     )
     results = [_row(row) for row in rows]
@@ -97,7 +100,8 @@ def measurement_list(*, slug: str, metric: str | None) -> dict[str, Any]:
 
 
 def turn_measurements(*, slug: str, number: int) -> list[dict[str, Any]]:
-    """One turn's measurements, by metric label; a judge's with the rationale of its score."""
+    """One turn's measurements, by metric label and subject (a survey's one row per agent); a
+    judge's with the rationale of its score."""
     require_slug(slug)
     require_turn_number(number)
     world = World.objects.select_related("branch_parent").filter(slug=slug).first()
@@ -105,7 +109,7 @@ def turn_measurements(*, slug: str, number: int) -> list[dict[str, Any]]:
         return []
     rows = (
         Measurement.objects.filter(_in_history(world), turn_number=number)
-        .order_by("metric__label", "metric_id")
+        .order_by("metric__label", "metric_id", "subject")
         .values(
             *_ROW_FIELDS,
             rationale=KeyTextTransform(
@@ -125,14 +129,15 @@ def world_metric_series(*, slug: str) -> list[dict[str, Any]]:
     start = world.branched_from_turn or 0
     rows = (
         Measurement.objects.filter(_in_history(world))
-        .order_by("metric__label", "metric_id", "turn_number")
-        .values("metric_id", "turn_number", "value", "error_code", "error_message")
+        .order_by("metric__label", "metric_id", "turn_number", "subject")
+        .values("metric_id", "turn_number", "subject", "value", "error_code", "error_message")
     )
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_metric.setdefault(row["metric_id"], []).append(
             {
                 "turn": row["turn_number"],
+                "subject": row["subject"],
                 "value": row["value"],
                 "error": row["error_code"] or None,
                 "message": row["error_message"],
@@ -151,8 +156,8 @@ def world_metric_series(*, slug: str) -> list[dict[str, Any]]:
                 "kind": content["kind"],
                 "aggregate": content["aggregate"],
                 "value": aggregate(content["aggregate"], ran),
-                "turns": len(points),
-                "error_turns": sum(1 for p in points if p["error"]),
+                "turns": len({p["turn"] for p in points}),
+                "error_turns": len({p["turn"] for p in points if p["error"]}),
                 "points": points[-SERIES_POINTS:],
             }
         )

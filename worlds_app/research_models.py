@@ -79,8 +79,11 @@ class ReferenceValue(models.Model):
 
 class Interview(models.Model):
     """Agents asked questions about a committed turn, each in its own view (docs/populations.md,
-    "Interviews"): nothing of the world is written; the state hashes before and after show it.
-    ``answers``: [{subject, question, answer, llm_call}] in the order asked."""
+    "Interviewing without disturbing"), by a worker on a throwaway branch of that turn: nothing
+    of the world is written; the state hashes before and after show it. ``answers``: [{subject,
+    question, answer, llm_call}] in the order asked. ``status``: queued → running → completed |
+    failed; a running row whose lease expired (worker killed) is queued again by the reaper, or
+    failed once it has been tried ``MAX_INTERVIEW_TRIES`` times."""
 
     world = models.ForeignKey(
         "worlds_app.World", on_delete=models.CASCADE, related_name="interviews"
@@ -90,11 +93,16 @@ class Interview(models.Model):
     questions = models.JSONField()
     source_hash = models.CharField(max_length=64)
     answers = models.JSONField(default=list)
-    status = models.CharField(max_length=16)  # succeeded | failed
+    status = models.CharField(max_length=16)  # queued | running | completed | failed
+    tries = models.IntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
     error_code = models.CharField(max_length=40, blank=True)
     error_message = models.TextField(blank=True)
-    state_hash_before = models.CharField(max_length=64)
-    state_hash_after = models.CharField(max_length=64)
+    state_hash_before = models.CharField(max_length=64, blank=True)
+    state_hash_after = models.CharField(max_length=64, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150, blank=True)
 

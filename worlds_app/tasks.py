@@ -53,18 +53,32 @@ def reap_expired_attempts() -> dict[str, Any]:
     attempt of every world left with queued attempts and nothing running, and the measuring of
     every idle experiment world whose measure message was lost."""
     from worlds_app.services import turn_attempt_reap, turn_attempt_redrive
+    from worlds_app.services.interview_runs import interview_reap
     from worlds_app.services.measure_redrive import measure_redrive
 
     try:
         reaped = turn_attempt_reap()
         redriven = turn_attempt_redrive()
-        return {"reaped": reaped, "redriven": redriven, "measures": measure_redrive()}
+        measures = measure_redrive()
+        interviews = interview_reap()
+        return {
+            "reaped": reaped,
+            "redriven": redriven,
+            "measures": measures,
+            "interviews": interviews,
+        }
     except (OperationalError, InterfaceError) as exc:
         # The database is down: nothing to reap or re-drive until it is back, and the next
         # period (seconds away) is the retry. Each step commits on its own, so nothing is
         # left half-done.
         logger.warning("reaper skipped this period: database unavailable (%s)", type(exc).__name__)
-        return {"reaped": [], "redriven": [], "measures": [], "skipped": "database unavailable"}
+        return {
+            "reaped": [],
+            "redriven": [],
+            "measures": [],
+            "interviews": {},
+            "skipped": "database unavailable",
+        }
 
 
 # Routed to the control queue (settings.CELERY_TASK_ROUTES): exporting never takes a turn worker.
@@ -128,3 +142,27 @@ def measure_world(world_id: int | list[int], metric_hashes: list[str]) -> dict[s
     for experiment_id in sorted(experiments):
         result["stopping_added"] = stopping_step(experiment_id=experiment_id)
     return result
+
+
+@shared_task(
+    bind=True,
+    name="worlds.run_interview",  # = services.dispatch.RUN_INTERVIEW_TASK
+    acks_late=True,
+    # A worker killed mid-interview leaves the row running; the reaper queues it again (or fails
+    # it) when its lease expires. A redelivered message finds the row claimed and does nothing.
+    reject_on_worker_lost=True,
+    autoretry_for=(OperationalError, InterfaceError),
+    max_retries=5,
+    retry_backoff=2,
+    retry_backoff_max=30,
+    time_limit=settings.CHUKWA_ATTEMPT_TIME_LIMIT,
+)
+def run_interview(self: Task, interview_id: int) -> str | None:
+    """Ask a queued interview's agents on a throwaway branch (docs/populations.md)."""
+    from worlds_app.services.budget_settler import flush as settle_flush
+    from worlds_app.services.interview_runs import interview_run
+
+    try:
+        return interview_run(interview_id=interview_id, owner=self.request.hostname or "worker")
+    finally:
+        settle_flush()  # its calls' budget settles written before the task ends

@@ -87,20 +87,33 @@ class InterviewSerializer(serializers.Serializer):
     subjects = serializers.ListField(child=serializers.CharField())
     questions = serializers.ListField(child=serializers.CharField())
     source_hash = HashOutField()
-    status = serializers.ChoiceField(choices=["succeeded", "failed"])
+    status = serializers.ChoiceField(
+        choices=["queued", "running", "completed", "failed"],
+        help_text="queued → running (on a worker) → completed | failed",
+    )
+    tries = serializers.IntegerField(help_text="how many times a worker took it up")
     error_code = serializers.CharField(allow_blank=True)
     error_message = serializers.CharField(allow_blank=True)
     answers = AnswerSerializer(many=True)
-    state_hash_before = serializers.CharField(help_text="the world's latest state before asking")
-    state_hash_after = serializers.CharField(help_text="and after: equal, nothing moved")
+    state_hash_before = serializers.CharField(
+        allow_blank=True, help_text="the world's latest state before asking ('' until started)"
+    )
+    state_hash_after = serializers.CharField(
+        allow_blank=True, help_text="and after: equal, nothing moved ('' until finished)"
+    )
     unchanged = serializers.SerializerMethodField()
     created_at = InstantField()
+    started_at = InstantField(allow_null=True)
+    finished_at = InstantField(allow_null=True)
     created_by = serializers.CharField(allow_blank=True)
 
     class Meta:
         ref_name = "Interview"
 
-    def get_unchanged(self, obj: Any) -> bool:
+    def get_unchanged(self, obj: Any) -> bool | None:
+        """Whether the hashes before and after are equal; null until the interview ends."""
+        if not (obj.state_hash_before and obj.state_hash_after):
+            return None
         return bool(obj.state_hash_before == obj.state_hash_after)
 
 
@@ -112,7 +125,8 @@ class InterviewListSerializer(serializers.Serializer):
 
 
 class InterviewCollectionApi(APIView):
-    """GET a world's interviews (newest first); POST asks agents about a committed turn."""
+    """GET a world's interviews (newest first); POST queues one asking agents about a committed
+    turn (202: a worker runs it on a throwaway branch; poll the list for its answers)."""
 
     @extend_schema(
         operation_id="interview_list",
@@ -126,9 +140,9 @@ class InterviewCollectionApi(APIView):
         operation_id="interview_create",
         parameters=[WORLD_PATH],
         request=InterviewInputSerializer,
-        responses={201: InterviewSerializer, **WRITE_ERRORS},
+        responses={202: InterviewSerializer, **WRITE_ERRORS},
     )
     def post(self, request: Request, slug: str) -> Response:
         body = validate_body(InterviewInputSerializer, request)
         made = interview_create(slug=slug, data=body, created_by=request.user.get_username())
-        return Response(InterviewSerializer(made).data, status=status.HTTP_201_CREATED)
+        return Response(InterviewSerializer(made).data, status=status.HTTP_202_ACCEPTED)

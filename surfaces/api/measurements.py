@@ -57,6 +57,10 @@ class MeasurementErrorSerializer(serializers.Serializer):
 class MeasurementSerializer(serializers.Serializer):
     turn = serializers.IntegerField()
     metric = MetricSummarySerializer()
+    subject = serializers.CharField(
+        allow_blank=True,
+        help_text="the agent a survey metric asked (one row per agent); empty for other kinds",
+    )
     value = serializers.FloatField(allow_null=True, help_text="null when error is set")
     error = MeasurementErrorSerializer(allow_null=True, help_text="null when value is set")
     llm_call_id = serializers.UUIDField(allow_null=True, help_text="a judge's LLM call")

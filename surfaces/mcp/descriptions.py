@@ -327,12 +327,14 @@ TOOL_DESCRIPTIONS: dict[str, str] = {
         'Interview a world\'s agents (slug) about a committed turn: turn n, subjects "all" or '
         "[agent ids], questions [text], source {hash} of an llm_chat_completions source. Each "
         "agent answers in its own view of that turn, one conversation holding every question; "
-        "each answer is a traced call. Nothing of the world changes: the answer carries the "
-        "world's state_hash_before and state_hash_after (equal) and unchanged."
+        "each answer is a traced call. Queued (202) and run by a worker on a throwaway branch: "
+        "poll interview_list until status is completed or failed. Nothing of the world changes: "
+        "it carries the world's state_hash_before and state_hash_after (equal) and unchanged."
     ),
     "interview_list": (
         "A world's interviews (slug), newest first: turn, subjects, questions, answers "
-        "[{subject, question, answer, llm_call}], status, and the state hashes before and after."
+        "[{subject, question, answer, llm_call}], status (queued, running, completed, failed), "
+        "tries, and the state hashes before and after."
     ),
     "experiment_references_list": (
         "The people's values uploaded to an experiment (slug): unit, metric label and hash, value."

@@ -1,6 +1,7 @@
 """A world's interviews (docs/populations.md, "Interviewing without disturbing"): every one
-with its answers and the world's state hash before and after; operators ask new ones with a
-form (the service behind ``POST /api/worlds/<slug>/interviews/``)."""
+with its answers and the world's state hash before and after; operators queue new ones with a
+form (the service behind ``POST /api/worlds/<slug>/interviews/``). A queued or running
+interview's card polls the page every second (htmx, selecting its own card) until it ends."""
 
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ def _shown(interview: Any) -> dict[str, Any]:
         "state_hash_before": interview.state_hash_before,
         "state_hash_after": interview.state_hash_after,
         "unchanged": interview.state_hash_before == interview.state_hash_after,
+        "live": interview.status in ("queued", "running"),
+        "tries": interview.tries,
+        "answered": len(interview.answers),
+        "asked": len(interview.subjects) * len(interview.questions),
         "subjects": [{"id": s, "answers": a} for s, a in by_subject.items()],
         "questions": interview.questions,
     }

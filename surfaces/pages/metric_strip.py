@@ -1,5 +1,6 @@
 """A metric's per-turn series (``measurement_selectors.world_metric_series``) drawn as an inline
-SVG strip: one cell per turn, a bar as high as the value within the series' range, an error a red
+SVG strip: one cell per turn (a survey's: one per turn and agent asked, the agent named in its
+tooltip), a bar as high as the value within the series' range, an error a red
 cell marked with a cross, the baseline (turn 0, a branch's turns up to its branch point) paler; each cell
 links to its turn and names its value in a tooltip.
 
@@ -41,8 +42,9 @@ def metric_strip_svg(points: Sequence[Mapping[str, Any]], *, href: Callable[[int
         x = index * cell
         turn = point["turn"]
         link = escape(href(turn))
+        who = f" · {point['subject']}" if point.get("subject") else ""
         if point["value"] is None:
-            title = f"turn {turn}: {point['error']} — {point['message']}"
+            title = f"turn {turn}{who}: {point['error']} — {point['message']}"
             shape = (
                 f'<rect class="err" x="{x}" y="0" width="{cell - GAP}" height="{HEIGHT}"/>'
                 f'<text x="{x + (cell - GAP) / 2:g}" y="{HEIGHT / 2 + 4:g}">×</text>'
@@ -52,7 +54,7 @@ def metric_strip_svg(points: Sequence[Mapping[str, Any]], *, href: Callable[[int
         else:
             share = (point["value"] - low) / span if span else 0.5
             bar = max(2.0, share * (HEIGHT - 2))
-            title = f"turn {turn}: {value_text(point['value'])}"
+            title = f"turn {turn}{who}: {value_text(point['value'])}"
             shape = (
                 f'<rect class="bg" x="{x}" y="0" width="{cell - GAP}" height="{HEIGHT}"/>'
                 f'<rect class="v" x="{x}" y="{HEIGHT - bar:.1f}" width="{cell - GAP}" '

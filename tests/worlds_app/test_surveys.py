@@ -132,3 +132,36 @@ def test_an_experiments_survey_pools_its_agents_and_exports_their_subjects(
         means = [sum(v) / len(v) for v in worlds.values()]  # the mean over both agents
         assert arm.n == 3 and len(means) == 3
         assert arm.mean == pytest.approx(sum(means) / 3)
+
+
+def test_a_surveys_rows_show_their_subject_in_the_api_and_on_the_world_and_turn_pages(
+    operator_client: APIClient,
+    reader_client: APIClient,
+    reader_user: Any,
+    scripted_llm: ScriptedLLM,
+    toy_sources: str,
+) -> None:
+    from django.test import Client
+
+    world = buyers_world("buyers", 1)
+    source = {"hash": response_source_put(content=LLM_SOURCE)["hash"]}
+    metric = operator_client.post("/api/metrics/", {"content": _survey(source)}, format="json")
+    scripted_llm.script(_answer(3), _answer(4), _answer(5), _answer(1))
+    assert world_measure(world_id=world.pk, metric_hashes=[metric.json()["hash"]])["written"] == 4
+    stored = list(
+        Measurement.objects.order_by("turn_number", "subject").values_list(
+            "turn_number", "subject", "value"
+        )
+    )
+    listed = reader_client.get("/api/worlds/buyers/measurements/?metric=mood").json()
+    assert [(r["turn"], r["subject"], r["value"]) for r in listed["results"]] == stored
+    agents = sorted({s for _, s, _ in stored})
+    assert len(agents) == 2 and "" not in agents
+    client = Client()
+    client.force_login(reader_user)
+    turn_page = client.get("/worlds/buyers/turns/1/").content.decode()
+    for agent in agents:
+        assert f'<td data-key="subject"><code>{agent}</code></td>' in turn_page
+    world_page = client.get("/worlds/buyers/").content.decode()
+    for turn, agent, value in stored:
+        assert f"turn {turn} · {agent}: {int(value)}" in world_page

@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 RUN_TURN_ATTEMPT_TASK = "worlds.run_turn_attempt"
 EXPORT_ATTEMPT_TRACE_TASK = "worlds.export_attempt_trace"
 MEASURE_WORLD_TASK = "worlds.measure_world"  # = tasks.measure_world
+RUN_INTERVIEW_TASK = "worlds.run_interview"  # = tasks.run_interview
 # A new experiment's worlds are measured at their first turn by one message per this many
 # worlds (10,000 worlds: 200 messages, not 10,000 sent in the creation's request).
 MEASURE_WORLDS_PER_MESSAGE = 50
@@ -338,3 +339,33 @@ def turn_attempt_redrive(*, limit: int | None = None) -> list[str]:
     if sent:
         logger.info("re-drove %d queued attempt(s) of idle worlds", len(sent))
     return sent
+
+
+# --- interviews (services.interview_runs) ------------------------------------------------
+
+
+def interview_send(interview_id: int) -> None:
+    """Hand an interview to the measure queue (where judges' and surveys' calls run; read at
+    send time, so tests route it to their worker); a broker error propagates."""
+    from celery import current_app
+
+    current_app.send_task(
+        RUN_INTERVIEW_TASK, args=[interview_id], queue=settings.CHUKWA_MEASURE_QUEUE
+    )
+
+
+def interview_send_on_commit(interview_id: int) -> None:
+    """After commit, wake a worker; a broker that cannot take the message is logged and the
+    row stays queued for the re-drive."""
+
+    def send() -> None:
+        try:
+            interview_send(interview_id)
+        except BROKER_ERRORS as exc:
+            logger.warning(
+                "interview %s: not sent now, broker unavailable (%s); the re-drive will send it",
+                interview_id,
+                type(exc).__name__,
+            )
+
+    transaction.on_commit(send)

@@ -1,16 +1,20 @@
 """Interviews (docs/populations.md, "Interviewing without disturbing"): agents asked questions
 about a committed turn, each in its own view of that turn (as a judge with a ``subject`` sees
-it), one conversation per agent holding every question. Nothing of the world is written — no
-turn, event, memory or state: the turn's snapshot is read (committed turns are immutable) and
-every answer is a traced generation of kind ``interview`` outside any attempt, counted against
-the world's budget. The hash of the world's latest committed state is read before and after and
-stored with the answers, so a reader sees that nothing moved.
+it), one conversation per agent holding every question. The request checks and queues the
+interview; a worker runs it (``interview_runs``) on a throwaway branch of the turn. Nothing of
+the world is written — no turn, event, memory or state — and every answer is a traced generation
+of kind ``interview`` outside any attempt, counted against the world's budget. The hash of the
+world's latest committed state is read before and after and stored with the answers, so a reader
+sees that nothing moved.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
+
+from django.db import transaction
 
 from chukwa_core.errors import invalid
 from chukwa_core.ids import is_hash
@@ -22,6 +26,7 @@ from cognition_app.sources import CallContext, SourceFailure, invoke_llm
 from scenarios_app.models import ResponseSource
 from worlds_app.models import Interview, Turn, World
 from worlds_app.selectors import world_budget_limits, world_row
+from worlds_app.services.dispatch import interview_send_on_commit
 from worlds_app.services.experiment_budget import budget_ledger
 from worlds_app.turn_view import turn_states
 
@@ -69,7 +74,7 @@ def subject_context(
     )
 
 
-def _latest_hash(world: World) -> tuple[int, str]:
+def latest_hash(world: World) -> tuple[int, str]:
     world.refresh_from_db(fields=["current_turn"])
     found = (
         Turn.objects.filter(world=world, number=world.current_turn)
@@ -140,20 +145,46 @@ def _checked(world: World, data: Any) -> tuple[int, list[str], list[str], str, d
 
 
 def interview_create(*, slug: str, data: Any, created_by: str = "") -> Interview:
-    """Ask every chosen agent every question about turn ``turn``; store the answers with the
-    world's state hash before and after. A source failure ends the interview (``failed``, its
-    class and message), keeping the answers given until then."""
+    """Check the request (400 naming the field, nothing written) and store the interview
+    ``queued``; after commit a worker is asked to run it (``interview_runs``). A message the
+    broker cannot take is logged and the row stays queued: the periodic re-drive sends it
+    (the database is the queue of record), so an accepted interview is always carried out."""
     world = world_row(slug)
-    turn, subjects, questions, source_hash, state = _checked(world, data)
-    _, before = _latest_hash(world)
+    turn, subjects, questions, source_hash, _state = _checked(world, data)
+    with transaction.atomic():
+        made = Interview.objects.create(
+            world=world,
+            turn_number=turn,
+            subjects=subjects,
+            questions=questions,
+            source_hash=source_hash,
+            answers=[],
+            status="queued",
+            created_by=created_by,
+        )
+        interview_send_on_commit(made.pk)
+    return made
+
+
+def interview_answers(
+    world: World,
+    turn: int,
+    subjects: list[str],
+    questions: list[str],
+    source_hash: str,
+    state: dict[str, Any],
+    *,
+    on_answer: Callable[[list[dict[str, Any]]], None],
+) -> tuple[list[dict[str, Any]], tuple[str, str] | None]:
+    """Ask every chosen agent every question in its own view of ``state`` (the throwaway
+    branch's first state), one traced conversation per agent; ``on_answer`` sees the answers so
+    far after each one. A source failure stops the asking: (its class, its message)."""
     view = WorldState.from_snapshot(dict(state))
     ledger = budget_ledger(world_budget_limits(world_id=world.pk), world.experiment_id)
     answers: list[dict[str, Any]] = []
-    error: tuple[str, str] | None = None
     for subject in subjects:
         ctx = subject_context(world, turn, subject, ledger, node_id="interview")
-        system = subject_system(view, subject)
-        messages = [{"role": "system", "content": system}]
+        messages = [{"role": "system", "content": subject_system(view, subject)}]
         for question in questions:
             messages.append({"role": "user", "content": question})
             try:
@@ -165,8 +196,7 @@ def interview_create(*, slug: str, data: Any, created_by: str = "") -> Interview
                     kind=InvocationKind.INTERVIEW,
                 )
             except SourceFailure as exc:
-                error = (exc.failure_class, exc.message[:2000])
-                break
+                return answers, (exc.failure_class, exc.message[:2000])
             messages.append({"role": "assistant", "content": gen.text})
             answers.append(
                 {
@@ -176,20 +206,5 @@ def interview_create(*, slug: str, data: Any, created_by: str = "") -> Interview
                     "llm_call": str(gen.call.pk),
                 }
             )
-        if error is not None:
-            break
-    _, after = _latest_hash(world)
-    return Interview.objects.create(
-        world=world,
-        turn_number=turn,
-        subjects=subjects,
-        questions=questions,
-        source_hash=source_hash,
-        answers=answers,
-        status="failed" if error else "succeeded",
-        error_code=error[0] if error else "",
-        error_message=error[1] if error else "",
-        state_hash_before=before,
-        state_hash_after=after,
-        created_by=created_by,
-    )
+            on_answer(answers)
+    return answers, None
