@@ -12,22 +12,25 @@ from django.db import InterfaceError, OperationalError
 
 logger = logging.getLogger(__name__)
 
+# A task whose row is claimed in the database: its message acknowledged only once it ran (a
+# worker that dies leaves it for redelivery, which finds the row claimed and does nothing), and
+# an unreachable database tried again shortly rather than left to the periodic re-drive.
+CLAIMED_TASK: dict[str, Any] = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "autoretry_for": (OperationalError, InterfaceError),
+    "max_retries": 5,
+    "retry_backoff": 2,
+    "retry_backoff_max": 30,
+}
+
 
 @shared_task(
     bind=True,
     name="worlds.run_turn_attempt",  # = services.dispatch.RUN_TURN_ATTEMPT_TASK
-    acks_late=True,
-    # A worker that dies mid-attempt leaves the message unacknowledged for redelivery; the
-    # redelivered task finds the attempt no longer queued and returns quietly (the reaper marks
-    # it interrupted when its lease expires).
-    reject_on_worker_lost=True,
-    # The database was unreachable (usually during the claim, before anything was written): try
-    # again shortly rather than wait for the periodic re-drive. A retry that finds the attempt
-    # already claimed or finished claims nothing.
-    autoretry_for=(OperationalError, InterfaceError),
-    max_retries=5,
-    retry_backoff=2,
-    retry_backoff_max=30,
+    # A worker that dies mid-attempt: the redelivered task finds the attempt no longer queued
+    # and returns quietly (the reaper marks it interrupted when its lease expires).
+    **CLAIMED_TASK,
     soft_time_limit=settings.CHUKWA_ATTEMPT_SOFT_TIME_LIMIT,
     time_limit=settings.CHUKWA_ATTEMPT_TIME_LIMIT,
 )
@@ -147,14 +150,9 @@ def measure_world(world_id: int | list[int], metric_hashes: list[str]) -> dict[s
 @shared_task(
     bind=True,
     name="worlds.run_interview",  # = services.dispatch.RUN_INTERVIEW_TASK
-    acks_late=True,
     # A worker killed mid-interview leaves the row running; the reaper queues it again (or fails
-    # it) when its lease expires. A redelivered message finds the row claimed and does nothing.
-    reject_on_worker_lost=True,
-    autoretry_for=(OperationalError, InterfaceError),
-    max_retries=5,
-    retry_backoff=2,
-    retry_backoff_max=30,
+    # it) when its lease expires.
+    **CLAIMED_TASK,
     time_limit=settings.CHUKWA_ATTEMPT_TIME_LIMIT,
 )
 def run_interview(self: Task, interview_id: int) -> str | None:
