@@ -42,23 +42,26 @@ MAX_TURN_NUMBER = 2_147_483_647
 
 HASH_SCHEMA: dict[str, Any] = {"type": "string", "pattern": HASH_PATTERN}
 LABEL_SCHEMA: dict[str, Any] = {"type": "string", "pattern": LABEL_PATTERN}
+
+
+def one_key_of(**alternatives: dict[str, Any]) -> dict[str, Any]:
+    """An object of exactly one of the keys, each with its own schema (``{"hash": H}`` or
+    ``{"label": L}``...)."""
+    return {
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {key: schema},
+                "required": [key],
+                "additionalProperties": False,
+            }
+            for key, schema in alternatives.items()
+        ]
+    }
+
+
 # a stored component by hash or by label: ``{"hash": H}`` or ``{"label": L}``
-HASH_OR_LABEL_SCHEMA: dict[str, Any] = {
-    "oneOf": [
-        {
-            "type": "object",
-            "properties": {"hash": HASH_SCHEMA},
-            "required": ["hash"],
-            "additionalProperties": False,
-        },
-        {
-            "type": "object",
-            "properties": {"label": LABEL_SCHEMA},
-            "required": ["label"],
-            "additionalProperties": False,
-        },
-    ]
-}
+HASH_OR_LABEL_SCHEMA: dict[str, Any] = one_key_of(hash=HASH_SCHEMA, label=LABEL_SCHEMA)
 
 
 # --- the error envelope -----------------------------------------------------------------------
@@ -181,22 +184,7 @@ def described(schema: dict[str, Any], **kwargs: Any) -> PassThroughField:
 
 def hash_or_inline(inline: dict[str, Any]) -> dict[str, Any]:
     """The ``{"hash": H} | {"inline": content}`` reference of a component."""
-    return {
-        "oneOf": [
-            {
-                "type": "object",
-                "properties": {"hash": HASH_SCHEMA},
-                "required": ["hash"],
-                "additionalProperties": False,
-            },
-            {
-                "type": "object",
-                "properties": {"inline": inline},
-                "required": ["inline"],
-                "additionalProperties": False,
-            },
-        ]
-    }
+    return one_key_of(hash=HASH_SCHEMA, inline=inline)
 
 
 def name_or_hash(*extra: dict[str, Any]) -> dict[str, Any]:
