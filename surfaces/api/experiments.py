@@ -214,6 +214,30 @@ class EstimateSerializer(serializers.Serializer):
         help_text="what seconds rests on (latencies, calls, concurrency), or why it is null"
     )
 
+    class Recorded(serializers.Serializer):
+        worlds = serializers.IntegerField(
+            help_text="planned worlds with a twin already run (same scenario, seed, start, "
+            "branch point and interventions)"
+        )
+        turns = serializers.IntegerField(help_text="their turns the twins already ran")
+        calls = serializers.IntegerField(
+            help_text="the twins' succeeded model calls of those turns, agents' and judges'"
+        )
+        cost = serializers.DecimalField(
+            max_digits=30,
+            decimal_places=6,
+            allow_null=True,
+            help_text="what those calls cost when made; null when one had no price",
+        )
+        basis = serializers.CharField(help_text="why these count, or why nothing can")
+
+        class Meta:
+            ref_name = "ExperimentEstimateRecorded"
+
+    recorded = Recorded(
+        help_text='what reuse "exact" answers from the record (not subtracted from the bound)'
+    )
+
     class Meta:
         ref_name = "ExperimentEstimate"
 

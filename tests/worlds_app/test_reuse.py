@@ -370,6 +370,27 @@ def test_arms_share_their_first_turns_and_a_rerun_sends_only_the_changed_arm(
     again = copy.deepcopy(design)
     again["slug"] = "shared-again"
     again["arms"][1]["interventions"] = _intervention("eaten by a beetle.")
+    # the estimate knows arm a is already recorded (its twins: same scenario, seed, start and
+    # interventions) and arm b is not (its intervention differs)
+    estimate = operator_client.post("/api/experiments/estimate/", again, format="json").json()
+    recorded_a = LlmCall.objects.filter(
+        invocation__world__experiment__slug="shared",
+        invocation__world__arm="a",
+        invocation__kind="llm_generation",
+        invocation__attempt__status="committed",
+    ).count()
+    assert recorded_a > 0
+    assert estimate["recorded"]["worlds"] == design["replicates"]
+    assert estimate["recorded"]["turns"] == design["replicates"] * design["turns"]
+    assert estimate["recorded"]["calls"] == recorded_a
+    assert estimate["recorded"]["cost"] is None  # no price: unknown, never 0
+    unseeded = {k: v for k, v in again.items() if k != "seed"}
+    nothing = operator_client.post("/api/experiments/estimate/", unseeded, format="json").json()
+    assert nothing["recorded"]["calls"] == 0 and "no seed" in nothing["recorded"]["basis"]
+    off_estimate = {**again, "reuse": "off"}
+    nothing = operator_client.post("/api/experiments/estimate/", off_estimate, format="json")
+    assert nothing.json()["recorded"]["calls"] == 0
+    assert 'reuse "off"' in nothing.json()["recorded"]["basis"]
     answer = operator_client.post("/api/experiments/", again, format="json")
     assert answer.status_code == 201, answer.json()
     redone = _wait("shared-again")
@@ -377,6 +398,16 @@ def test_arms_share_their_first_turns_and_a_rerun_sends_only_the_changed_arm(
     new = len(llm.requests) - sent
     assert new > 0
     assert not _live(world__experiment__slug="shared-again", world__arm="a").exists()
+    # what the estimate said was recorded is what was answered from the record
+    assert (
+        SourceInvocation.objects.filter(
+            world__experiment__slug="shared-again",
+            world__arm="a",
+            kind="llm_generation",
+            reused_from__isnull=False,
+        ).count()
+        == estimate["recorded"]["calls"]
+    )
     assert _live(world__experiment__slug="shared-again", world__arm="b").count() == new
     assert _measured("shared-again", "a") == _measured("shared", "a")
     assert _measured("shared-again", "b") != _measured("shared", "b")

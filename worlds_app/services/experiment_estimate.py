@@ -38,6 +38,7 @@ from scenarios_app.selectors import metric_rows
 from worlds_app.services.branches import design_branch_point
 from worlds_app.services.experiment_design import design_of
 from worlds_app.services.experiment_power import experiment_power
+from worlds_app.services.experiment_recorded import Recorded, recorded_of
 from worlds_app.services.experiment_time import Rounds, generations_per_turn, time_of
 from worlds_app.services.factorial_arms import factorial_arms
 from worlds_app.services.measurements import unmeasured_before
@@ -80,6 +81,8 @@ class Estimate(TypedDict):
     # the expected wall time (``experiment_time.time_of``) and what it rests on
     seconds: int | None
     seconds_basis: str
+    # the planned worlds' calls an earlier twin already recorded (``experiment_recorded``)
+    recorded: Recorded
 
 
 def _llm_nodes(snapshot: Mapping[str, Any]) -> Iterator[tuple[str, str, str, bool]]:
@@ -242,6 +245,7 @@ def _estimate(*, data: Any) -> Estimate:
     ``power`` beside the design: the replicates it needs for that power (docs/experiments.md,
     "How many replicates do I need?")."""
     power_asked = data.get("power") if isinstance(data, dict) else None
+    seed_given = isinstance(data, dict) and data.get("seed") is not None
     if isinstance(data, dict) and "power" in data:
         data = {key: value for key, value in data.items() if key != "power"}
     design = design_of(data)
@@ -333,6 +337,11 @@ def _estimate(*, data: Any) -> Estimate:
         elif budget.max_cost_total is not None:
             checks = []  # unpriced: whether it fits the cost budget is unknown
         within = all(checks) if checks else None
+    labels = [m["label"] for m in metric_rows(hashes=list(design.metrics))]
+    fixed_start = start if design.start_time is not None else None
+    recorded = recorded_of(
+        design, seed_given=seed_given, start=fixed_start, point=point, metric_labels=labels
+    )
     return {
         "worlds": design.worlds_planned,
         "turns_per_world": turns,
@@ -347,4 +356,5 @@ def _estimate(*, data: Any) -> Estimate:
         "power": power,
         "seconds": time.seconds,
         "seconds_basis": time.basis,
+        "recorded": recorded,
     }

@@ -416,4 +416,5 @@ def test_the_experiment_estimate_is_declared_field_by_field(tmp_path: Path) -> N
         "power": "ref?",
         "seconds": "integer?",
         "seconds_basis": "string",
+        "recorded": "ref",
     }
