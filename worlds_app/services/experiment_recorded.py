@@ -84,7 +84,7 @@ def _twins(
                 "world_id", "simulation_time"
             )
         )
-    by_key: dict[tuple[str, int], list[tuple[int, int, list[tuple[int, Any, str]]]]] = {}
+    by_key: dict[tuple[str, int | None], list[tuple[int, int, list[tuple[int, Any, str]]]]] = {}
     for row in rows:
         if point is None and starts.get(row["pk"]) != start:
             continue
