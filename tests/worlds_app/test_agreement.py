@@ -13,6 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 from scipy.stats import permutation_test, spearmanr
+from scipy.stats import t as t_dist
 from sklearn.metrics import cohen_kappa_score
 
 from chukwa_core.agreement import fast_kappa, fast_rho
@@ -100,7 +101,17 @@ def test_a_turn_is_one_unit_and_the_figures_are_scipys_sklearns_and_krippendorff
     for name in ("spearman_rho_ci", "krippendorff_alpha_ci"):
         interval = got[name]
         assert interval["low"] < interval["high"], (name, interval)
-        assert "worlds with replacement (999 resamples" in interval["method"]
+        assert "delete-one-world jackknife on Fisher's z scale" in interval["method"]
+    # rho's interval by world, from scipy's own rho of each world left out: the jackknife's
+    # standard error of atanh(rho), t on G - 1 = 1 df, back with tanh
+    halves = [(scores[:3], means[:3]), (scores[3:], means[3:])]
+    left_out = [spearmanr(*halves[1 - i]).statistic for i in range(2)]
+    zs = np.arctanh(left_out)
+    se = np.sqrt((2 - 1) / 2 * ((zs - zs.mean()) ** 2).sum())
+    centre = np.arctanh(spearmanr(scores, means).statistic)
+    half = t_dist.ppf(0.975, 1) * se
+    assert got["spearman_rho_ci"]["low"] == pytest.approx(np.tanh(centre - half), abs=1e-12)
+    assert got["spearman_rho_ci"]["high"] == pytest.approx(np.tanh(centre + half), abs=1e-12)
     assert got == get(reader_client, metric)  # seeded: the same data, the same intervals
     names = measurement_selectors.agreement_names(metric_hash=metric)
     assert names == ["plausibility", "plausibility_flag"]
