@@ -238,38 +238,30 @@ def admit_on_commit(experiment_id: int) -> None:
     transaction.on_commit(admit)
 
 
-def _active_attempts() -> Exists:
-    return Exists(
-        TurnAttempt.objects.filter(
-            world_id=OuterRef("pk"), status__in=[AttemptStatus.QUEUED, AttemptStatus.RUNNING]
-        )
-    )
-
-
-# Worlds not admitted yet, looked at this many at a time (lowest id first) for queued turns.
+# Worlds looked at this many at a time (lowest id first) for their attempts' statuses.
 ADMIT_CHUNK = 1000
 
 
-def _next_waiting(worlds: QuerySet[World], count: int) -> list[int]:
-    """The ``count`` lowest ids of ``worlds`` not admitted yet that have a queued attempt.
+def _with_attempts(worlds: QuerySet[World], statuses: list[str], count: int) -> list[int]:
+    """The ``count`` lowest ids of ``worlds`` that have an attempt in one of ``statuses``.
 
-    Looked up a chunk of worlds at a time, their queued attempts by the chunk's ids: a cost
-    linear in the worlds read whatever the planner's statistics say. (One ``EXISTS`` per world
-    was planned, on tables just filled by an experiment's creation and not analyzed yet, as a
+    Looked up a chunk of worlds at a time, their attempts by the chunk's ids: a cost linear in
+    the worlds read whatever the planner's statistics say. (One ``EXISTS`` per world was
+    planned, on tables just filled by an experiment's creation and not analyzed yet, as a
     bitmap scan of every queued attempt for each world: 10,000 new worlds took minutes.)"""
-    waiting = worlds.filter(admitted_at__isnull=True).order_by("pk").values_list("pk", flat=True)
+    ids = worlds.order_by("pk").values_list("pk", flat=True)
     found: list[int] = []
     after = 0
     while len(found) < count:
-        chunk = list(waiting.filter(pk__gt=after)[:ADMIT_CHUNK])
+        chunk = list(ids.filter(pk__gt=after)[:ADMIT_CHUNK])
         if not chunk:
             break
-        queued = set(
-            TurnAttempt.objects.filter(world_id__in=chunk, status=AttemptStatus.QUEUED)
+        having = set(
+            TurnAttempt.objects.filter(world_id__in=chunk, status__in=statuses)
             .values_list("world_id", flat=True)
             .distinct()
         )
-        found += [pk for pk in chunk if pk in queued][: count - len(found)]
+        found += [pk for pk in chunk if pk in having][: count - len(found)]
         after = chunk[-1]
     return found
 
@@ -293,10 +285,13 @@ def experiment_admit(*, experiment_id: int) -> list[str]:
             cursor.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"experiment-admit:{experiment_id}"]
             )
-        in_flight = worlds.filter(admitted_at__isnull=False).filter(_active_attempts()).count()
+        active = [AttemptStatus.QUEUED.value, AttemptStatus.RUNNING.value]
+        in_flight = len(_with_attempts(worlds.filter(admitted_at__isnull=False), active, limit))
         if in_flight >= limit:
             return []
-        admitted = _next_waiting(worlds, limit - in_flight)
+        admitted = _with_attempts(
+            worlds.filter(admitted_at__isnull=True), [AttemptStatus.QUEUED.value], limit - in_flight
+        )
         if not admitted:
             return []
         World.objects.filter(pk__in=admitted).update(admitted_at=timezone.now())
@@ -350,9 +345,10 @@ def turn_attempt_redrive(*, limit: int | None = None) -> list[str]:
         ):
             return sent  # the broker is down: the next period tries again
         sent.append(str(attempt_id))
+    # every experiment with worlds not admitted yet: its admission finds those with queued
+    # turns (an EXISTS per world here was planned like the one _with_attempts replaces)
     waiting = (
         World.objects.filter(experiment__isnull=False, admitted_at__isnull=True)
-        .filter(Exists(TurnAttempt.objects.filter(world_id=OuterRef("pk"), status="queued")))
         .order_by("experiment_id")
         .values_list("experiment_id", flat=True)
         .distinct()
