@@ -258,6 +258,7 @@ def _with_attempts(worlds: QuerySet[World], statuses: list[str], count: int) -> 
             break
         having = set(
             TurnAttempt.objects.filter(world_id__in=chunk, status__in=statuses)
+            .order_by()  # not the model's order: it joins the worlds into the DISTINCT
             .values_list("world_id", flat=True)
             .distinct()
         )
