@@ -20,17 +20,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
 from django.utils import timezone
 
 from chukwa_core.json_values import storable_text
-from cognition_app import batches
+from cognition_app import batch_queue as batches
 from cognition_app.costs import call_cost, price_at
 from cognition_app.failures import SourceFailure
 from cognition_app.models import BatchRequest, InvocationStatus, LlmCall
 from cognition_app.recording import GenerationRecord
 from cognition_app.sources.context import CallContext
 from cognition_app.sources.generation import Generation, Judge, verdict_fields
+from cognition_app.sources.llm_replay import replayed_generation
 from cognition_app.sources.retry import retry_policy
 from cognition_app.sources.stream_events import usage_counts
 
@@ -96,7 +98,7 @@ class BatchedCall:
 
     # --- answered -------------------------------------------------------------------------
 
-    def _rows(self, queued: BatchRequest) -> GenerationRecord:
+    def _rows(self, queued: BatchRequest, reused_from: UUID | None = None) -> GenerationRecord:
         iface = self.source["interface"]
         rows = GenerationRecord.new_generation(
             self.ctx,
@@ -114,12 +116,24 @@ class BatchedCall:
             base_url_env=iface["base_url_env"],
             price=price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now()),
             kind=self.kind,
+            reused_from=reused_from,
         )
         rows.call.batched = True
         rows.call.batch_request = queued
         return rows
 
     def _answered(self, queued: BatchRequest) -> Generation:
+        earlier = (
+            LlmCall.objects.filter(batch_request=queued, status=InvocationStatus.SUCCEEDED)
+            .select_related("invocation")
+            .order_by("started_at")
+            .first()
+        )
+        if earlier is not None:
+            # the line was paid for once, by the call that first read it (an identical request
+            # shared the line, or the same judging asked again): this one is reused from it
+            rows = self._rows(queued, reused_from=earlier.invocation_id)
+            return replayed_generation(rows, earlier.invocation, self.judge, reused=True)
         rows = self._rows(queued)
         body = queued.response_body if isinstance(queued.response_body, dict) else {}
         status = queued.response_status

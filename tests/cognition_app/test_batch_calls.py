@@ -96,6 +96,15 @@ def test_a_batched_call_waits_then_is_answered_at_the_batch_price(
     ) / 1_000_000
     assert call.cost == expected
     assert scripted_llm.requests == []  # nothing live
+    # asked again: the line was paid for once, this call is reused from the first
+    assert _call(source).text == "score 4"
+    again = LlmCall.objects.exclude(pk=call.pk).get()
+    assert (again.cost, again.tokens_reused) == (
+        0,
+        usage["prompt_tokens"] + usage["completion_tokens"],
+    )
+    assert again.invocation.reused_from == call.invocation_id
+    assert len(scripted_llm.batches) == 1
 
 
 def test_no_batch_prices_leave_the_cost_unknown(scripted_llm: ScriptedLLM) -> None:  # noqa: F811
