@@ -276,6 +276,14 @@ class DetailProgressSerializer(ProgressSerializer):
         "side as the limits allow); null when nothing has committed yet, a model's latency "
         "is unknown or the experiment is not running",
     )
+    judges_waiting = serializers.IntegerField(
+        help_text="judgings whose judge call waits in a provider batch (a judge source declaring "
+        "interface.batch): their turns stay unmeasured, not failed, until the batch ends"
+    )
+    judge_batches = serializers.IntegerField(
+        help_text="the provider batches holding those judge calls (requests not sent yet, "
+        "gathered at the next batch poll, count none)"
+    )
 
     class Meta:
         ref_name = "ExperimentProgress"
