@@ -226,6 +226,11 @@ class BatchedCall:
     # --- failed ---------------------------------------------------------------------------
 
     def _failed(self, queued: BatchRequest) -> SourceFailure | batches.BatchPending:
+        """A request that ended without an answer. Another owner's (an identical request this
+        call shared, which its owner's cancel or failure ended) is not this call's try: it is
+        asked again under its own owner. This owner's own tries are its failed rows."""
+        if queued.owner != self.ctx.batch_owner:
+            return self._queued()
         failure_class = FAILURE_CLASSES.get(queued.failure_class, "batch_failed")
         message = (
             f"the provider batch {self._provider_batch(queued) or '(not sent)'} holding the "
@@ -235,6 +240,7 @@ class BatchedCall:
             self._refused(self._rows(queued), SourceFailure(failure_class, message))
         tries = LlmCall.objects.filter(
             batch_request__reuse_key=self.reuse_key,
+            batch_request__owner=self.ctx.batch_owner,
             batch_request__status__in=[batches.FAILED, batches.CANCELLED],
             status=InvocationStatus.FAILED,
         ).count()

@@ -192,3 +192,29 @@ def test_a_cancel_without_the_endpoint_variable_still_cancels_the_requests(
     assert BatchRequest.objects.get().status == "cancelled"
     assert ProviderBatch.objects.get().status == "in_progress"  # ends at the provider
     assert batches.poll_submitted() == []  # nor does a poll without it fail
+
+
+def test_another_owners_ended_request_is_not_this_owners_try(
+    scripted_llm: ScriptedLLM,  # noqa: F811
+) -> None:
+    source = response_source_put(content=SOURCE)["hash"]
+    with pytest.raises(batches.BatchPending) as first:
+        _call(source, owner="experiment:1")
+    # experiment:2 asks the same meanwhile: it waits on the same line
+    with pytest.raises(batches.BatchPending) as shared:
+        _call(source, owner="experiment:2")
+    assert shared.value.request_id == first.value.request_id
+    batches.cancel_owner("experiment:1")
+    # experiment:1's judging fails, cancelled; experiment:2's is asked again, its own
+    with pytest.raises(SourceFailure) as cancelled:
+        _call(source, owner="experiment:1")
+    assert cancelled.value.failure_class == "batch_cancelled"
+    with pytest.raises(batches.BatchPending) as again:
+        _call(source, owner="experiment:2")
+    assert again.value.request_id != first.value.request_id
+    assert BatchRequest.objects.get(pk=again.value.request_id).owner == "experiment:2"
+    scripted_llm.script("score 2")
+    batches.batch_tick()
+    assert _call(source, owner="experiment:2").text == "score 2"
+    # the failed try written is experiment:1's alone
+    assert SourceInvocation.objects.filter(status="failed").count() == 1
