@@ -21,8 +21,20 @@ from collections import defaultdict
 from typing import Any
 
 from django.db import transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
+from cognition_app.batch_queue import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    MISSING_LINE,
+    PENDING,
+    SUBMITTED,
+    BatchPending,
+    batch_body,
+    enqueue,
+)
 from cognition_app.failures import SourceFailure
 from cognition_app.models import BatchRequest, ProviderBatch
 from cognition_app.sources import batch_api
@@ -30,36 +42,28 @@ from cognition_app.sources.components import source_content
 
 logger = logging.getLogger(__name__)
 
-PENDING, SUBMITTED, COMPLETED, FAILED, CANCELLED = (
-    "pending",
-    "submitted",
-    "completed",
-    "failed",
-    "cancelled",
-)
-# a batch's line that the provider dropped (in neither output file)
-MISSING_LINE = "batch_line_missing"
+# the queue's names (cognition_app.batch_queue), read from here
+__all__ = [
+    "CANCELLED",
+    "COMPLETED",
+    "FAILED",
+    "MISSING_LINE",
+    "PENDING",
+    "SUBMITTED",
+    "BatchPending",
+    "batch_body",
+    "batch_tick",
+    "batches_ended",
+    "cancel_owner",
+    "enqueue",
+    "poll_submitted",
+    "submit_pending",
+]
 
-
-def batch_body(payload: dict[str, Any]) -> dict[str, Any]:
-    """A chat request as a batch line carries it: not streamed."""
-    return {k: v for k, v in payload.items() if k not in ("stream", "stream_options")}
-
-
-def enqueue(
-    *, source_hash: str, reuse_key: str, body: dict[str, Any], owner: str = ""
-) -> BatchRequest:
-    """The request's row: an identical one waiting or answered, else a new pending row."""
-    existing = (
-        BatchRequest.objects.filter(reuse_key=reuse_key, status__in=[PENDING, SUBMITTED, COMPLETED])
-        .order_by("created_at")
-        .first()
-    )
-    if existing is not None:
-        return existing
-    return BatchRequest.objects.create(
-        source_hash=source_hash, reuse_key=reuse_key, body=batch_body(body), owner=owner
-    )
+# Sent after a tick in which provider batches ended (``batches``: the ProviderBatch rows), so
+# that the layers above ask again at once for what waited on them (the worlds layer measures
+# the worlds whose judgings waited).
+batches_ended = Signal()
 
 
 def submit_pending() -> list[ProviderBatch]:
@@ -92,8 +96,8 @@ def poll_submitted() -> list[ProviderBatch]:
     """Poll every batch not ended; write the answers of those that ended. The batches ended."""
     ended: list[ProviderBatch] = []
     for batch in ProviderBatch.objects.filter(status="in_progress").order_by("pk"):
-        endpoint = batch_api.BatchEndpoint.of(source_content(batch.source_hash)["interface"])
-        try:
+        try:  # a variable unset here: polled by a process that has it, or at the next tick
+            endpoint = batch_api.BatchEndpoint.of(source_content(batch.source_hash)["interface"])
             state = batch_api.poll(endpoint, batch.provider_batch_id)
         except SourceFailure as exc:
             logger.warning("batch %s not polled: %s", batch.provider_batch_id, exc)
@@ -140,8 +144,8 @@ def cancel_owner(owner: str) -> int:
     for batch in ProviderBatch.objects.filter(pk__in=batch_ids, status="in_progress"):
         if batch.requests.filter(status=SUBMITTED).exists():
             continue  # another owner still waits on it
-        endpoint = batch_api.BatchEndpoint.of(source_content(batch.source_hash)["interface"])
-        try:
+        try:  # a variable unset here (the web process): the batch ends at the provider
+            endpoint = batch_api.BatchEndpoint.of(source_content(batch.source_hash)["interface"])
             status = batch_api.cancel(endpoint, batch.provider_batch_id)
         except SourceFailure as exc:
             logger.warning("batch %s not cancelled: %s", batch.provider_batch_id, exc)
@@ -152,4 +156,8 @@ def cancel_owner(owner: str) -> int:
 
 def batch_tick() -> tuple[int, int]:
     """One period: send what is pending, poll what was sent. (batches sent, batches ended)"""
-    return len(submit_pending()), len(poll_submitted())
+    sent = submit_pending()
+    ended = poll_submitted()
+    if ended:
+        batches_ended.send(sender=ProviderBatch, batches=ended)
+    return len(sent), len(ended)

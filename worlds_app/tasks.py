@@ -57,12 +57,12 @@ def reap_expired_attempts() -> dict[str, Any]:
     every idle experiment world whose measure message was lost."""
     from worlds_app.services import turn_attempt_reap, turn_attempt_redrive
     from worlds_app.services.interview_runs import interview_reap
-    from worlds_app.services.measure_redrive import measure_redrive
+    from worlds_app.services.measure_redrive import batch_answers_redrive, measure_redrive
 
     try:
         reaped = turn_attempt_reap()
         redriven = turn_attempt_redrive()
-        measures = measure_redrive()
+        measures = measure_redrive() + batch_answers_redrive()
         interviews = interview_reap()
         return {
             "reaped": reaped,

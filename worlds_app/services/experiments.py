@@ -24,6 +24,7 @@ from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.experiment_design import Budget, PlannedIntervention, world_slug
 from chukwa_core.hashing import json_hash
 from chukwa_core.seeds import replicate_seed
+from cognition_app import batches
 from worlds_app.models import (
     AttemptStatus,
     Experiment,
@@ -44,6 +45,7 @@ from worlds_app.services.experiment_design import (
     design_of,
 )
 from worlds_app.services.factorial_arms import factorial_arms
+from worlds_app.services.measure_redrive import batch_answers_redrive
 from worlds_app.services.measurements import resolve_metric_refs
 from worlds_app.services.world_inputs import whole_number
 from worlds_app.services.worlds import new_world_rows, parse_start_time, world_start
@@ -380,7 +382,8 @@ def experiment_add_metrics(*, slug: str, metrics: Any, created_by: str = "") -> 
 
 def experiment_cancel(*, slug: str) -> Experiment:
     """Cancel what has not started: every queued attempt of the experiment's worlds (a running
-    one ends as it would have)."""
+    one ends as it would have), and its judge calls waiting in provider batches (a batch holding
+    only its requests is cancelled at the provider; those judgings fail ``batch_cancelled``)."""
     with transaction.atomic(durable=True):
         experiment = _locked(slug)
         if experiment.cancelled_at is None:
@@ -391,4 +394,8 @@ def experiment_cancel(*, slug: str) -> Experiment:
             f"cancelled: experiment {slug!r} was cancelled",
             experiment.cancelled_at,
         )
+    # after the commit: it asks the provider over HTTP; the judgings that waited are measured
+    # (failed ``batch_cancelled``) at once
+    if batches.cancel_owner(f"experiment:{experiment.pk}"):
+        batch_answers_redrive(check_queue=False)
     return experiment
