@@ -265,7 +265,19 @@ def experiment_admit(*, experiment_id: int) -> list[str]:
             cursor.execute(
                 "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"experiment-admit:{experiment_id}"]
             )
-        in_flight = worlds.filter(admitted_at__isnull=False).filter(_active_attempts()).count()
+        # a world whose attempt is parked (batch mode) holds no worker: not in flight
+        in_flight = (
+            worlds.filter(admitted_at__isnull=False)
+            .filter(_active_attempts())
+            .exclude(
+                Exists(
+                    TurnAttempt.objects.filter(
+                        world_id=OuterRef("pk"), status=AttemptStatus.WAITING
+                    )
+                )
+            )
+            .count()
+        )
         if in_flight >= limit:
             return []
         admitted = list(
@@ -315,7 +327,12 @@ def turn_attempt_redrive(*, limit: int | None = None) -> list[str]:
         .exclude(world__experiment__isnull=False, world__admitted_at__isnull=True)
         .exclude(Exists(world_attempts.filter(status=AttemptStatus.RUNNING)))
         .exclude(
-            Exists(world_attempts.filter(status=AttemptStatus.QUEUED, seq__lt=OuterRef("seq")))
+            Exists(
+                world_attempts.filter(
+                    status__in=(AttemptStatus.QUEUED, AttemptStatus.WAITING),
+                    seq__lt=OuterRef("seq"),
+                )
+            )
         )
         .order_by("queued_at", "seq")
         .values_list("id", "world__slug", "world__experiment_id")[:limit]
