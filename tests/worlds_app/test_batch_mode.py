@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from cognition_app.models import BatchRequest, ProviderBatch
+from cognition_app.models import BatchRequest, ProviderBatch, SourceInvocation
 from cognition_app.tasks import batch_tick
 from scenarios_app.services import metric_put, scenario_assemble
 from tests.support.scripted_llm import Reply, ScriptedLLM
@@ -24,7 +24,7 @@ from tests.support.worker import routed_to, worker_process
 from tests.support.worlds import fixture_body, workflow_of
 from worlds_app.experiment_results import export_rows
 from worlds_app.experiment_selectors import experiment_get
-from worlds_app.models import AttemptStatus, Turn, TurnAttempt, World
+from worlds_app.models import ACTIVE_STATUSES, AttemptStatus, Turn, TurnAttempt, World
 
 API_KEY = "sk-batch-mode-test"
 START = "2026-05-01T08:00:00+00:00"
@@ -38,6 +38,10 @@ def _scenario() -> dict[str, Any]:
     iface["timeout_ms"] = 30000
     iface["params"] = {"temperature": 0.7, "max_tokens": 200}
     iface["batch"] = {"api": "openai", "completion_window": "24h"}
+    # a second ant: two generations per turn, so a resumed attempt replays its first
+    second = copy.deepcopy(next(e for e in body["entities"] if e["inline"]["id"] == "ant"))
+    second["inline"] |= {"id": "ant_b", "name": "Second ant"}
+    body["entities"].append(second)
     return {"hash": scenario_assemble(data=body)["scenario_hash"]}
 
 
@@ -199,12 +203,12 @@ def test_batch_mode_gives_the_online_results_and_holds_no_worker_while_a_batch_i
     assert answer.status_code == 201, answer.json()
     assert answer.json()["design"]["mode"] == "batch"
     ticks = 0
-    while not _finished("batched"):
+    while _attempts("batched", *ACTIVE_STATUSES):
         _until(lambda: _all_parked_or_done("batched"), "the worlds did not all park")
-        if _finished("batched"):
-            break
         parked = _attempts("batched", AttemptStatus.WAITING)
-        assert parked > 0
+        if not parked:  # the last tick's attempts committed meanwhile
+            assert not _attempts("batched", *ACTIVE_STATUSES)
+            break
         if ticks == 0:
             # every world parked, its request pending: no attempt holds a worker or a lease
             assert parked == 2 * batched["replicates"]
@@ -230,30 +234,39 @@ def test_batch_mode_gives_the_online_results_and_holds_no_worker_while_a_batch_i
                 lambda: World.objects.get(slug="bystander").current_turn == 1,
                 "the bystander's turn did not commit while the batch was held",
             )
-            assert len(llm.requests) == before + 1
+            assert len(llm.requests) == before + 2  # its two ants, sent live
             assert _attempts("batched", AttemptStatus.WAITING) == parked  # still parked
             llm.settle_batches()
         batch_tick()
         ticks += 1
         assert ticks <= 20, "too many ticks"
+    _until(lambda: _finished("batched"), "the batch-mode experiment was not measured")
     state = experiment_get(slug="batched")
     assert state["status"] == "completed", state
-    # one tick per turn (one generation per world and turn, no tool loop)
-    assert ticks == batched["turns"]
-    assert state["batch"]["ticks"] == batched["turns"]
+    # one tick per generation: two agents a turn, each thinking once (no tool loop)
+    assert ticks == 2 * batched["turns"]
+    assert state["batch"]["ticks"] == ticks
     assert state["batch"]["attempts_waiting"] == 0 and state["batch"]["requests_pending"] == 0
     # nothing of the batch-mode experiment was sent live; every generation went in a batch
-    assert len(llm.requests) == sent_online + 1  # the bystander's only
+    assert len(llm.requests) == sent_online + 2  # the bystander's only
     # every distinct request the online run sent went in a batch once (identical ones share)
     distinct = {json.dumps(r, sort_keys=True) for r in llm.requests[:sent_online]}
     assert len(distinct) < sent_online
     assert len(llm.batch_requests) == len(distinct)
     assert _states("batched") == _states("online")
     assert _measured("batched") == _measured("online")
-    # each attempt parked once per turn and then committed as the same row
+    # each attempt parked once per agent, then committed as the same row, having replayed
+    # its first agent's call when it resumed for the second: no call twice in its record
     assert set(
         TurnAttempt.objects.filter(world__experiment__slug="batched").values_list("status", "parks")
-    ) == {(AttemptStatus.COMMITTED, 1)}
+    ) == {(AttemptStatus.COMMITTED, 2)}
+    for attempt in TurnAttempt.objects.filter(world__experiment__slug="batched"):
+        calls = SourceInvocation.objects.filter(attempt=attempt, kind="llm_generation")
+        assert calls.filter(replayed_from__isnull=True).count() == 2  # one per agent
+        assert calls.filter(replayed_from__isnull=False).count() == 1  # the first, replayed
+        assert calls.filter(status="succeeded").count() == 3
+        kinds = list(attempt.events.order_by("seq").values_list("kind", flat=True))
+        assert kinds.count("attempt_started") == 1 and kinds[-1] == "turn_committed"
 
 
 @pytest.mark.django_db(transaction=True)
