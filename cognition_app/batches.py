@@ -42,12 +42,6 @@ PENDING, SUBMITTED, COMPLETED, FAILED, CANCELLED = (
 MISSING_LINE = "batch_line_missing"
 
 
-class BatchPending(Exception):  # STUB until ha's core lands
-    def __init__(self, request_id: Any) -> None:
-        super().__init__(f"waiting for batch request {request_id}")
-        self.request_id = request_id
-
-
 def batch_body(payload: dict[str, Any]) -> dict[str, Any]:
     """A chat request as a batch line carries it: not streamed."""
     return {k: v for k, v in payload.items() if k not in ("stream", "stream_options")}

@@ -35,7 +35,7 @@ def batched_or_pending(
     if request.status == batches.FAILED:
         raise SourceFailure(request.failure_class or "batch_failed", "the batch failed")
     if request.status != batches.COMPLETED:
-        raise batches.BatchPending(request.pk)
+        raise batches.BatchPending(request.pk, f"waiting for batch request {request.pk}")
     body = request.response_body or {}
     text = body["choices"][0]["message"]["content"]
     usage = body.get("usage") or {}

@@ -56,8 +56,6 @@ class CallContext:
     # the world's ``reuse`` is "exact": an LLM call whose whole request equals a recorded
     # succeeded call's is answered from it (cognition_app.sources.reuse)
     reuse: bool = False
-    # STUB until ha's core lands: non-empty = nobody waits for this call
-    batch_owner: str = ""
     # the world's budget in force for this attempt, handed down by the worlds layer,
     # with what the attempt's calls in flight could still spend
     budget: BudgetLedger | None = None
