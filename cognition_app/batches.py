@@ -42,6 +42,17 @@ PENDING, SUBMITTED, COMPLETED, FAILED, CANCELLED = (
 MISSING_LINE = "batch_line_missing"
 
 
+class BatchPending(Exception):
+    """A call sent through a provider batch whose answer is not in yet: it was enqueued (or was
+    already), holds no slot, reserves no budget and wrote no LLM call row. Ask again once the
+    batch ended (``request_id``: its BatchRequest)."""
+
+    def __init__(self, request_id: Any, message: str) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+        self.message = message
+
+
 def batch_body(payload: dict[str, Any]) -> dict[str, Any]:
     """A chat request as a batch line carries it: not streamed."""
     return {k: v for k, v in payload.items() if k not in ("stream", "stream_options")}

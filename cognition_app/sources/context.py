@@ -75,6 +75,11 @@ class CallContext:
     who: str = ""
     # told, as the call waits for capacity, what it waits for ("" once it holds it)
     on_wait: Callable[[str], None] | None = None
+    # non-empty: nobody waits for this call. A source declaring ``interface.batch`` sends it
+    # through the provider's Batch API, owned by this owner (``experiment:<id>``,
+    # ``world:<id>``): ``invoke_llm`` raises ``cognition_app.batches.BatchPending`` until the
+    # batch's answer is in (cognition_app.sources.llm_batch)
+    batch_owner: str = ""
 
     def check_cancelled(self, what: str) -> None:
         if self.cancel is not None:

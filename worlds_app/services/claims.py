@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -270,13 +271,16 @@ def _now() -> datetime:
 
 
 class Heartbeat:
-    """Renews the lease of the attempt it follows from a background thread while attempts work
-    (LLM calls can take longer than a lease): one thread for all the attempts a task runs in a
-    row (``follow`` moves it to the next). If the worker dies, so does the heartbeat, and the
-    reaper takes over once the lease expires."""
+    """Renews the lease of the row it follows from a background thread while it works (LLM
+    calls can take longer than a lease): a turn attempt by default (``renew_lease``), or any
+    leased row with its own ``renew`` (an interview), which raises LeaseLost once the row is no
+    longer this worker's. One thread for all the attempts a task runs in a row (``follow``
+    moves it to the next). If the worker dies, so does the heartbeat, and the reaper takes over
+    once the lease expires."""
 
-    def __init__(self, attempt: TurnAttempt) -> None:
+    def __init__(self, attempt: Any, renew: Callable[[Any], None] | None = None) -> None:
         self._attempt = attempt
+        self._renew = renew or renew_lease
         self._lost: set[Any] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -290,7 +294,7 @@ class Heartbeat:
 
     @property
     def lost(self) -> bool:
-        """Whether the attempt it follows now lost its lease."""
+        """Whether the row it follows now lost its lease."""
         with self._lock:
             return self._attempt.pk in self._lost
 
@@ -304,7 +308,7 @@ class Heartbeat:
                 with self._lock:
                     attempt = self._attempt
                 try:
-                    renew_lease(attempt)
+                    self._renew(attempt)
                 except LeaseLost:
                     with self._lock:
                         self._lost.add(attempt.pk)
@@ -313,7 +317,8 @@ class Heartbeat:
                     # survive it, and a dead heartbeat would let the reaper interrupt a live
                     # attempt. Drop the broken connection so the next beat opens a fresh one.
                     logger.warning(
-                        "attempt %s: lease renewal failed (%s); retrying at the next beat",
+                        "%s %s: lease renewal failed (%s); retrying at the next beat",
+                        type(attempt).__name__,
                         attempt.pk,
                         type(exc).__name__,
                     )

@@ -20,13 +20,13 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from chukwa_core.errors import ChukwaError
 from worlds_app.models import Interview
 from worlds_app.services.branches import branch_point
+from worlds_app.services.claims import Heartbeat, LeaseLost, lease_seconds
 from worlds_app.services.dispatch import BROKER_ERRORS, interview_send
 from worlds_app.services.interviews import interview_answers, latest_hash
 from worlds_app.turn_view import turn_states
@@ -38,8 +38,13 @@ MAX_INTERVIEW_TRIES = 2
 REDRIVE_AFTER_SECONDS = 30
 
 
-def _lease_seconds() -> float:
-    return float(settings.CHUKWA_ATTEMPT_TIME_LIMIT)
+def _renew(row: Interview) -> None:
+    """The heartbeat's renewal of a running interview's lease (``claims.Heartbeat``)."""
+    renewed = Interview.objects.filter(
+        pk=row.pk, status="running", lease_owner=row.lease_owner
+    ).update(lease_expires_at=timezone.now() + timedelta(seconds=lease_seconds()))
+    if not renewed:
+        raise LeaseLost(f"interview {row.pk}")
 
 
 def _claim(interview_id: int, owner: str) -> Interview | None:
@@ -51,7 +56,7 @@ def _claim(interview_id: int, owner: str) -> Interview | None:
         row.status = "running"
         row.tries += 1
         row.lease_owner = owner[:200]
-        row.lease_expires_at = now + timedelta(seconds=_lease_seconds())
+        row.lease_expires_at = now + timedelta(seconds=lease_seconds())
         row.started_at = now
         row.answers = []  # a retry asks again from the start
         row.save(
@@ -99,20 +104,23 @@ def interview_run(*, interview_id: int, owner: str) -> str | None:
         return "failed"
 
     def progress(answers: list[dict[str, Any]]) -> None:
-        Interview.objects.filter(pk=row.pk, status="running").update(
-            answers=answers,
-            lease_expires_at=timezone.now() + timedelta(seconds=_lease_seconds()),
+        Interview.objects.filter(pk=row.pk, status="running", lease_owner=row.lease_owner).update(
+            answers=answers
         )
 
-    answers, error = interview_answers(
-        world,
-        row.turn_number,
-        list(row.subjects),
-        list(row.questions),
-        row.source_hash,
-        branch,
-        on_answer=progress,
-    )
+    # the lease is short (CHUKWA_ATTEMPT_LEASE_SECONDS) and renewed while the agents answer, as
+    # a turn attempt's: a killed worker's interview is queued again within a lease, not after
+    # the whole time limit
+    with Heartbeat(row, renew=_renew):
+        answers, error = interview_answers(
+            world,
+            row.turn_number,
+            list(row.subjects),
+            list(row.questions),
+            row.source_hash,
+            branch,
+            on_answer=progress,
+        )
     row.answers = answers
     _, after = latest_hash(world)
     _finish(row, error=error, after=after)

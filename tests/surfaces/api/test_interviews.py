@@ -238,6 +238,37 @@ def test_the_page_asks_and_shows_the_answers_with_the_world_unchanged(
     assert "/worlds/buyers/interviews/" in client.get("/worlds/buyers/").content.decode()
 
 
+def test_a_slow_answer_keeps_a_short_lease_renewed_so_the_reaper_leaves_it(
+    live_server: Any, operator_user: User, scripted_llm: ScriptedLLM, toy_sources: str
+) -> None:
+    """The lease is a turn attempt's (CHUKWA_ATTEMPT_LEASE_SECONDS, here 3 s), renewed by a
+    heartbeat while the agents answer: an answer slower than the lease is not taken away, and a
+    killed worker's interview would be queued again within seconds, not the whole time limit."""
+    buyers_world("buyers", 1)
+    source = response_source_put(content=LLM_SOURCE)["hash"]
+    http = _http(live_server, operator_user)
+    scripted_llm.script(Reply(text="Slowly.", delay_s=8), "Hungry.")
+    env = {**_worker_env(), "CHUKWA_ATTEMPT_LEASE_SECONDS": "3"}
+    with worker_process(QUEUE, env=env, queue=QUEUE), routed_to(QUEUE):
+        answer = http.post(
+            "/api/worlds/buyers/interviews/",
+            json={"turn": 1, "subjects": "all", "questions": ["Why?"], "source": {"hash": source}},
+        )
+        assert answer.status_code == 202, answer.json()
+        deadline = time.monotonic() + 60
+        while not scripted_llm.requests:  # the worker is waiting for the slow answer
+            assert time.monotonic() < deadline, "the worker never asked the model"
+            time.sleep(0.05)
+        time.sleep(5)  # longer than the lease: only the heartbeat keeps it
+        row = Interview.objects.get()
+        assert row.status == "running"
+        assert row.lease_expires_at <= timezone.now() + timedelta(seconds=3 + 1)  # short
+        assert interview_reap() == {"requeued": [], "failed": [], "sent": []}
+        done = _until("buyers", http, lambda i: i["status"] not in ("queued", "running"), "ended")
+    assert (done["status"], done["tries"]) == ("completed", 1), done
+    assert [a["answer"] for a in done["answers"]] == ["Slowly.", "Hungry."]
+
+
 def test_a_worker_killed_mid_interview_leaves_it_queued_again_then_answered_never_running(
     live_server: Any, operator_user: User, scripted_llm: ScriptedLLM, toy_sources: str
 ) -> None:
