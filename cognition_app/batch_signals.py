@@ -1,22 +1,17 @@
-"""What the batch tick tells the layers above (docs/costs.md, "Batch mode"), which this layer
-does not know: who is still gathering requests for a tick, and that a tick ended.
+"""What the batch tick asks the layers above (docs/costs.md, "Batch mode"), which this layer
+does not know: who is still gathering requests for a tick.
 
-- :data:`holds`: functions given the owners with pending requests, each answering the owners
-  whose requests wait for the next tick (the worlds layer: a batch-mode experiment with
-  attempts still running toward their next request — lockstep: every world's request of a
-  tick joins that tick's batch).
-- :data:`tick_ended`: sent after every tick (its batches sent and polled); the worlds layer
-  resumes the attempts parked on requests that ended.
+:data:`holds`: functions given the owners with pending requests, each answering the owners
+whose requests wait for the next tick (the worlds layer: a batch-mode experiment with attempts
+still running toward their next request — lockstep: every world's request of a tick joins that
+tick's batch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.dispatch import Signal
-
 holds: list[Callable[[set[str]], set[str]]] = []
-tick_ended = Signal()
 
 
 def held(owners: set[str]) -> set[str]:

@@ -16,13 +16,10 @@ logger = logging.getLogger(__name__)
 def batch_tick() -> dict[str, int]:
     """The periodic batch poll (every ``CHUKWA_BATCH_POLL_SECONDS``): send the pending requests
     of batch sources as provider batches, poll the batches sent, write their answers."""
-    from cognition_app.batch_signals import tick_ended
     from cognition_app.batches import batch_tick as tick
 
     try:
         sent, ended = tick()
-        # the worlds layer resumes the attempts parked on what ended
-        tick_ended.send(sender=None, ended=ended)
     except (OperationalError, InterfaceError) as exc:
         logger.warning("batch poll skipped: database unavailable (%s)", type(exc).__name__)
         return {"sent": 0, "ended": 0}

@@ -10,7 +10,8 @@ class WorldsAppConfig(AppConfig):
         # Batch mode (services/batch_mode.py): the batch tick holds an experiment's requests
         # while its worlds still run toward theirs, and resumes parked attempts after it.
         from cognition_app import batch_signals
+        from cognition_app.batches import batches_ended as ended
         from worlds_app.services import batch_mode
 
         batch_signals.holds.append(batch_mode.gathering)
-        batch_signals.tick_ended.connect(batch_mode.on_tick_ended, dispatch_uid="batch_resume")
+        ended.connect(batch_mode.on_batches_ended, dispatch_uid="worlds_app.batch_resume")

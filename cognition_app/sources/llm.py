@@ -162,31 +162,6 @@ def invoke_llm(
                     kind=kind,
                 )
                 return replayed_generation(rows, original, judge, reused=True)
-    if ctx.batch_owner and "batch" in iface and config_failure is None:  # STUB (ha's core)
-        from cognition_app.sources.batch_stub import batched_or_pending
-
-        return batched_or_pending(
-            lambda: GenerationRecord.new_generation(
-                ctx,
-                source_hash=source_hash,
-                source=source,
-                request=request,
-                request_key=req_key,
-                output_schema_hash=output_schema_hash,
-                base_url=base_url,
-                model=payload["model"],
-                messages=payload["messages"],
-                params=params,
-                response_format=response_format,
-                base_url_env=iface["base_url_env"],
-                kind=kind,
-            ),
-            source_hash=source_hash,
-            reuse_key=reuse_key,
-            payload=payload,
-            owner=ctx.batch_owner,
-            judge=judge,
-        )
     send = _Send(
         ctx=ctx,
         source_hash=source_hash,

@@ -94,7 +94,11 @@ def gathering(owners: set[str]) -> set[str]:
     """Of ``owners``, the batch-mode experiments whose worlds still run toward their next
     request: an attempt running, or queued at the head of its world (no parked one before
     it). Their requests wait for the next tick, so a tick's batch holds every world's."""
-    ids = {int(o.split(":", 1)[1]) for o in owners if o.startswith("experiment:")}
+    ids = {
+        int(o.split(":", 1)[1])
+        for o in owners
+        if o.startswith("experiment:") and _mode(int(o.split(":", 1)[1])) == BATCH
+    }
     if not ids:
         return set()
     parked = TurnAttempt.objects.filter(world_id=OuterRef("world_id"), status=AttemptStatus.WAITING)
@@ -107,7 +111,8 @@ def gathering(owners: set[str]) -> set[str]:
     return {batch_owner(i) for i in busy}
 
 
-def on_tick_ended(**_: object) -> None:
+def on_batches_ended(**_: object) -> None:
+    """``cognition_app.batches.batches_ended``: resume what waited on them."""
     batch_resume()
 
 

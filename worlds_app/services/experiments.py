@@ -24,7 +24,6 @@ from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.experiment_design import Budget, PlannedIntervention, world_slug
 from chukwa_core.hashing import json_hash
 from chukwa_core.seeds import replicate_seed
-from cognition_app.batches import cancel_owner
 from worlds_app.models import (
     AttemptStatus,
     Experiment,
@@ -35,7 +34,6 @@ from worlds_app.models import (
     World,
 )
 from worlds_app.selectors import require_slug
-from worlds_app.services.batch_mode import batch_owner
 from worlds_app.services.branches import design_branch_point
 from worlds_app.services.cancelling import cancel_queued
 from worlds_app.services.dispatch import admit_on_commit, measure_on_commit
@@ -391,6 +389,4 @@ def experiment_cancel(*, slug: str) -> Experiment:
             f"cancelled: experiment {slug!r} was cancelled",
             experiment.cancelled_at,
         )
-    # its provider batches too (batch mode): after the commit, an HTTP call each
-    cancel_owner(batch_owner(experiment.pk))
     return experiment
