@@ -21,8 +21,20 @@ from collections import defaultdict
 from typing import Any
 
 from django.db import transaction
+from django.dispatch import Signal
 from django.utils import timezone
 
+from cognition_app.batch_queue import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    MISSING_LINE,
+    PENDING,
+    SUBMITTED,
+    BatchPending,
+    batch_body,
+    enqueue,
+)
 from cognition_app.batch_signals import held
 from cognition_app.failures import SourceFailure
 from cognition_app.models import BatchRequest, ProviderBatch
@@ -31,47 +43,28 @@ from cognition_app.sources.components import source_content
 
 logger = logging.getLogger(__name__)
 
-PENDING, SUBMITTED, COMPLETED, FAILED, CANCELLED = (
-    "pending",
-    "submitted",
-    "completed",
-    "failed",
-    "cancelled",
-)
-# a batch's line that the provider dropped (in neither output file)
-MISSING_LINE = "batch_line_missing"
+# the queue's names (cognition_app.batch_queue), read from here
+__all__ = [
+    "CANCELLED",
+    "COMPLETED",
+    "FAILED",
+    "MISSING_LINE",
+    "PENDING",
+    "SUBMITTED",
+    "BatchPending",
+    "batch_body",
+    "batch_tick",
+    "batches_ended",
+    "cancel_owner",
+    "enqueue",
+    "poll_submitted",
+    "submit_pending",
+]
 
-
-class BatchPending(Exception):
-    """A call sent through a provider batch whose answer is not in yet: it was enqueued (or was
-    already), holds no slot, reserves no budget and wrote no LLM call row. Ask again once the
-    batch ended (``request_id``: its BatchRequest)."""
-
-    def __init__(self, request_id: Any, message: str) -> None:
-        super().__init__(message)
-        self.request_id = request_id
-        self.message = message
-
-
-def batch_body(payload: dict[str, Any]) -> dict[str, Any]:
-    """A chat request as a batch line carries it: not streamed."""
-    return {k: v for k, v in payload.items() if k not in ("stream", "stream_options")}
-
-
-def enqueue(
-    *, source_hash: str, reuse_key: str, body: dict[str, Any], owner: str = ""
-) -> BatchRequest:
-    """The request's row: an identical one waiting or answered, else a new pending row."""
-    existing = (
-        BatchRequest.objects.filter(reuse_key=reuse_key, status__in=[PENDING, SUBMITTED, COMPLETED])
-        .order_by("created_at")
-        .first()
-    )
-    if existing is not None:
-        return existing
-    return BatchRequest.objects.create(
-        source_hash=source_hash, reuse_key=reuse_key, body=batch_body(body), owner=owner
-    )
+# Sent after a tick in which provider batches ended (``batches``: the ProviderBatch rows), so
+# that the layers above ask again at once for what waited on them (the worlds layer measures
+# the worlds whose judgings waited).
+batches_ended = Signal()
 
 
 def submit_pending() -> list[ProviderBatch]:
@@ -167,4 +160,8 @@ def cancel_owner(owner: str) -> int:
 
 def batch_tick() -> tuple[int, int]:
     """One period: send what is pending, poll what was sent. (batches sent, batches ended)"""
-    return len(submit_pending()), len(poll_submitted())
+    sent = submit_pending()
+    ended = poll_submitted()
+    if ended:
+        batches_ended.send(sender=ProviderBatch, batches=ended)
+    return len(sent), len(ended)

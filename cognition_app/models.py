@@ -271,6 +271,10 @@ class LlmCall(models.Model):
     cost_estimated = models.BooleanField(default=False)  # computed from estimated usage
     # Sent through the provider's Batch API (not streamed live): priced at the batch prices.
     batched = models.BooleanField(default=False)
+    # the batch line that answered (or failed) a batched call: its provider batch is the batch's
+    batch_request = models.ForeignKey(
+        "BatchRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="calls"
+    )
     # A call answered under reuse: its cost is 0, its tokens are not spent (prompt and
     # completion tokens stay null); what it would have spent is here, the original call's
     # tokens and cost (null when the original's cost was unknown).

@@ -641,5 +641,6 @@ from worlds_app.research_models import (  # noqa: E402, F401
     BudgetReservation,
     ExperimentLedger,
     Interview,
+    PendingJudging,
     ReferenceValue,
 )

@@ -111,3 +111,31 @@ class Interview(models.Model):
 
     def __str__(self) -> str:
         return f"interview of {self.world_id}#{self.turn_number}"
+
+
+class PendingJudging(models.Model):
+    """A judging (world, turn, metric) whose judge call waits in a provider batch
+    (``interface.batch``; docs/costs.md, "Batch"): the turn stays unmeasured, not failed, until
+    the batch ends and the world is measured again (``measure_redrive.batch_answers_redrive``).
+    Gone once its measurement is written."""
+
+    world = models.ForeignKey(
+        "worlds_app.World", on_delete=models.CASCADE, related_name="pending_judgings"
+    )
+    turn_number = models.IntegerField()
+    metric = models.ForeignKey("scenarios_app.Metric", on_delete=models.PROTECT, related_name="+")
+    # the queued request the judging waits on (a retry's is a new one)
+    request = models.ForeignKey(
+        "cognition_app.BatchRequest", on_delete=models.CASCADE, related_name="+"
+    )
+    noted_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["world", "turn_number", "metric"], name="pendingjudging_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"judging of world {self.world_id}, turn {self.turn_number}, waiting on a batch"

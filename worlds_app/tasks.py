@@ -58,14 +58,14 @@ def reap_expired_attempts() -> dict[str, Any]:
     from worlds_app.services import turn_attempt_reap, turn_attempt_redrive
     from worlds_app.services.batch_mode import batch_resume
     from worlds_app.services.interview_runs import interview_reap
-    from worlds_app.services.measure_redrive import measure_redrive
+    from worlds_app.services.measure_redrive import batch_answers_redrive, measure_redrive
 
     try:
         reaped = turn_attempt_reap()
         # parked attempts whose batch ended, should the tick's own resume have been lost
         resumed = batch_resume()
         redriven = turn_attempt_redrive()
-        measures = measure_redrive()
+        measures = measure_redrive() + batch_answers_redrive()
         interviews = interview_reap()
         return {
             "reaped": reaped,

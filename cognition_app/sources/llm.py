@@ -29,6 +29,7 @@ from cognition_app.sources.conformance import ensure_schema_enforced
 from cognition_app.sources.context import CallContext
 from cognition_app.sources.deadline import bounded
 from cognition_app.sources.generation import Generation, Judge, verdict_fields
+from cognition_app.sources.llm_batch import BatchedCall
 from cognition_app.sources.llm_replay import replayed_generation
 from cognition_app.sources.replay import fail_miss, request_key_of
 from cognition_app.sources.retry import with_retries
@@ -162,6 +163,29 @@ def invoke_llm(
                     kind=kind,
                 )
                 return replayed_generation(rows, original, judge, reused=True)
+        if ctx.batch_owner and iface.get("batch"):
+            # Nobody waits for it: through the provider's Batch API, holding no slot and no
+            # budget while it waits (cognition_app.sources.llm_batch).
+            try:
+                return BatchedCall(
+                    ctx=ctx,
+                    source_hash=source_hash,
+                    source=source,
+                    payload=payload,
+                    request=request,
+                    request_key=req_key,
+                    reuse_key=reuse_key,
+                    base_url=base_url,
+                    params=params,
+                    response_format=response_format,
+                    output_schema_hash=output_schema_hash,
+                    judge=judge,
+                    kind=kind,
+                    what=what,
+                ).run()
+            finally:
+                if flight is not None:
+                    flight.done()
     send = _Send(
         ctx=ctx,
         source_hash=source_hash,

@@ -24,6 +24,7 @@ from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.experiment_design import Budget, PlannedIntervention, world_slug
 from chukwa_core.hashing import json_hash
 from chukwa_core.seeds import replicate_seed
+from cognition_app import batches
 from worlds_app.models import (
     AttemptStatus,
     Experiment,
@@ -378,7 +379,8 @@ def experiment_add_metrics(*, slug: str, metrics: Any, created_by: str = "") -> 
 
 def experiment_cancel(*, slug: str) -> Experiment:
     """Cancel what has not started: every queued attempt of the experiment's worlds (a running
-    one ends as it would have)."""
+    one ends as it would have), and its judge calls waiting in provider batches (a batch holding
+    only its requests is cancelled at the provider; those judgings fail ``batch_cancelled``)."""
     with transaction.atomic(durable=True):
         experiment = _locked(slug)
         if experiment.cancelled_at is None:
@@ -389,4 +391,6 @@ def experiment_cancel(*, slug: str) -> Experiment:
             f"cancelled: experiment {slug!r} was cancelled",
             experiment.cancelled_at,
         )
+    # after the commit: it asks the provider over HTTP
+    batches.cancel_owner(f"experiment:{experiment.pk}")
     return experiment

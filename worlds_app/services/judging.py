@@ -7,6 +7,13 @@ node. The judge's generations are source invocations of kind ``judge`` outside a
 recorded at once through the direct recorder (``cognition_app.recording.DIRECT``); they carry the
 world and the turn, count against the world's budget, and a world that replays another is
 measured from the other world's judge calls (strictly: without a network call).
+
+Nobody waits for a measurement's judge (a request's or an experiment's): when its source declares
+``interface.batch`` the judge call goes through the provider's Batch API, owned by the experiment
+(``experiment:<id>``) or the world (``world:<id>``). A judging whose answer is not in yet leaves
+its turn unmeasured, not failed, noted as a :class:`~worlds_app.models.PendingJudging`; the world
+is measured again once the batch ends (``measure_redrive.batch_answers_redrive``). A try
+(:func:`judge_try`), which a person waits for, is always asked live.
 """
 
 from __future__ import annotations
@@ -20,12 +27,13 @@ from chukwa_core.metric_values import Outcome, Trial
 from chukwa_core.prompt_templates import PLACEHOLDER_RE
 from chukwa_core.rendering import environment_rendered, subject_rendered
 from chukwa_core.world_state import WorldState, memory_of
+from cognition_app.batches import BatchPending
 from cognition_app.budgets import BudgetLedger
 from cognition_app.judges import JudgeFailed, judge_turn
 from cognition_app.models import InvocationKind, InvocationStatus, SourceInvocation
 from cognition_app.sources import REPLAY_STRICT, CallContext, Replay
 from cognition_app.sources.context import JUDGE
-from worlds_app.models import World
+from worlds_app.models import PendingJudging, World
 from worlds_app.selectors import world_budget_limits
 from worlds_app.services.experiment_budget import budget_ledger
 from worlds_app.turn_view import TurnView, turn_states
@@ -102,8 +110,10 @@ def _judge_one(
     node_id: str,
     ledger: BudgetLedger | None,
     replay: Replay | None,
+    batch_owner: str = "",
 ) -> tuple[Outcome, str | None]:
-    """One judging of one turn: its outcome, and the judge's rationale when it scored."""
+    """One judging of one turn: its outcome, and the judge's rationale when it scored. With
+    ``batch_owner``, a judge whose source declares batch raises BatchPending until answered."""
     counter = itertools.count(1)
     ctx = CallContext(
         lane=JUDGE,
@@ -122,6 +132,7 @@ def _judge_one(
         replay=replay,
         reuse=world.reuse == "exact",
         budget=ledger,
+        batch_owner=batch_owner,
     )
     try:
         score = judge_turn(
@@ -154,17 +165,37 @@ def judged(
     states = turn_states(world=world, numbers=turns) if "subject" in content else {}
     ledger = budget_ledger(world_budget_limits(world_id=world.pk), world.experiment_id)
     replay = _judge_replay(world)
+    owner = batch_owner_of(world)
     for number in turns:
-        outcome, _ = _judge_one(
-            world=world,
-            content=content,
-            number=number,
-            messages=judge_messages(content, views[number], states.get(number)),
-            node_id=f"metric:{metric['label']}",
-            ledger=ledger,
-            replay=replay,
-        )
+        try:
+            outcome, _ = _judge_one(
+                world=world,
+                content=content,
+                number=number,
+                messages=judge_messages(content, views[number], states.get(number)),
+                node_id=f"metric:{metric['label']}",
+                ledger=ledger,
+                replay=replay,
+                batch_owner=owner,
+            )
+        except BatchPending as exc:
+            # unmeasured, not failed: measured again once its batch ends
+            PendingJudging.objects.update_or_create(
+                world=world,
+                turn_number=number,
+                metric_id=metric["hash"],
+                defaults={"request_id": exc.request_id},
+            )
+            continue
         yield {number: outcome}
+
+
+def batch_owner_of(world: World) -> str:
+    """Who a world's measurement judge calls sent through a provider batch belong to (cancelling
+    an experiment cancels its own)."""
+    if world.experiment_id is not None:
+        return f"experiment:{world.experiment_id}"
+    return f"world:{world.pk}"
 
 
 def judge_try(*, world: World, metric: Mapping[str, Any], view: TurnView, ask: bool) -> Trial:

@@ -16,13 +16,22 @@ judge twice: the later finds the rows written.
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
 
-from worlds_app.models import ACTIVE_STATUSES, Experiment, TurnAttempt, World
+from cognition_app import batches
+from worlds_app.models import (
+    ACTIVE_STATUSES,
+    Experiment,
+    PendingJudging,
+    TurnAttempt,
+    World,
+)
 from worlds_app.services.dispatch import BROKER_ERRORS, send_measure
 from worlds_app.services.measurements import MEASURING_LOCK_SPACE
 
@@ -54,6 +63,41 @@ def _being_measured() -> set[int]:
         return {int(row[0]) for row in cursor.fetchall()}
 
 
+# a queued batch request not answered yet
+WAITING = [batches.PENDING, batches.SUBMITTED]
+
+
+def batch_answers_redrive(*, check_queue: bool = True) -> list[int]:
+    """Send the measuring of every world with judgings whose provider batch request ended (the
+    metrics those judgings are of); the worlds sent. ``check_queue``: not while the measure
+    queue holds messages (the reaper's period; the poll's kick sends at once)."""
+    waiting: dict[int, set[str]] = defaultdict(set)
+    for world_id, metric_id in (
+        PendingJudging.objects.exclude(request__status__in=WAITING)
+        .order_by("world_id")
+        .values_list("world_id", "metric_id")
+    ):
+        waiting[world_id].add(metric_id)
+    if not waiting or (check_queue and measure_messages_waiting()):
+        return []
+    sent: list[int] = []
+    for world_id, metrics in waiting.items():
+        try:
+            send_measure(world_id, sorted(metrics))
+        except BROKER_ERRORS as exc:  # the reaper's next period tries again
+            logger.warning("batch answers not measured, broker unavailable (%s)", exc)
+            break
+        sent.append(world_id)
+    if sent:
+        logger.info("measuring %d world(s) whose judges' batches ended", len(sent))
+    return sent
+
+
+def on_batches_ended(sender: Any, **kwargs: Any) -> None:
+    """``cognition_app.batches.batches_ended``: the worlds whose judgings waited, measured now."""
+    batch_answers_redrive(check_queue=False)
+
+
 def measure_redrive(*, limit: int | None = None) -> list[int]:
     """Re-send the measuring of idle experiment worlds missing measurements of their
     experiment's metrics (at most ``limit`` a period, lowest id first); the worlds sent."""
@@ -72,8 +116,23 @@ def measure_redrive(*, limit: int | None = None) -> list[int]:
             World.objects.filter(experiment=experiment)
             .exclude(Exists(active))
             .exclude(pk__in=busy)
-            .annotate(measured=Count("measurements", filter=Q(measurements__metric_id__in=metrics)))
-            .filter(measured__lt=own_turns * len(metrics))
+            .annotate(
+                measured=Count(
+                    "measurements",
+                    filter=Q(measurements__metric_id__in=metrics),
+                    distinct=True,
+                ),
+                # judgings waiting in a provider batch: measured once it ends
+                waiting=Count(
+                    "pending_judgings",
+                    filter=Q(
+                        pending_judgings__metric_id__in=metrics,
+                        pending_judgings__request__status__in=WAITING,
+                    ),
+                    distinct=True,
+                ),
+            )
+            .filter(measured__lt=own_turns * len(metrics) - F("waiting"))
             .order_by("pk")
             .values_list("pk", flat=True)[: limit - len(sent)]
         )

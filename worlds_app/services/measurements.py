@@ -22,7 +22,7 @@ from chukwa_core.metric_types import scale_label
 from chukwa_core.metric_values import SUBJECT_NOT_AGENT, Outcome
 from scenarios_app.selectors import metric_rows
 from worlds_app.history import first_turn, history_owners
-from worlds_app.models import Measurement, World
+from worlds_app.models import Measurement, PendingJudging, World
 from worlds_app.selectors import world_row
 from worlds_app.services.dispatch import send_measure
 from worlds_app.services.metric_evaluators import evaluator
@@ -323,4 +323,8 @@ def _write(
             ],
             ignore_conflicts=True,
         )
+        # a judging that waited on a provider batch is measured now
+        PendingJudging.objects.filter(
+            world=world, metric_id=metric["hash"], turn_number__in=[n for n, _ in flat]
+        ).delete()
     return len(flat)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('worlds_app', '0025_interview_worker'),
+        ('worlds_app', '0026_pending_judgings'),
     ]
 
     operations = [
