@@ -313,3 +313,71 @@ def test_a_bad_mode_is_a_400_naming_the_field_and_writes_nothing(operator_client
     assert answer.status_code == 400, answer.json()
     assert answer.json()["error"]["details"]["field"] == "mode"
     assert not World.objects.filter(slug__startswith="bad-mode").exists()
+
+
+def _one_turn(slug: str, retry: dict[str, int] | None) -> dict[str, Any]:
+    body = fixture_body("ant_on_plate")
+    iface = workflow_of(body, "ant")["nodes"][0]["llm_source_ref"]["inline"]["interface"]
+    iface |= {"model": "scripted-model", "timeout_ms": 30000}
+    iface["params"] = {"temperature": 0.7, "max_tokens": 200}
+    iface["batch"] = {"api": "openai", "completion_window": "24h"}
+    if retry is not None:
+        iface["retry"] = retry
+    scenario = {"hash": scenario_assemble(data=body)["scenario_hash"]}
+    return {
+        "slug": slug,
+        "arms": [{"label": "a", "scenario_ref": scenario}],
+        "replicates": 2,
+        "turns": 1,
+        "metrics": [_metric()],
+        "seed": SEED,
+        "start_time": START,
+        "mode": "batch",
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.integration
+def test_a_failed_batch_is_tried_again_by_policy_and_an_expired_one_fails_the_attempt(
+    llm: ScriptedLLM, workers: str, operator_client: Any
+) -> None:
+    llm.reset()
+    llm.route(by_request)
+    # two tries allowed: the failed batch's calls go in the next batch, the attempts park again
+    answer = operator_client.post(
+        "/api/experiments/", _one_turn("retried", {"attempts": 2, "backoff_ms": 0}), format="json"
+    )
+    assert answer.status_code == 201, answer.json()
+    _until(lambda: _all_parked_or_done("retried"), "the worlds did not park")
+    llm.script_batches("failed", "completed")
+    batch_tick()  # sent and failed: the attempts resume, try again, park on new requests
+    _until(
+        lambda: _attempts("retried", AttemptStatus.WAITING) == 2 and _all_parked_or_done("retried"),
+        "the attempts did not park again",
+    )
+    assert set(BatchRequest.objects.values_list("status", flat=True)) == {"failed", "pending"}
+    batch_tick()  # the second batch completes
+    _until(lambda: not _attempts("retried", *ACTIVE_STATUSES), "the attempts did not end")
+    attempts = TurnAttempt.objects.filter(world__experiment__slug="retried")
+    assert set(attempts.values_list("status", "parks")) == {(AttemptStatus.COMMITTED, 2)}
+    for attempt in attempts:
+        tries = SourceInvocation.objects.filter(attempt=attempt, kind="llm_generation")
+        assert list(tries.order_by("seq").values_list("status", "failure_class")) == [
+            ("failed", "batch_failed"),
+            ("succeeded", ""),
+        ]
+    assert len(llm.batches) == 2 and llm.requests == []
+
+    # one try: an expired batch fails the attempt as a transport failure would
+    # (another seed: requests of its own, not the ones answered above)
+    expiring = _one_turn("expired", None) | {"seed": SEED + 1}
+    answer = operator_client.post("/api/experiments/", expiring, format="json")
+    assert answer.status_code == 201, answer.json()
+    _until(lambda: _all_parked_or_done("expired"), "the worlds did not park")
+    llm.script_batches("expired")
+    batch_tick()
+    _until(lambda: not _attempts("expired", *ACTIVE_STATUSES), "the attempts did not end")
+    failed = TurnAttempt.objects.filter(world__experiment__slug="expired")
+    assert set(failed.values_list("status", flat=True)) == {AttemptStatus.FAILED}
+    assert all("batch_expired" in a.failure_reason for a in failed)
+    assert llm.requests == []
