@@ -31,8 +31,9 @@ START = "2026-05-01T08:00:00+00:00"
 SEED = 4242
 
 
-def _scenario() -> dict[str, Any]:
+def _scenario(execution: str = "per_subject_ordered") -> dict[str, Any]:
     body = fixture_body("ant_on_plate")
+    workflow_of(body, "ant")["execution"] = execution
     iface = workflow_of(body, "ant")["nodes"][0]["llm_source_ref"]["inline"]["interface"]
     iface["model"] = "scripted-model"
     iface["timeout_ms"] = 30000
@@ -89,8 +90,8 @@ def _metric() -> dict[str, str]:
     return {"hash": metric_put(content=content)["hash"]}
 
 
-def _design(slug: str, **extra: Any) -> dict[str, Any]:
-    scenario = _scenario()
+def _design(slug: str, execution: str = "per_subject_ordered", **extra: Any) -> dict[str, Any]:
+    scenario = _scenario(execution)
     patch = {
         "narration": "Someone moves the crumb.",
         "effects": [{"op": "set_entity_state", "entity_id": "crumb", "state": "gone."}],
@@ -176,12 +177,19 @@ def _measured(slug: str) -> list[tuple[Any, ...]]:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.integration
+@pytest.mark.parametrize(
+    ("execution", "ticks_per_turn"),
+    # two ants one after the other: a tick each, the second's resume replays the first's call;
+    # two ants thinking at once: both requests in one tick
+    [("per_subject_ordered", 2), ("concurrent", 1)],
+)
 def test_batch_mode_gives_the_online_results_and_holds_no_worker_while_a_batch_is_held(
-    llm: ScriptedLLM, workers: str, operator_client: Any
+    llm: ScriptedLLM, workers: str, operator_client: Any, execution: str, ticks_per_turn: int
 ) -> None:
     llm.reset()
     llm.route(by_request)
-    online = _design("online")
+    lines_before = len(llm.batch_requests)
+    online = _design("online", execution)
     answer = operator_client.post("/api/experiments/", online, format="json")
     assert answer.status_code == 201, answer.json()
     assert answer.json()["design"]["mode"] == "online"  # the default
@@ -225,7 +233,9 @@ def test_batch_mode_gives_the_online_results_and_holds_no_worker_while_a_batch_i
             state = experiment_get(slug="batched")
             assert state["batch"]["attempts_waiting"] == parked
             # the arms of a replicate ask the same first turn: one line waits for both
-            assert state["batch"]["requests_pending"] == batched["replicates"]
+            assert state["batch"]["requests_pending"] == batched["replicates"] * (
+                2 // ticks_per_turn
+            )
             # while the batch is held, an operator's turn of another world commits at once
             before = len(llm.requests)
             turned = operator_client.post("/api/worlds/bystander/turns/", {}, format="json")
@@ -243,8 +253,8 @@ def test_batch_mode_gives_the_online_results_and_holds_no_worker_while_a_batch_i
     _until(lambda: _finished("batched"), "the batch-mode experiment was not measured")
     state = experiment_get(slug="batched")
     assert state["status"] == "completed", state
-    # one tick per generation: two agents a turn, each thinking once (no tool loop)
-    assert ticks == 2 * batched["turns"]
+    # one tick per round of generations (no tool loop)
+    assert ticks == ticks_per_turn * batched["turns"]
     assert state["batch"]["ticks"] == ticks
     assert state["batch"]["attempts_waiting"] == 0 and state["batch"]["requests_pending"] == 0
     # nothing of the batch-mode experiment was sent live; every generation went in a batch
@@ -252,19 +262,20 @@ def test_batch_mode_gives_the_online_results_and_holds_no_worker_while_a_batch_i
     # every distinct request the online run sent went in a batch once (identical ones share)
     distinct = {json.dumps(r, sort_keys=True) for r in llm.requests[:sent_online]}
     assert len(distinct) < sent_online
-    assert len(llm.batch_requests) == len(distinct)
+    assert len(llm.batch_requests) - lines_before == len(distinct)
     assert _states("batched") == _states("online")
     assert _measured("batched") == _measured("online")
-    # each attempt parked once per agent, then committed as the same row, having replayed
-    # its first agent's call when it resumed for the second: no call twice in its record
+    # each attempt parked once per tick, then committed as the same row; resumed for the
+    # second ant, it replayed the first's call: no call twice in its record
     assert set(
         TurnAttempt.objects.filter(world__experiment__slug="batched").values_list("status", "parks")
-    ) == {(AttemptStatus.COMMITTED, 2)}
+    ) == {(AttemptStatus.COMMITTED, ticks_per_turn)}
     for attempt in TurnAttempt.objects.filter(world__experiment__slug="batched"):
         calls = SourceInvocation.objects.filter(attempt=attempt, kind="llm_generation")
         assert calls.filter(replayed_from__isnull=True).count() == 2  # one per agent
-        assert calls.filter(replayed_from__isnull=False).count() == 1  # the first, replayed
-        assert calls.filter(status="succeeded").count() == 3
+        replayed = ticks_per_turn - 1
+        assert calls.filter(replayed_from__isnull=False).count() == replayed
+        assert calls.filter(status="succeeded").count() == 2 + replayed
         kinds = list(attempt.events.order_by("seq").values_list("kind", flat=True))
         assert kinds.count("attempt_started") == 1 and kinds[-1] == "turn_committed"
 
@@ -343,6 +354,7 @@ def test_a_failed_batch_is_tried_again_by_policy_and_an_expired_one_fails_the_at
 ) -> None:
     llm.reset()
     llm.route(by_request)
+    batches_before = len(llm.batches)
     # two tries allowed: the failed batch's calls go in the next batch, the attempts park again
     answer = operator_client.post(
         "/api/experiments/", _one_turn("retried", {"attempts": 2, "backoff_ms": 0}), format="json"
@@ -366,7 +378,7 @@ def test_a_failed_batch_is_tried_again_by_policy_and_an_expired_one_fails_the_at
             ("failed", "batch_failed"),
             ("succeeded", ""),
         ]
-    assert len(llm.batches) == 2 and llm.requests == []
+    assert len(llm.batches) - batches_before == 2 and llm.requests == []
 
     # one try: an expired batch fails the attempt as a transport failure would
     # (another seed: requests of its own, not the ones answered above)

@@ -65,7 +65,9 @@ def park(
     """The running attempt waits for ``pending``'s request: ``waiting``, no lease, nothing
     committed, the worker free. False when it was no longer this worker's (the reaper's)."""
     recorder.ended()
-    request_id = str(pending.request_id)
+    # concurrent subjects (services/subject_threads.py) wait on several at once
+    requests = [str(r) for r in getattr(pending, "request_ids", [pending.request_id])]
+    request_id = requests[0]
     with transaction.atomic(durable=True):
         World.objects.select_for_update().filter(pk=attempt.world_id).values_list("pk").get()
         updated = TurnAttempt.objects.filter(
@@ -74,14 +76,14 @@ def park(
             status=AttemptStatus.WAITING,
             lease_owner="",
             lease_expires_at=None,
-            waiting_for=f"a provider batch (request {request_id})",
-            batch_requests=[request_id],
+            waiting_for=f"a provider batch ({len(requests)} request(s): {request_id}…)"[:300],
+            batch_requests=requests,
             parks=F("parks") + 1,
             duration_ms=int((time.monotonic() - started) * 1000),
         )
         if not updated:
             return False
-        recorder.events.finish(StagedEvent("attempt_waiting", {"batch_request": request_id}))
+        recorder.events.finish(StagedEvent("attempt_waiting", {"batch_requests": requests}))
         recorder.close_running("parked: waiting for a provider batch")
         if attempt.world.experiment_id is not None:
             experiment_id = attempt.world.experiment_id
