@@ -143,22 +143,16 @@ def _attempts(slug: str, *statuses: str) -> int:
 
 
 def _all_parked_or_done(slug: str) -> bool:
-    """Every world's attempt has parked (or its world is done): nothing runs, nothing is next."""
-    if _attempts(slug, AttemptStatus.RUNNING):
-        return False
-    worlds = World.objects.filter(experiment__slug=slug)
-    for world in worlds:
-        head = (
-            TurnAttempt.objects.filter(
-                world=world, status__in=[AttemptStatus.QUEUED, AttemptStatus.WAITING]
-            )
-            .order_by("seq")
-            .values_list("status", flat=True)
-            .first()
-        )
-        if head == AttemptStatus.QUEUED:
-            return False
-    return True
+    """Every world's attempt has parked (or its world is done): nothing runs, nothing is next.
+    One statement: one snapshot of every world's first attempt not ended."""
+    heads: dict[int, str] = {}
+    for world_id, status in (
+        TurnAttempt.objects.filter(world__experiment__slug=slug, status__in=ACTIVE_STATUSES)
+        .order_by("world_id", "seq")
+        .values_list("world_id", "status")
+    ):
+        heads.setdefault(world_id, status)
+    return all(status == AttemptStatus.WAITING for status in heads.values())
 
 
 def _states(slug: str) -> dict[tuple[str, int], list[str]]:
@@ -196,7 +190,7 @@ def test_batch_mode_gives_the_online_results_and_holds_no_worker_while_a_batch_i
     _until(lambda: _finished("online"), "the online experiment did not finish")
     assert experiment_get(slug="online")["status"] == "completed"
     sent_online = len(llm.requests)
-    assert sent_online > 0 and llm.batch_requests == []
+    assert sent_online > 0 and len(llm.batch_requests) == lines_before
 
     # an interactive world on the same model, to turn while the batch is held
     world = operator_client.post(
