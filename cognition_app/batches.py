@@ -100,8 +100,8 @@ def poll_submitted() -> list[ProviderBatch]:
     """Poll every batch not ended; write the answers of those that ended. The batches ended."""
     ended: list[ProviderBatch] = []
     for batch in ProviderBatch.objects.filter(status="in_progress").order_by("pk"):
-        endpoint = batch_api.BatchEndpoint.of(source_content(batch.source_hash)["interface"])
-        try:
+        try:  # a variable unset here: polled by a process that has it, or at the next tick
+            endpoint = batch_api.BatchEndpoint.of(source_content(batch.source_hash)["interface"])
             state = batch_api.poll(endpoint, batch.provider_batch_id)
         except SourceFailure as exc:
             logger.warning("batch %s not polled: %s", batch.provider_batch_id, exc)
@@ -148,8 +148,8 @@ def cancel_owner(owner: str) -> int:
     for batch in ProviderBatch.objects.filter(pk__in=batch_ids, status="in_progress"):
         if batch.requests.filter(status=SUBMITTED).exists():
             continue  # another owner still waits on it
-        endpoint = batch_api.BatchEndpoint.of(source_content(batch.source_hash)["interface"])
-        try:
+        try:  # a variable unset here (the web process): the batch ends at the provider
+            endpoint = batch_api.BatchEndpoint.of(source_content(batch.source_hash)["interface"])
             status = batch_api.cancel(endpoint, batch.provider_batch_id)
         except SourceFailure as exc:
             logger.warning("batch %s not cancelled: %s", batch.provider_batch_id, exc)

@@ -116,3 +116,16 @@ def worst_case_cost(price: ModelPrice, *, prompt_tokens: int, completion_tokens:
     higher (an operator may price cached input above fresh input; nothing forbids it)."""
     input_price = max(price.input_per_million, price.cached_input_per_million)
     return (prompt_tokens * input_price + completion_tokens * price.output_per_million) / MILLION
+
+
+def worst_case_batch_cost(
+    price: ModelPrice, *, prompt_tokens: int, completion_tokens: int
+) -> Decimal | None:
+    """:func:`worst_case_cost` at the row's batch prices; None (unknown) when it has none."""
+    batch_input = price.batch_input_per_million
+    batch_output = price.batch_output_per_million
+    batch_cached = price.batch_cached_input_per_million
+    if batch_input is None or batch_output is None or batch_cached is None:
+        return None
+    input_price = max(batch_input, batch_cached)
+    return (prompt_tokens * input_price + completion_tokens * batch_output) / MILLION

@@ -26,6 +26,7 @@ from chukwa_core.experiment_design import (
     Progress,
     WorldProgress,
 )
+from cognition_app import batch_queue as batches
 from cognition_app.models import LlmCall
 from scenarios_app.selectors import scenario_names_of
 from worlds_app.models import (
@@ -33,6 +34,7 @@ from worlds_app.models import (
     Experiment,
     ExperimentLedger,
     Measurement,
+    PendingJudging,
     World,
 )
 from worlds_app.selectors import require_slug
@@ -217,7 +219,11 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
         "description": experiment.description,
         "design": design,
         "status": progress.status,
-        "progress": {**_progress_fields(progress), "eta_seconds": eta},
+        "progress": {
+            **_progress_fields(progress),
+            "eta_seconds": eta,
+            **judges_waiting(world_ids),
+        },
         "budget": _budget(experiment),
         "tokens": int(spent["spent_tokens"]),
         "cost": _cost(spent),
@@ -242,6 +248,18 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
         "started_at": experiment.created_at,
         "finished_at": finished_at,
     }
+
+
+def judges_waiting(world_ids: list[int]) -> dict[str, int]:
+    """Judgings of these worlds waiting on a provider batch (``interface.batch``): unmeasured
+    until it ends; and the provider batches holding them (those not sent yet count none)."""
+    waiting = PendingJudging.objects.filter(
+        world_id__in=world_ids, request__status__in=[batches.PENDING, batches.SUBMITTED]
+    ).aggregate(
+        judges=Count("pk"),
+        batches=Count("request__batch", distinct=True),
+    )
+    return {"judges_waiting": waiting["judges"], "judge_batches": waiting["batches"]}
 
 
 def _progress_fields(progress: Progress) -> dict[str, int]:

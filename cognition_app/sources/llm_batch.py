@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from django.db import transaction
 from django.utils import timezone
 
 from chukwa_core.json_values import storable_text
@@ -77,20 +78,33 @@ class BatchedCall:
             return self._enqueue()
         if latest.status in (batches.PENDING, batches.SUBMITTED):
             raise batches.BatchPending(latest.pk, self._waiting(latest))
-        if latest.status == batches.COMPLETED:
-            return self._answered(latest)
-        return self._failed(latest)
+        # The ended request's row locked while its call's rows are written (through the direct
+        # recorder, in this transaction): two judgings reading one line (an identical request,
+        # another worker) write one paid call and one failed try, never two.
+        with transaction.atomic():
+            locked = BatchRequest.objects.select_for_update().get(pk=latest.pk)
+            outcome: Generation | SourceFailure | batches.BatchPending
+            if locked.status == batches.COMPLETED:
+                outcome = self._answered(locked)
+            else:
+                outcome = self._failed(locked)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
 
     # --- waiting --------------------------------------------------------------------------
 
     def _enqueue(self) -> Generation:
+        raise self._queued()
+
+    def _queued(self) -> batches.BatchPending:
         queued = batches.enqueue(
             source_hash=self.source_hash,
             reuse_key=self.reuse_key,
             body=self.payload,
             owner=self.ctx.batch_owner,
         )
-        raise batches.BatchPending(queued.pk, self._waiting(queued))
+        return batches.BatchPending(queued.pk, self._waiting(queued))
 
     def _waiting(self, queued: BatchRequest) -> str:
         where = "waiting to be sent" if queued.status == batches.PENDING else "sent"
@@ -122,7 +136,7 @@ class BatchedCall:
         rows.call.batch_request = queued
         return rows
 
-    def _answered(self, queued: BatchRequest) -> Generation:
+    def _answered(self, queued: BatchRequest) -> Generation | SourceFailure:
         earlier = (
             LlmCall.objects.filter(batch_request=queued, status=InvocationStatus.SUCCEEDED)
             .select_related("invocation")
@@ -138,20 +152,18 @@ class BatchedCall:
         body = queued.response_body if isinstance(queued.response_body, dict) else {}
         status = queued.response_status
         if status != 200:
-            if LlmCall.objects.filter(batch_request=queued).exists():
-                raise SourceFailure(
-                    "http_status", f"HTTP {status} for the batch line of the {self.what}"
-                )
             detail = storable_text(str(body)[:500])
             failure = SourceFailure(
                 "http_status", f"HTTP {status} for the batch line of the {self.what}: {detail}"
             )
-            raise self._refused(rows, failure)
+            if LlmCall.objects.filter(batch_request=queued).exists():
+                return failure  # its failed row is written already
+            return self._refused(rows, failure)
         choice = (body.get("choices") or [{}])[0]
         original = (choice.get("message") or {}).get("content") or ""
         finish_reason = storable_text(str(choice.get("finish_reason") or ""))[:40]
         if not finish_reason:
-            raise self._refused(
+            return self._refused(
                 rows,
                 SourceFailure("transport", f"the batch line of the {self.what} has no reply"),
             )
@@ -213,7 +225,12 @@ class BatchedCall:
 
     # --- failed ---------------------------------------------------------------------------
 
-    def _failed(self, queued: BatchRequest) -> Generation:
+    def _failed(self, queued: BatchRequest) -> SourceFailure | batches.BatchPending:
+        """A request that ended without an answer. Another owner's (an identical request this
+        call shared, which its owner's cancel or failure ended) is not this call's try: it is
+        asked again under its own owner. This owner's own tries are its failed rows."""
+        if queued.owner != self.ctx.batch_owner:
+            return self._queued()
         failure_class = FAILURE_CLASSES.get(queued.failure_class, "batch_failed")
         message = (
             f"the provider batch {self._provider_batch(queued) or '(not sent)'} holding the "
@@ -223,13 +240,14 @@ class BatchedCall:
             self._refused(self._rows(queued), SourceFailure(failure_class, message))
         tries = LlmCall.objects.filter(
             batch_request__reuse_key=self.reuse_key,
+            batch_request__owner=self.ctx.batch_owner,
             batch_request__status__in=[batches.FAILED, batches.CANCELLED],
             status=InvocationStatus.FAILED,
         ).count()
         policy = retry_policy(self.source["interface"])
         if failure_class in RETRIED and tries < policy.attempts:
-            return self._enqueue()  # the next try: a new request
-        raise SourceFailure(
+            return self._queued()  # the next try: a new request
+        return SourceFailure(
             failure_class, f"{message} (try {tries} of {policy.attempts})" if tries > 1 else message
         )
 

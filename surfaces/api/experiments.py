@@ -200,6 +200,32 @@ class EstimateSerializer(serializers.Serializer):
         allow_null=True,
         help_text="at the prices in force now; null when a call has no price",
     )
+
+    class JudgeCost(serializers.Serializer):
+        online = serializers.DecimalField(
+            max_digits=30,
+            decimal_places=6,
+            allow_null=True,
+            help_text="the judge calls at the online prices (part of cost); null when one has "
+            "no price",
+        )
+        batch = serializers.DecimalField(
+            max_digits=30,
+            decimal_places=6,
+            allow_null=True,
+            help_text="the judge calls with those of sources declaring interface.batch sent "
+            "through the provider's Batch API, at the batch prices; null when no judge source "
+            "declares batch, or a price row has no batch prices (unknown, never the online "
+            "price)",
+        )
+        batch_declared = serializers.BooleanField(
+            help_text="some judge source declares interface.batch"
+        )
+
+        class Meta:
+            ref_name = "ExperimentEstimateJudgeCost"
+
+    judge_cost = JudgeCost(help_text="the judge calls priced online and in batches, side by side")
     unpriced = serializers.ListField(child=serializers.CharField())
     unbounded = serializers.ListField(
         child=serializers.CharField(), help_text="sources with no max_tokens: no bound"
@@ -283,6 +309,14 @@ class DetailProgressSerializer(ProgressSerializer):
         "(the calls per turn so far at the models' observed median latency, worlds side by "
         "side as the limits allow); null when nothing has committed yet, a model's latency "
         "is unknown or the experiment is not running",
+    )
+    judges_waiting = serializers.IntegerField(
+        help_text="judgings whose judge call waits in a provider batch (a judge source declaring "
+        "interface.batch): their turns stay unmeasured, not failed, until the batch ends"
+    )
+    judge_batches = serializers.IntegerField(
+        help_text="the provider batches holding those judge calls (requests not sent yet, "
+        "gathered at the next batch poll, count none)"
     )
 
     class Meta:

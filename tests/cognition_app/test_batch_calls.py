@@ -13,7 +13,13 @@ from django.utils import timezone
 
 from cognition_app import batches
 from cognition_app.failures import SourceFailure
-from cognition_app.models import BatchRequest, LlmCall, ModelPrice, SourceInvocation
+from cognition_app.models import (
+    BatchRequest,
+    LlmCall,
+    ModelPrice,
+    ProviderBatch,
+    SourceInvocation,
+)
 from cognition_app.sources.context import CallContext
 from cognition_app.sources.llm import invoke_llm
 from scenarios_app.services import response_source_put
@@ -170,3 +176,45 @@ def test_a_cancelled_request_fails_the_call_untried(scripted_llm: ScriptedLLM) -
         _call(source)
     assert failed.value.failure_class == "batch_cancelled"
     assert BatchRequest.objects.count() == 1
+
+
+def test_a_cancel_without_the_endpoint_variable_still_cancels_the_requests(
+    scripted_llm: ScriptedLLM,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    source = response_source_put(content=SOURCE)["hash"]
+    with pytest.raises(batches.BatchPending):
+        _call(source)
+    scripted_llm.script_batches("in_progress")
+    batches.batch_tick()
+    monkeypatch.delenv("CHUKWA_LLM_BASE_URL")  # a process without it (never a 500)
+    assert batches.cancel_owner("experiment:7") == 1
+    assert BatchRequest.objects.get().status == "cancelled"
+    assert ProviderBatch.objects.get().status == "in_progress"  # ends at the provider
+    assert batches.poll_submitted() == []  # nor does a poll without it fail
+
+
+def test_another_owners_ended_request_is_not_this_owners_try(
+    scripted_llm: ScriptedLLM,  # noqa: F811
+) -> None:
+    source = response_source_put(content=SOURCE)["hash"]
+    with pytest.raises(batches.BatchPending) as first:
+        _call(source, owner="experiment:1")
+    # experiment:2 asks the same meanwhile: it waits on the same line
+    with pytest.raises(batches.BatchPending) as shared:
+        _call(source, owner="experiment:2")
+    assert shared.value.request_id == first.value.request_id
+    batches.cancel_owner("experiment:1")
+    # experiment:1's judging fails, cancelled; experiment:2's is asked again, its own
+    with pytest.raises(SourceFailure) as cancelled:
+        _call(source, owner="experiment:1")
+    assert cancelled.value.failure_class == "batch_cancelled"
+    with pytest.raises(batches.BatchPending) as again:
+        _call(source, owner="experiment:2")
+    assert again.value.request_id != first.value.request_id
+    assert BatchRequest.objects.get(pk=again.value.request_id).owner == "experiment:2"
+    scripted_llm.script("score 2")
+    batches.batch_tick()
+    assert _call(source, owner="experiment:2").text == "score 2"
+    # the failed try written is experiment:1's alone
+    assert SourceInvocation.objects.filter(status="failed").count() == 1

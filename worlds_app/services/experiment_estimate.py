@@ -14,6 +14,11 @@ tools and schemas and the whole initial world, characters / 4, plus, in a tool l
 completion cap again for every earlier round of its transcript. That is why the budget is
 enforced per call as the experiment runs, and why a source with no ``max_tokens`` makes the
 estimate (and any budget) unbounded.
+
+A judge whose source declares ``interface.batch`` is sent through the provider's Batch API
+(docs/costs.md, "Batch"): ``judge_cost`` prices the judge calls both ways, online and at the
+price table's batch prices (unknown when its price row has none); ``cost`` stays the online
+bound.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from django.utils import timezone
 from chukwa_core.experiment_power import PowerEstimate
 from chukwa_core.metric_kinds import METRIC_KINDS
 from cognition_app.budgets import TOKENS_PER_MESSAGE, completion_cap
-from cognition_app.costs import price_at, worst_case_cost
+from cognition_app.costs import price_at, worst_case_batch_cost, worst_case_cost
 from cognition_app.sources.retry import retry_policy
 from scenarios_app.models import ResponseSource
 from scenarios_app.selectors import metric_rows
@@ -65,12 +70,21 @@ class EstimateTokens(TypedDict):
     total: int
 
 
+class JudgeCost(TypedDict):
+    online: str | None  # the judge calls at the online prices; None when one has no price
+    # when a judge source declares batch: the judge calls with those sent in batches at the
+    # batch prices (None when their price row has none, or a call has no price at all)
+    batch: str | None
+    batch_declared: bool  # some judge source declares interface.batch
+
+
 class Estimate(TypedDict):
     worlds: int
     turns_per_world: int
     calls: EstimateCalls
     tokens: EstimateTokens
     cost: str | None
+    judge_cost: JudgeCost
     unpriced: list[str]
     unbounded: list[str]
     budget: dict[str, Any] | None
@@ -172,6 +186,11 @@ class _Tally:
         self.prompt = 0
         self.completion = 0
         self.cost = Decimal(0)
+        # the judge calls' cost online and with batch-declaring sources at the batch prices
+        # (None: unknown)
+        self.judge_online: Decimal | None = Decimal(0)
+        self.judge_batch: Decimal | None = Decimal(0)
+        self.judge_batch_declared = False
         self.unpriced: set[str] = set()
         self.unbounded: set[str] = set()
         self._sources: dict[str, dict[str, Any]] = {}
@@ -210,12 +229,42 @@ class _Tally:
                 url_env=price_key[0], model=price_key[1], at=self._now
             )
         price = self._prices[price_key]
+        online = None
         if price is None:
             self.unpriced.add(key)
         else:
-            self.cost += worst_case_cost(
+            online = worst_case_cost(
                 price, prompt_tokens=prompt_total, completion_tokens=completion_total
             )
+            self.cost += online
+        if who == "judges":
+            batched = online
+            if iface.get("batch"):
+                self.judge_batch_declared = True
+                batched = (
+                    worst_case_batch_cost(
+                        price, prompt_tokens=prompt_total, completion_tokens=completion_total
+                    )
+                    if price is not None
+                    else None
+                )
+            self.judge_online = _plus(self.judge_online, online)
+            self.judge_batch = _plus(self.judge_batch, batched)
+
+    def judge_cost(self) -> JudgeCost:
+        return {
+            "online": _amount(self.judge_online),
+            "batch": _amount(self.judge_batch) if self.judge_batch_declared else None,
+            "batch_declared": self.judge_batch_declared,
+        }
+
+
+def _plus(total: Decimal | None, more: Decimal | None) -> Decimal | None:
+    return None if total is None or more is None else total + more
+
+
+def _amount(value: Decimal | None) -> str | None:
+    return None if value is None else format(value.quantize(Decimal("1e-6")), "f")
 
 
 def _chars(value: Any) -> int:
@@ -347,7 +396,8 @@ def _estimate(*, data: Any) -> Estimate:
         "turns_per_world": turns,
         "calls": {**tally.calls, "total": sum(tally.calls.values())},  # type: ignore[typeddict-item]
         "tokens": {"prompt": tally.prompt, "completion": tally.completion, "total": total_tokens},
-        "cost": None if cost is None else format(cost.quantize(Decimal("1e-6")), "f"),
+        "cost": _amount(cost),
+        "judge_cost": tally.judge_cost(),
         "unpriced": sorted(tally.unpriced),
         "unbounded": sorted(tally.unbounded),
         "budget": None if budget is None else asdict(budget),

@@ -45,6 +45,7 @@ from worlds_app.services.experiment_design import (
     design_of,
 )
 from worlds_app.services.factorial_arms import factorial_arms
+from worlds_app.services.measure_redrive import batch_answers_redrive
 from worlds_app.services.measurements import resolve_metric_refs
 from worlds_app.services.world_inputs import whole_number
 from worlds_app.services.worlds import new_world_rows, parse_start_time, world_start
@@ -391,6 +392,8 @@ def experiment_cancel(*, slug: str) -> Experiment:
             f"cancelled: experiment {slug!r} was cancelled",
             experiment.cancelled_at,
         )
-    # after the commit: it asks the provider over HTTP
-    batches.cancel_owner(f"experiment:{experiment.pk}")
+    # after the commit: it asks the provider over HTTP; the judgings that waited are measured
+    # (failed ``batch_cancelled``) at once
+    if batches.cancel_owner(f"experiment:{experiment.pk}"):
+        batch_answers_redrive(check_queue=False)
     return experiment

@@ -408,6 +408,7 @@ def test_the_experiment_estimate_is_declared_field_by_field(tmp_path: Path) -> N
         "calls": "ref",
         "tokens": "ref",
         "cost": "string?",
+        "judge_cost": "ref",
         "unpriced": "array",
         "unbounded": "array",
         "budget": "object?",

@@ -192,6 +192,8 @@ def test_an_experiment_runs_paired_worlds_and_answers_with_its_uncertainty(
             "measurements_done": 18,
             "measurements_planned": 18,
             "eta_seconds": None,
+            "judges_waiting": 0,
+            "judge_batches": 0,
         }
         assert state["failed_worlds"] == [] and state["finished_at"] is not None
         # every treated world's turn 1 applied its intervention
