@@ -37,7 +37,12 @@ INPUT_OPTIONAL = (
     "replay_from",
     "primary",
     "reuse",
+    "mode",
 )
+# An experiment's ``mode`` (docs/costs.md, "Batch mode"): every call sent as it comes, or the
+# worlds' LLM calls gathered into provider batches in lockstep ticks.
+ONLINE, BATCH = "online", "batch"
+EXPERIMENT_MODES = (ONLINE, BATCH)
 ARM_REQUIRED = ("label", "scenario_ref")
 ARM_OPTIONAL = ("interventions",)
 BUDGET_LIMITS = ("max_cost_total", "max_tokens_total")
@@ -190,6 +195,8 @@ class ExperimentDesign:
     primary: str | None = None  # the primary metric's hash (its comparisons are flagged)
     # every world's ``reuse`` (docs/costs.md): "exact" (the default of a new experiment) | "off"
     reuse: str = "exact"
+    # "online" (every call sent as it comes) | "batch" (lockstep ticks of provider batches)
+    mode: str = ONLINE
     factorial: Factorial | None = None
     stopping: Stopping | None = None
     _labels: tuple[str, ...] = field(init=False, repr=False, compare=False)
@@ -320,6 +327,8 @@ class ExperimentDesign:
             "seed": self.seed,
             "reuse": self.reuse,
         }
+        if self.mode != ONLINE:  # designs stored before batch mode ran online
+            found["mode"] = self.mode
         if self.start_time is not None:
             found["start_time"] = self.start_time
         if self.budget is not None:
@@ -352,6 +361,7 @@ class ExperimentDesign:
             "primary": None,
             "factorial": None,
             "stopping": None,
+            "mode": ONLINE,
             **self.to_json(),
             "first_turn": self.first_turn,
         }
@@ -395,6 +405,7 @@ class ExperimentDesign:
             primary=stored.get("primary"),
             # designs stored before reuse existed ran every call live
             reuse=stored.get("reuse", "off"),
+            mode=stored.get("mode", ONLINE),
             factorial=None
             if factorial is None
             else Factorial(factorial["base"]["hash"], factorial["factors"], factorial["fraction"]),

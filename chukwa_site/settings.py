@@ -208,6 +208,8 @@ SPECTACULAR_SETTINGS = {
         "InterventionStatusEnum": "surfaces.api.interventions.INTERVENTION_STATUSES",
         "MetricKindEnum": "chukwa_core.metric_kinds.BUILT_IN_METRIC_KINDS",
         "ExperimentStatusEnum": "surfaces.api.experiments.STATUSES",
+        "ExperimentModeEnum": "chukwa_core.experiment_design.EXPERIMENT_MODES",
+        "ReplayModeEnum": "cognition_app.sources.REPLAY_MODES",
     },
 }
 

@@ -35,6 +35,7 @@ from cognition_app.batch_queue import (
     batch_body,
     enqueue,
 )
+from cognition_app.batch_signals import held
 from cognition_app.failures import SourceFailure
 from cognition_app.models import BatchRequest, ProviderBatch
 from cognition_app.sources import batch_api
@@ -71,8 +72,11 @@ def submit_pending() -> list[ProviderBatch]:
     whose endpoint cannot be reached keeps its requests pending for the next tick."""
     sent: list[ProviderBatch] = []
     by_source: dict[str, list[BatchRequest]] = defaultdict(list)
-    for request in BatchRequest.objects.filter(status=PENDING).order_by("created_at"):
-        by_source[request.source_hash].append(request)
+    pending = list(BatchRequest.objects.filter(status=PENDING).order_by("created_at"))
+    waiting = held({r.owner for r in pending if r.owner})  # still gathering (lockstep)
+    for request in pending:
+        if request.owner not in waiting:
+            by_source[request.source_hash].append(request)
     for source_hash, requests in by_source.items():
         interface = source_content(source_hash)["interface"]
         try:

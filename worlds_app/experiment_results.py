@@ -44,7 +44,13 @@ from worlds_app.experiment_points import (
 )
 from worlds_app.experiment_points import by_turn as turns_by_arm
 from worlds_app.experiment_selectors import experiment_row
-from worlds_app.models import AttemptStatus, Experiment, Measurement, ReferenceValue, World
+from worlds_app.models import (
+    ACTIVE_STATUSES,
+    Experiment,
+    Measurement,
+    ReferenceValue,
+    World,
+)
 
 REFERENCE_COLUMNS = ("unit", "metric_label", "metric_hash", "value")
 EXPORT_COLUMNS = (
@@ -108,7 +114,7 @@ def experiment_results(*, slug: str) -> ExperimentResults:
     experiment = experiment_row(slug)
     design = experiment.typed_design
     arms = list(design.arm_labels)
-    pending = Q(attempts__status__in=[AttemptStatus.QUEUED, AttemptStatus.RUNNING])
+    pending = Q(attempts__status__in=ACTIVE_STATUSES)
     worlds: dict[int, dict[str, Any]] = {
         w["id"]: dict(w)
         for w in World.objects.filter(experiment=experiment)

@@ -19,6 +19,7 @@ from django.db.models.functions import Coalesce
 
 from chukwa_core.errors import NotFoundError
 from chukwa_core.experiment_design import (
+    BATCH,
     COMPLETED,
     RUNNING,
     ExperimentDesign,
@@ -29,7 +30,7 @@ from cognition_app import batch_queue as batches
 from cognition_app.models import LlmCall
 from scenarios_app.selectors import scenario_names_of
 from worlds_app.models import (
-    AttemptStatus,
+    ACTIVE_STATUSES,
     Experiment,
     ExperimentLedger,
     Measurement,
@@ -37,6 +38,7 @@ from worlds_app.models import (
     World,
 )
 from worlds_app.selectors import require_slug
+from worlds_app.services.batch_mode import batch_progress
 from worlds_app.services.experiment_time import TIMED_CALLS, time_of
 
 __all__ = ["COMPLETED", "RUNNING", "experiment_get", "experiment_list", "experiment_row"]
@@ -54,7 +56,7 @@ def experiment_row(slug: str) -> Experiment:
 
 def _worlds(experiment: Experiment) -> list[dict[str, Any]]:
     """The experiment's worlds with what their attempts say (one query)."""
-    pending = Q(attempts__status__in=[AttemptStatus.QUEUED, AttemptStatus.RUNNING])
+    pending = Q(attempts__status__in=ACTIVE_STATUSES)
     return [
         dict(row)
         for row in World.objects.filter(experiment=experiment)
@@ -230,6 +232,8 @@ def experiment_get(*, slug: str) -> dict[str, Any]:
         # unknown when a reused call's original had no price (never counted as 0)
         "cost_saved": None if spent["unsaved"] else (spent["saved_cost"] or Decimal(0)),
         "failed_worlds": failed,
+        # batch mode's ticks, parked attempts and requests waiting in batches; null online
+        "batch": batch_progress(experiment.pk) if design.mode == BATCH else None,
         "arm_scenarios": arm_scenarios(design),
         "worlds": [
             {
@@ -274,7 +278,7 @@ def experiment_list() -> list[dict[str, Any]]:
     number of experiments."""
     experiments = list(Experiment.objects.all())
     ids = [e.pk for e in experiments]
-    pending = Q(attempts__status__in=[AttemptStatus.QUEUED, AttemptStatus.RUNNING])
+    pending = Q(attempts__status__in=ACTIVE_STATUSES)
     worlds: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in (
         World.objects.filter(experiment_id__in=ids)

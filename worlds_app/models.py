@@ -234,9 +234,13 @@ class AttemptStatus(models.TextChoices):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     CANCELLED = "cancelled"
+    # parked (a batch-mode experiment's attempt): its call waits in a provider batch; it holds
+    # no worker and no lease, and resumes (queued again) when the batch ends
+    WAITING = "waiting"
 
 
-ACTIVE_STATUSES = (AttemptStatus.QUEUED, AttemptStatus.RUNNING)
+# Not finished: the world is busy. A waiting attempt keeps the world's later attempts behind it.
+ACTIVE_STATUSES = (AttemptStatus.QUEUED, AttemptStatus.RUNNING, AttemptStatus.WAITING)
 
 
 class TurnAttempt(models.Model):
@@ -265,6 +269,11 @@ class TurnAttempt(models.Model):
     # what a running attempt's call waits for now (a model slot and who holds it, a rate limit,
     # an interactive turn first); "" when none waits (docs/operations.md, "Interactive first")
     waiting_for = models.CharField(max_length=300, blank=True)
+    # a parked attempt's batch requests (cognition_app BatchRequest ids): it resumes once every
+    # one has ended; how many times it parked
+    # (defaults in the database: experiments insert their attempts in bulk SQL)
+    batch_requests = models.JSONField(null=True, blank=True)
+    parks = models.IntegerField(default=0, db_default=0)
 
     class Meta:
         ordering = ["world", "seq"]
@@ -316,6 +325,8 @@ class EventKind(models.TextChoices):
     ATTEMPT_FAILED = "attempt_failed"
     ATTEMPT_INTERRUPTED = "attempt_interrupted"
     ATTEMPT_CANCELLED = "attempt_cancelled"
+    # parked: its call waits in a provider batch (a batch-mode experiment)
+    ATTEMPT_WAITING = "attempt_waiting"
 
 
 class AttemptEvent(models.Model):

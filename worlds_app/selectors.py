@@ -291,7 +291,7 @@ def _commit_state(status: str) -> str:
     interrupted or cancelled (its world never saw the patch)."""
     if status == AttemptStatus.COMMITTED:
         return "committed"
-    if status in (AttemptStatus.QUEUED, AttemptStatus.RUNNING):
+    if status in ACTIVE_STATUSES:
         return "provisional"
     return "not_committed"
 

@@ -56,16 +56,20 @@ def reap_expired_attempts() -> dict[str, Any]:
     attempt of every world left with queued attempts and nothing running, and the measuring of
     every idle experiment world whose measure message was lost."""
     from worlds_app.services import turn_attempt_reap, turn_attempt_redrive
+    from worlds_app.services.batch_mode import batch_resume
     from worlds_app.services.interview_runs import interview_reap
     from worlds_app.services.measure_redrive import batch_answers_redrive, measure_redrive
 
     try:
         reaped = turn_attempt_reap()
+        # parked attempts whose batch ended, should the tick's own resume have been lost
+        resumed = batch_resume()
         redriven = turn_attempt_redrive()
         measures = measure_redrive() + batch_answers_redrive()
         interviews = interview_reap()
         return {
             "reaped": reaped,
+            "resumed": resumed,
             "redriven": redriven,
             "measures": measures,
             "interviews": interviews,
@@ -77,6 +81,7 @@ def reap_expired_attempts() -> dict[str, Any]:
         logger.warning("reaper skipped this period: database unavailable (%s)", type(exc).__name__)
         return {
             "reaped": [],
+            "resumed": [],
             "redriven": [],
             "measures": [],
             "interviews": {},

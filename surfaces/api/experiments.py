@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from chukwa_core.experiment_design import STATUSES, ExperimentDesign
+from chukwa_core.experiment_design import EXPERIMENT_MODES, STATUSES, ExperimentDesign
 from chukwa_core.experiment_results_types import ExperimentResults
 from cognition_app.sources import REUSE_MODES
 from surfaces.api.contract import (
@@ -99,6 +99,7 @@ class ExperimentInputSerializer(StrictInputSerializer):
         "replay_from": "invalid_replay_from",
         "primary": "invalid_primary",
         "reuse": "invalid_reuse",
+        "mode": "invalid_mode",
         "base": "invalid_factors",
         "factors": "invalid_factors",
         "fraction": "invalid_fraction",
@@ -155,6 +156,13 @@ class ExperimentInputSerializer(StrictInputSerializer):
         help_text="exact (default): a call whose whole request equals a recorded succeeded "
         "call's is answered from it, so the arms of a replicate share replies until their "
         "requests differ; off: every call is sent",
+    )
+    mode = serializers.ChoiceField(
+        choices=list(EXPERIMENT_MODES),
+        required=False,
+        help_text="online (default): every call sent as it comes; batch: the worlds' LLM calls "
+        "gathered into provider batches in lockstep ticks, an attempt waiting for its reply "
+        "parked without a worker (docs/costs.md)",
     )
     base = FACTORIAL_INPUT["base"]
     factors = FACTORIAL_INPUT["factors"]
@@ -405,6 +413,9 @@ class ExperimentDesignSerializer(serializers.Serializer):
     reuse = serializers.ChoiceField(
         choices=list(REUSE_MODES), help_text="every world's reuse (docs/costs.md)"
     )
+    mode = serializers.ChoiceField(
+        choices=list(EXPERIMENT_MODES), help_text="online or batch (docs/costs.md)"
+    )
     factorial = described(FACTORIAL_OUT_SCHEMA, allow_null=True)
     stopping = described(STOPPING_OUT_SCHEMA, allow_null=True)
 
@@ -417,6 +428,12 @@ class ExperimentDesignSerializer(serializers.Serializer):
             raise TypeError("an ExperimentDesign is serialized")
         data = design.public_json()
         return super().to_representation(data)
+
+
+class BatchProgressSerializer(serializers.Serializer):
+    ticks = serializers.IntegerField(help_text="provider batches its worlds' requests went in")
+    attempts_waiting = serializers.IntegerField(help_text="attempts parked now, no worker held")
+    requests_pending = serializers.IntegerField(help_text="requests waiting in a batch")
 
 
 class ArmScenarioSerializer(serializers.Serializer):
@@ -452,6 +469,9 @@ class ExperimentSerializer(serializers.Serializer):
         help_text="what those calls cost when they were sent; null when one had no price",
     )
     failed_worlds = FailedWorldSerializer(many=True)
+    batch = BatchProgressSerializer(
+        allow_null=True, help_text="batch mode's progress (docs/costs.md); null online"
+    )
     arm_scenarios = serializers.DictField(
         child=ArmScenarioSerializer(),
         help_text="per arm label, its scenario's hash and the names that point at it now",

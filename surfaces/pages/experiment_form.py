@@ -38,10 +38,14 @@ PAGE = "experiments/experiment_form.html"
 ESTIMATE = "experiments/_estimate.html"
 MIN_ARMS = 2
 MAX_ARM_ROWS = 20
-TEXT_FIELDS = ("slug", "name", "description", "replicates", "turns", "seed", "reuse")
+TEXT_FIELDS = ("slug", "name", "description", "replicates", "turns", "seed", "reuse", "mode")
 REUSE_CHOICES = (
     ("exact", "reuse recorded replies (exact): an identical request is answered from the record"),
     ("off", "send every request (off)"),
+)
+MODE_CHOICES = (
+    ("online", "online: every call sent as it comes"),
+    ("batch", "batch: calls gathered into provider batches, at the batch price"),
 )
 # the estimate's optional power: which metric, the effect to detect, and sd or a pilot experiment
 POWER_FIELDS = ("power_metric", "power_effect", "power_sd", "power_pilot")
@@ -92,7 +96,7 @@ def _form(data: QueryDict) -> dict[str, Any]:
     form["metrics"] = [h for h in data.getlist("metrics") if h]
     form.update(factors_form(data))
     if not data:
-        form.update(replicates="5", turns="3", reuse="exact")
+        form.update(replicates="5", turns="3", reuse="exact", mode="online")
     return form
 
 
@@ -162,6 +166,8 @@ def _design(form: dict[str, Any]) -> dict[str, Any]:
         design["seed"] = _whole(form["seed"], "seed")
     if form["reuse"]:
         design["reuse"] = form["reuse"]  # the design's rules refuse others, naming `reuse`
+    if form["mode"]:
+        design["mode"] = form["mode"]  # likewise, naming `mode`
     budget: dict[str, Any] = {}
     if form["max_cost_total"]:
         budget["max_cost_total"] = form["max_cost_total"]
@@ -287,6 +293,7 @@ def experiment_new_page(request: HttpRequest) -> HttpResponse:
         "can_add": len(form["arms"]) < MAX_ARM_ROWS,
         "fractions": FRACTIONS,
         "reuse_choices": REUSE_CHOICES,
+        "mode_choices": MODE_CHOICES,
     }
     if action not in ("estimate", "launch"):
         data = {"form": form, "scenarios": context["scenarios"]}

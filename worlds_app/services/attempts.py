@@ -24,10 +24,12 @@ from django.utils import timezone
 from chukwa_core import log_context
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.json_values import storable_text
+from cognition_app.batches import BatchPending
 from cognition_app.recording import interrupt_running, interrupt_stale_judges
 from cognition_app.sources import scrub
 from cognition_app.subject_run import AttemptFailure, StagedEvent
 from worlds_app.models import (
+    ACTIVE_STATUSES,
     AttemptEvent,
     AttemptStatus,
     Experiment,
@@ -38,6 +40,7 @@ from worlds_app.models import (
 )
 from worlds_app.selectors import RETRYABLE_STATUSES, require_slug
 from worlds_app.services.attempt_recorder import AttemptRecorder
+from worlds_app.services.batch_mode import park
 from worlds_app.services.budget_settler import flush as settle_flush
 from worlds_app.services.cancelling import cancel_queued_attempts
 from worlds_app.services.claims import Claim, Heartbeat, LeaseLost, claim_attempt
@@ -106,9 +109,7 @@ def retry_refusal(attempt: TurnAttempt, world: World) -> ConflictError | None:
             "failed or interrupted attempt can be retried",
             {"field": "attempt_id", "status": attempt.status},
         )
-    busy = TurnAttempt.objects.filter(
-        world=world, status__in=(AttemptStatus.QUEUED, AttemptStatus.RUNNING)
-    ).count()
+    busy = TurnAttempt.objects.filter(world=world, status__in=ACTIVE_STATUSES).count()
     if busy:
         return ConflictError(
             "world_busy",
@@ -370,6 +371,12 @@ def _run_claimed(
             ),
             intervention_id=execution.intervention_id,
         )
+    except BatchPending as pending:
+        # a batch-mode experiment's call waits in a provider batch: park, free the worker
+        if not park(attempt, pending, recorder, started):
+            return AttemptStatus.INTERRUPTED, None
+        logger.info("attempt parked", extra={"duration_ms": _ms_since(started)})
+        return AttemptStatus.WAITING, None
     except LeaseLost:
         recorder.ended()  # nothing of this attempt is written after it ends here
         logger.warning("attempt %s lost its lease; its outcome is the reaper's", attempt.pk)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
 
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
 
@@ -14,25 +14,39 @@ from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
 def cancel_queued_attempts(
     attempts: QuerySet[TurnAttempt], *, step: str, reason: str, at: datetime
 ) -> int:
-    """Cancel those of ``attempts`` still queued (in the caller's transaction); a running one
-    ends as it would have. Returns how many were cancelled."""
+    """Cancel those of ``attempts`` still queued or parked (``waiting`` for a provider batch), in
+    the caller's transaction; a running one ends as it would have. Returns how many were
+    cancelled."""
     # Locked first: a worker claiming one of them meanwhile either committed its claim (the
     # row is re-read, no longer queued, and left out) or waits and then claims nothing.
     queued = list(
         attempts.select_for_update(of=("self",))
-        .filter(status=AttemptStatus.QUEUED)
+        .filter(status__in=(AttemptStatus.QUEUED, AttemptStatus.WAITING))
         .values_list("id", flat=True)
     )
     if not queued:
         return 0
-    TurnAttempt.objects.filter(pk__in=queued, status=AttemptStatus.QUEUED).update(
-        status=AttemptStatus.CANCELLED, ended_at=at, failure_step=step, failure_reason=reason
+    # a parked attempt has the events of its run so far: its cancellation comes after them
+    last_seq = dict(
+        AttemptEvent.objects.filter(attempt_id__in=queued)
+        .values("attempt_id")
+        .annotate(last=Max("seq"))
+        .values_list("attempt_id", "last")
+    )
+    TurnAttempt.objects.filter(
+        pk__in=queued, status__in=(AttemptStatus.QUEUED, AttemptStatus.WAITING)
+    ).update(
+        status=AttemptStatus.CANCELLED,
+        ended_at=at,
+        failure_step=step,
+        failure_reason=reason,
+        waiting_for="",
     )
     AttemptEvent.objects.bulk_create(
         [
             AttemptEvent(
                 attempt_id=pk,
-                seq=1,
+                seq=last_seq.get(pk, 0) + 1,
                 kind="attempt_cancelled",
                 payload={"reason": reason},
                 created_at=at,
@@ -44,7 +58,7 @@ def cancel_queued_attempts(
 
 
 def cancel_queued(experiment_id: int, reason: str, at: datetime) -> int:
-    """Cancel every queued attempt of the experiment's worlds."""
+    """Cancel every queued or parked attempt of the experiment's worlds."""
     return cancel_queued_attempts(
         TurnAttempt.objects.filter(world__experiment_id=experiment_id),
         step="cancel",

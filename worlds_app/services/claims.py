@@ -123,7 +123,7 @@ WITH w AS (
         SELECT 1 FROM {_ATTEMPT} r WHERE r.world_id = w.id AND r.status = 'running')
       AND NOT EXISTS (
         SELECT 1 FROM {_ATTEMPT} q
-        WHERE q.world_id = w.id AND q.status = 'queued' AND q.seq < a.seq)
+        WHERE q.world_id = w.id AND q.status IN ('queued', 'waiting') AND q.seq < a.seq)
     RETURNING a.*
 )
 SELECT {_cols("c", _ATTEMPT_FIELDS)}, {_cols("w", _WORLD_FIELDS)}, {_cols("b", _BUDGET_FIELDS)},

@@ -242,8 +242,20 @@ def admit_on_commit(experiment_id: int) -> None:
 ADMIT_CHUNK = 1000
 
 
-def _with_attempts(worlds: QuerySet[World], statuses: list[str], count: int) -> list[int]:
-    """The ``count`` lowest ids of ``worlds`` that have an attempt in one of ``statuses``.
+def _worlds_having(world_ids: list[int], statuses: list[str]) -> set[int]:
+    return set(
+        TurnAttempt.objects.filter(world_id__in=world_ids, status__in=statuses)
+        .order_by()  # not the model's order: it joins the worlds into the DISTINCT
+        .values_list("world_id", flat=True)
+        .distinct()
+    )
+
+
+def _with_attempts(
+    worlds: QuerySet[World], statuses: list[str], count: int, *, excluding: list[str] | None = None
+) -> list[int]:
+    """The ``count`` lowest ids of ``worlds`` that have an attempt in one of ``statuses`` (and
+    none in one of ``excluding``).
 
     Looked up a chunk of worlds at a time, their attempts by the chunk's ids: a cost linear in
     the worlds read whatever the planner's statistics say. (One ``EXISTS`` per world was
@@ -256,13 +268,11 @@ def _with_attempts(worlds: QuerySet[World], statuses: list[str], count: int) -> 
         chunk = list(ids.filter(pk__gt=after)[:ADMIT_CHUNK])
         if not chunk:
             break
-        having = set(
-            TurnAttempt.objects.filter(world_id__in=chunk, status__in=statuses)
-            .order_by()  # not the model's order: it joins the worlds into the DISTINCT
-            .values_list("world_id", flat=True)
-            .distinct()
-        )
-        found += [pk for pk in chunk if pk in having][: count - len(found)]
+        found_here = _worlds_having(chunk, statuses)
+        left_out = _worlds_having(chunk, excluding) if excluding else set()
+        found += [pk for pk in chunk if pk in found_here and pk not in left_out][
+            : count - len(found)
+        ]
         after = chunk[-1]
     return found
 
@@ -287,7 +297,15 @@ def experiment_admit(*, experiment_id: int) -> list[str]:
                 "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"experiment-admit:{experiment_id}"]
             )
         active = [AttemptStatus.QUEUED.value, AttemptStatus.RUNNING.value]
-        in_flight = len(_with_attempts(worlds.filter(admitted_at__isnull=False), active, limit))
+        # a world whose attempt is parked (batch mode) holds no worker: not in flight
+        in_flight = len(
+            _with_attempts(
+                worlds.filter(admitted_at__isnull=False),
+                active,
+                limit,
+                excluding=[AttemptStatus.WAITING.value],
+            )
+        )
         if in_flight >= limit:
             return []
         admitted = _with_attempts(
@@ -334,7 +352,12 @@ def turn_attempt_redrive(*, limit: int | None = None) -> list[str]:
         .exclude(world__experiment__isnull=False, world__admitted_at__isnull=True)
         .exclude(Exists(world_attempts.filter(status=AttemptStatus.RUNNING)))
         .exclude(
-            Exists(world_attempts.filter(status=AttemptStatus.QUEUED, seq__lt=OuterRef("seq")))
+            Exists(
+                world_attempts.filter(
+                    status__in=(AttemptStatus.QUEUED, AttemptStatus.WAITING),
+                    seq__lt=OuterRef("seq"),
+                )
+            )
         )
         .order_by("queued_at", "seq")
         .values_list("id", "world__slug", "world__experiment_id")[:limit]

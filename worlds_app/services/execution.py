@@ -42,6 +42,7 @@ from cognition_app.subject_run import (
 )
 from worlds_app.models import AttemptStatus, Intervention, Turn, TurnAttempt, World
 from worlds_app.services.attempt_recorder import AttemptRecorder
+from worlds_app.services.batch_mode import own_recordings, owner_of, resume_first_seq
 from worlds_app.services.experiment_budget import budget_ledger
 from worlds_app.services.interventions import pending_for
 from worlds_app.services.subject_threads import think_concurrently
@@ -106,10 +107,18 @@ def _workflow_for(world: World, subject: dict[str, Any]) -> tuple[dict[str, Any]
     return profile["workflow"], profile["workflow_hash"]
 
 
-def _replay_for(world: World) -> Replay | None:
+def _replay_for(world: World, attempt: TurnAttempt) -> Replay | None:
     """The world's replay source, as the recordings and earlier uses that count:
     both from committed attempts only, so the replay follows the committed history and a failed
-    attempt's retry reuses what the failed attempt used."""
+    attempt's retry reuses what the failed attempt used. An attempt resumed after parking
+    (batch mode, which no world replaying another has) replays its own calls so far."""
+    if attempt.parks:
+        return Replay(
+            source_world_slug=world.slug,
+            strict=False,
+            recorded=own_recordings(attempt),
+            used=SourceInvocation.objects.none(),
+        )
     if world.replay_from is None:
         return None
     if world.replay_source_id is None:
@@ -157,9 +166,11 @@ class _TurnRun:
         )
         # Invocation sequence numbers: unique and in the order the rows are opened, whichever
         # subject's thread opens them.
-        self._counter = itertools.count(1)
+        # A resumed attempt's numbers follow those of its earlier runs (batch mode).
+        self._counter = itertools.count(resume_first_seq(attempt))
         self._counter_lock = threading.Lock()
-        self.replay = _replay_for(world)
+        self.replay = _replay_for(world, attempt)
+        self.batch_owner = owner_of(world)
         # Read once, by the claim: a budget changed while the attempt runs applies from the next
         # attempt.
         self.budget = budget_ledger(limits, world.experiment_id)
@@ -199,6 +210,7 @@ class _TurnRun:
             next_seq=self.next_seq,
             replay=self.replay,
             reuse=self.world.reuse == "exact",
+            batch_owner=self.batch_owner,
             budget=self.budget,
             cancel=self.cancel,
             recorder=self.recorder,

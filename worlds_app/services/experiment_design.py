@@ -15,8 +15,10 @@ from chukwa_core.experiment_design import (
     ARM_OPTIONAL,
     ARM_REQUIRED,
     BUDGET_LIMITS,
+    EXPERIMENT_MODES,
     INPUT_OPTIONAL,
     INPUT_REQUIRED,
+    ONLINE,
     Arm,
     BranchFrom,
     Budget,
@@ -113,6 +115,7 @@ def design_of(data: Any) -> ExperimentDesign:
     seed = body.get("seed")
     if seed is not None and (problem := seed_problem(seed)) is not None:
         raise invalid("invalid_seed", "seed", problem)
+    mode = _mode(body.get("mode", ONLINE), replays=body.get("replay_from") is not None)
     replay = None
     if body.get("replay_from") is not None:
         replay, replayed_seed = _replay_from(body["replay_from"], arms, replicates)
@@ -149,9 +152,29 @@ def design_of(data: Any) -> ExperimentDesign:
         replay_from=replay,
         primary=primary,
         reuse=reuse_mode(body["reuse"], "reuse") if "reuse" in body else "exact",
+        mode=mode,
         factorial=factorial,
         stopping=stopping,
     )
+
+
+def _mode(value: Any, *, replays: bool) -> str:
+    """``mode``: "online" or "batch" (docs/costs.md, "Batch mode"). A batch-mode world resumes by
+    replaying its own attempt's calls, so it cannot also replay another experiment's."""
+    if value not in EXPERIMENT_MODES:
+        raise invalid(
+            "invalid_mode",
+            "mode",
+            f"must be one of {', '.join(map(repr, EXPERIMENT_MODES))}, got {value!r}",
+        )
+    if value != ONLINE and replays:
+        raise invalid(
+            "invalid_mode",
+            "mode",
+            "a batch-mode experiment cannot replay another (replay_from): leave one out",
+        )
+    assert isinstance(value, str)
+    return value
 
 
 def _arms(arms_in: Any, slug: str, replicates: int, first_turn: int, turns: int) -> list[Arm]:

@@ -25,7 +25,13 @@ from django.db.models import Count, Exists, F, OuterRef, Q
 from django.db.models.functions import Coalesce
 
 from cognition_app import batches
-from worlds_app.models import AttemptStatus, Experiment, PendingJudging, TurnAttempt, World
+from worlds_app.models import (
+    ACTIVE_STATUSES,
+    Experiment,
+    PendingJudging,
+    TurnAttempt,
+    World,
+)
 from worlds_app.services.dispatch import BROKER_ERRORS, send_measure
 from worlds_app.services.measurements import MEASURING_LOCK_SPACE
 
@@ -99,9 +105,7 @@ def measure_redrive(*, limit: int | None = None) -> list[int]:
     if measure_messages_waiting():
         return []
     busy = _being_measured()
-    active = TurnAttempt.objects.filter(
-        world_id=OuterRef("pk"), status__in=[AttemptStatus.QUEUED, AttemptStatus.RUNNING]
-    )
+    active = TurnAttempt.objects.filter(world_id=OuterRef("pk"), status__in=ACTIVE_STATUSES)
     sent: list[int] = []
     for experiment in Experiment.objects.filter(worlds__isnull=False).distinct().order_by("pk"):
         metrics = list(experiment.typed_design.metrics)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from cognition_app.batches import BatchPending
 from cognition_app.sources import CANCELLED, CancelScope
 from cognition_app.subject_run import AttemptFailure
 
@@ -122,10 +123,13 @@ def think_concurrently(
 ) -> list[R]:
     """``think(subject)`` for every subject, at most ``bound`` at a time; the results in the
     order of ``subjects``. If any raises, the rest are stopped and the failure that stopped them
-    is raised (not the cancellations it caused)."""
+    is raised (not the cancellations it caused). A subject whose call waits in a provider batch
+    (``BatchPending``, batch mode) stops no one: once all have thought or asked, the first
+    ``SubjectsPending`` is raised carrying every one's ``request_ids``."""
     limit = max(1, min(bound or max_concurrent_subjects(), len(subjects)))
     results: dict[int, R] = {}
     failures: list[BaseException] = []
+    pending: list[BatchPending] = []
     lock = threading.Lock()
     queue = iter(range(len(subjects)))
 
@@ -141,6 +145,12 @@ def think_concurrently(
                 subject = subjects[index]
                 try:
                     result = think(subject)
+                except BatchPending as exc:
+                    # waiting in a provider batch (batch mode): the others go on to theirs, so
+                    # that one tick's batch holds every subject's request
+                    with lock:
+                        pending.append(exc)
+                    continue
                 except BaseException as exc:  # noqa: BLE001 - recorded, re-raised by the caller
                     with lock:
                         failures.append(exc)
@@ -161,7 +171,19 @@ def think_concurrently(
     _pool.run([_in_context(contextvars.copy_context(), task) for _ in range(limit)])
     if failures:
         raise _first_cause(failures)
+    if pending:  # the attempt parks until every one of them is answered
+        raise SubjectsPending([p.request_id for p in pending])
     return [results[i] for i in range(len(subjects))]
+
+
+class SubjectsPending(BatchPending):
+    """Concurrent subjects' calls waiting in provider batches: every one's request."""
+
+    def __init__(self, request_ids: list[Any]) -> None:
+        super().__init__(
+            request_ids[0], f"waiting for {len(request_ids)} batch request(s) of its subjects"
+        )
+        self.request_ids = request_ids
 
 
 def _in_context(context: contextvars.Context, task: Callable[[], None]) -> Callable[[], None]:

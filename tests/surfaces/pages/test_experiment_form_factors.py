@@ -190,3 +190,25 @@ def test_reuse_is_chosen_on_the_form_and_a_bad_value_names_the_field(operator: C
     answer = operator.post("/experiments/new/", {**typed, "reuse": "off"})
     assert answer.status_code == 302, answer.content.decode()[:2000]
     assert Experiment.objects.get(slug="grid").typed_design.reuse == "off"
+
+
+def test_batch_mode_is_chosen_on_the_form_and_a_bad_value_names_the_field(
+    operator: Client,
+) -> None:
+    """The form's Sending choice (online by default, or batch) reaches the design; anything
+    else is refused naming ``mode``, nothing written; a batch-mode experiment's page shows its
+    ticks, parked attempts and pending requests."""
+    page = operator.get("/experiments/new/").content.decode()
+    assert 'name="mode" value="online" checked' in page
+    base, metric = stored_scenario(), expression_metric("any", "`true`")
+    typed = _form(base, metric, ("thirst", THIRST), ("fountain", FOUNTAIN))
+    answer = operator.post("/experiments/new/", {**typed, "mode": "later"})
+    assert answer.status_code == 400
+    assert 'id="mode-error"' in answer.content.decode()
+    assert not Experiment.objects.exists()
+    answer = operator.post("/experiments/new/", {**typed, "mode": "batch"})
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    assert Experiment.objects.get(slug="grid").typed_design.mode == "batch"
+    page = operator.get("/experiments/grid/").content.decode()
+    assert 'id="batch-ticks">0<' in page and 'id="batch-waiting">0<' in page
+    assert operator.get("/experiments/grid/?format=json").json()["design"]["mode"] == "batch"

@@ -12,7 +12,7 @@ from chukwa_core.errors import ChukwaError
 from cognition_app.selectors import CostTotals
 from worlds_app import selectors
 from worlds_app.management.workers import worker_names
-from worlds_app.models import AttemptStatus, TurnAttempt
+from worlds_app.models import ACTIVE_STATUSES, AttemptStatus, TurnAttempt
 from worlds_app.services import turn_attempt_enqueue
 
 
@@ -72,7 +72,7 @@ class Command(BaseCommand):
                 if time.monotonic() > deadline:
                     raise CommandError(f"timed out waiting for {len(pending)} attempt(s)")
                 attempt = TurnAttempt.objects.get(pk=pending[0])
-                if attempt.status in (AttemptStatus.QUEUED, AttemptStatus.RUNNING):
+                if attempt.status in ACTIVE_STATUSES:
                     time.sleep(0.2)
                     continue
                 pending.pop(0)
