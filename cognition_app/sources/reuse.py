@@ -75,6 +75,12 @@ WHERE i.reuse_key = %s AND i.status = '{InvocationStatus.SUCCEEDED.value}' AND i
     AND c.status = '{InvocationStatus.SUCCEEDED.value}'
     AND i.validation_status <> 'invalid' AND i.model_output_kind <> 'invalid'
 ORDER BY i.started_at, i.id LIMIT 1"""  # noqa: S608
+_INVOCATION_BY_ID = (
+    f"SELECT * FROM {connection.ops.quote_name(SourceInvocation._meta.db_table)} WHERE id = %s"  # noqa: S608
+)
+_CALL_BY_INVOCATION = (
+    f"SELECT * FROM {connection.ops.quote_name(LlmCall._meta.db_table)} WHERE invocation_id = %s"  # noqa: S608
+)
 
 
 def recorded(key: str) -> SourceInvocation | None:
@@ -85,7 +91,14 @@ def recorded(key: str) -> SourceInvocation | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    return SourceInvocation.objects.select_related("llm_call").filter(pk=row[0]).first()
+    # Both rows whole, by key, as raw querysets (the fields converted as the ORM's are): half
+    # the CPU of compiling the select_related queryset of both wide rows.
+    invocation = next(iter(SourceInvocation.objects.raw(_INVOCATION_BY_ID, [row[0]])), None)
+    call = next(iter(LlmCall.objects.raw(_CALL_BY_INVOCATION, [row[0]])), None)
+    if invocation is None or call is None:  # deleted since (its world was)
+        return None
+    invocation.llm_call = call
+    return invocation
 
 
 @dataclass
