@@ -6,6 +6,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from django.db import connection
+
 from cognition_app.models import LlmCall, LlmChunk, SourceInvocation
 from cognition_app.recording import GenerationRecord
 from cognition_app.sources.generation import Generation, Judge, verdict_fields
@@ -57,13 +59,23 @@ def replayed_generation(
             "http_status": record.http_status,
             "response_headers": record.response_headers,
         },
-        chunks=list(
-            LlmChunk.objects.filter(call_id=original.pk)
-            .order_by("seq")
-            .values_list("seq", "offset_ms", "text")
-        ),
+        chunks=_chunks(original.pk),
     )
     return gen
+
+
+# A recorded call's chunks in order: a statement written once, not a queryset compiled on
+# every reused or replayed generation. (Identifiers from the model, quoted.)
+_CHUNKS = (
+    f"SELECT seq, offset_ms, text FROM {connection.ops.quote_name(LlmChunk._meta.db_table)} "  # noqa: S608
+    "WHERE call_id = %s ORDER BY seq"
+)
+
+
+def _chunks(call_id: Any) -> list[tuple[int, int, str]]:
+    with connection.cursor() as cursor:
+        cursor.execute(_CHUNKS, [call_id])
+        return [(seq, offset_ms, text) for seq, offset_ms, text in cursor.fetchall()]
 
 
 def _replayed_usage(original: LlmCall) -> dict[str, Any]:

@@ -17,10 +17,11 @@ from django.utils import timezone
 
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
-from tests.support.worker import unread_queue
+from tests.support.worker import delete_queue, experiment_queue, unread_queue
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt
 from worlds_app.services import (
     attempts,
+    dispatch,
     turn_attempt_enqueue,
     turn_attempt_reap,
     turn_attempt_redrive,
@@ -173,3 +174,28 @@ def test_a_task_that_dies_after_claiming_the_next_attempt_leaves_it_to_the_reape
     assert turn_attempt_reap(now=timezone.now() + timedelta(hours=1)) == [ids[1]]
     assert _statuses(ids) == ["committed", "interrupted", "cancelled"]
     assert Turn.objects.filter(world__slug="died").count() == 2  # turn 0 and turn 1
+
+
+def test_the_queue_check_sees_a_turn_message_waiting_in_either_queue_at_any_priority(
+    queue: str,
+) -> None:
+    from chukwa_site.celery import app
+
+    assert not dispatch.turn_messages_waiting()
+    for experiment in (False, True):
+        for priority in (None, 9):
+            app.send_task(
+                dispatch.RUN_TURN_ATTEMPT_TASK,
+                args=["00000000-0000-0000-0000-000000000000"],
+                queue=dispatch.attempt_queue(experiment=experiment),
+                priority=priority,
+            )
+            assert dispatch.turn_messages_waiting(), (experiment, priority)
+            delete_queue(experiment_queue(queue) if experiment else queue)
+            assert not dispatch.turn_messages_waiting(), (experiment, priority)
+    # another queue's messages are not turns waiting here
+    app.send_task(dispatch.MEASURE_WORLD_TASK, args=[1, []], queue=f"{queue}-elsewhere")
+    try:
+        assert not dispatch.turn_messages_waiting()
+    finally:
+        delete_queue(f"{queue}-elsewhere")

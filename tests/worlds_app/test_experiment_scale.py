@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from django.db import connection, transaction
 
+from scenarios_app.services import metric_put
 from tests.support.worker import (
     delete_queue,
     experiment_queue,
@@ -26,8 +27,12 @@ from tests.support.worker import (
 from tests.worlds_app.test_fair_queues import _design, _messages, _metric, rules_scenario
 from worlds_app.models import Experiment, Measurement, Turn, TurnAttempt, World
 from worlds_app.services import experiments as experiment_services
-from worlds_app.services.dispatch import MEASURE_WORLDS_PER_MESSAGE
-from worlds_app.services.experiments import experiment_add_replicates, experiment_create
+from worlds_app.services.dispatch import MEASURE_WORLDS_PER_MESSAGE, experiment_metrics
+from worlds_app.services.experiments import (
+    experiment_add_metrics,
+    experiment_add_replicates,
+    experiment_create,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 __all__ = ["rules_scenario"]  # the fixture, shared with the fair-queues tests
@@ -39,6 +44,37 @@ def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+def test_a_commit_reads_the_experiments_metrics_as_stored_then_as_added(
+    rules_scenario: str,
+) -> None:
+    delete_queue("chukwa-metrics-read")
+    try:
+        with routed_to("chukwa-metrics-read"):  # its measure messages go nowhere read
+            experiment = experiment_create(data=_design("metrics-read", rules_scenario, 1, 1))
+            experiment_services.experiment_cancel(slug="metrics-read")
+            stored = Experiment.objects.get(pk=experiment.pk).design["metrics"]
+            assert experiment_metrics(experiment.pk) == stored
+            assert len(stored) == 1
+            added = metric_put(
+                content={
+                    "version": 1,
+                    "label": "second",
+                    "kind": "expression",
+                    "aggregate": "mean",
+                    "expression": "turn",
+                }
+            )["hash"]
+            experiment_add_metrics(slug="metrics-read", metrics=[{"hash": added}])
+            assert experiment_metrics(experiment.pk) == [*stored, added]
+            assert (
+                experiment_metrics(experiment.pk)
+                == (Experiment.objects.get(pk=experiment.pk).design["metrics"])
+            )
+        assert experiment_metrics(experiment.pk + 1000) == []  # no such experiment
+    finally:
+        delete_queue(measure_queue("chukwa-metrics-read"))
 
 
 @pytest.mark.integration

@@ -16,6 +16,7 @@ so a second experiment's worlds queue behind a bounded number of the first's.
 from __future__ import annotations
 
 import logging
+from typing import Any
 from uuid import UUID
 
 from django.conf import settings
@@ -24,9 +25,10 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from worlds_app.models import AttemptStatus, TurnAttempt, World
+from worlds_app.models import AttemptStatus, Experiment, TurnAttempt, World
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +94,8 @@ BROKER_ERRORS: tuple[type[Exception], ...] = (
     RedisConnectionError,
     RedisTimeoutError,
 )
+# The queue check talks to Redis directly: any error of redis-py's too.
+QUEUE_CHECK_ERRORS: tuple[type[Exception], ...] = (*BROKER_ERRORS, RedisError)
 
 
 def attempt_queue(*, experiment: bool) -> str:
@@ -130,18 +134,39 @@ def turn_messages_waiting() -> bool:
     An experiment's attempt continues its batch in the same task (no broker trip) only while
     nothing waits: otherwise its world's next attempt goes to the back of the experiments
     queue, so the worker takes the waiting turn first. A broker that cannot answer counts as
-    "something waits" (the next attempt is then kicked as usual)."""
-    from celery import current_app
+    "something waits" (the next attempt is then kicked as usual).
+
+    The queues' lists (one per message priority, named by the transport) are counted in one
+    round trip on the process's Redis client (the broker's server), not through a pooled
+    broker connection: kombu makes a new Redis client object for each command it sends, which
+    cost more CPU than the count itself, at every commit of an experiment's turn."""
+    from cognition_app.sources.admission.leases import client
 
     try:
-        with current_app.pool.acquire(block=True) as conn:
-            channel = conn.default_channel
-            for queue in (settings.CELERY_TASK_DEFAULT_QUEUE, settings.CHUKWA_EXPERIMENT_QUEUE):
-                if channel.queue_declare(queue=queue, passive=False).message_count:
-                    return True
-    except BROKER_ERRORS:
+        keys = _queue_keys((settings.CELERY_TASK_DEFAULT_QUEUE, settings.CHUKWA_EXPERIMENT_QUEUE))
+        with client().pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.llen(key)
+            return any(pipe.execute())
+    except QUEUE_CHECK_ERRORS:
         return True
-    return False
+
+
+_queue_keys_of: dict[tuple[str, ...], list[str]] = {}
+
+
+def _queue_keys(queues: tuple[str, ...]) -> list[str]:
+    """The Redis lists that hold the queues' messages, as the broker's transport names them
+    (a list per priority step), asked of the transport once per process and set of queues."""
+    keys = _queue_keys_of.get(queues)
+    if keys is None:
+        from celery import current_app
+
+        with current_app.pool.acquire(block=True) as conn:
+            channel: Any = conn.default_channel
+            keys = [channel._q_for_pri(q, pri) for q in queues for pri in channel.priority_steps]
+        _queue_keys_of[queues] = keys
+    return keys
 
 
 def export_on_commit(attempt_id: UUID) -> None:
@@ -172,6 +197,13 @@ def export_on_commit(attempt_id: UUID) -> None:
     transaction.on_commit(send)
 
 
+# The metrics' hashes in the design's order (none when its "metrics" is not a list).
+_METRICS = f"""SELECT m.value FROM {connection.ops.quote_name(Experiment._meta.db_table)} e,
+    jsonb_array_elements_text(CASE jsonb_typeof(e.design -> 'metrics') WHEN 'array'
+        THEN e.design -> 'metrics' ELSE '[]'::jsonb END) WITH ORDINALITY AS m(value, n)
+WHERE e.id = %s ORDER BY m.n"""  # noqa: S608
+
+
 def send_measure(world_id: int | list[int], metric_hashes: list[str]) -> None:
     """Hand a world's measuring to the measure queue (read at send time, so tests can route to
     their own worker); a broker error propagates."""
@@ -180,6 +212,15 @@ def send_measure(world_id: int | list[int], metric_hashes: list[str]) -> None:
     current_app.send_task(
         MEASURE_WORLD_TASK, args=[world_id, metric_hashes], queue=settings.CHUKWA_MEASURE_QUEUE
     )
+
+
+def experiment_metrics(experiment_id: int) -> list[str]:
+    """The hashes of the experiment's metrics, read now (``POST …/metrics/`` adds to them):
+    only they, not the whole design read back and parsed, in a statement written once, not a
+    queryset compiled at every commit of an experiment's turn."""
+    with connection.cursor() as cursor:
+        cursor.execute(_METRICS, [experiment_id])
+        return [str(m) for (m,) in cursor.fetchall()]
 
 
 def measure_on_commit(world_ids: int | list[int], experiment_id: int) -> None:
@@ -191,15 +232,7 @@ def measure_on_commit(world_ids: int | list[int], experiment_id: int) -> None:
     worlds = [world_ids] if isinstance(world_ids, int) else list(world_ids)
 
     def send() -> None:
-        from worlds_app.models import Experiment
-
-        # only the metrics' hashes, not the whole design read back and parsed each turn
-        stored = (
-            Experiment.objects.filter(pk=experiment_id)
-            .values_list("design__metrics", flat=True)
-            .first()
-        )
-        metrics = [str(m) for m in stored] if isinstance(stored, list) else []
+        metrics = experiment_metrics(experiment_id)
         if not metrics:
             return
         step = MEASURE_WORLDS_PER_MESSAGE
