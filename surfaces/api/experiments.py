@@ -226,6 +226,38 @@ class EstimateSerializer(serializers.Serializer):
             ref_name = "ExperimentEstimateJudgeCost"
 
     judge_cost = JudgeCost(help_text="the judge calls priced online and in batches, side by side")
+
+    class BatchCost(serializers.Serializer):
+        mode = serializers.CharField(help_text='the design\'s mode: "online" or "batch"')
+        online = serializers.DecimalField(
+            max_digits=30,
+            decimal_places=6,
+            allow_null=True,
+            help_text="every call at the online prices (the same as cost)",
+        )
+        batch = serializers.DecimalField(
+            max_digits=30,
+            decimal_places=6,
+            allow_null=True,
+            help_text="the design as its mode sends it: the calls that go into provider batches "
+            "(a judge's whose source declares interface.batch; in batch mode an agent's too) at "
+            "the batch prices, the others at the online prices; null when no call goes into a "
+            "batch, or a price is unknown (a batch call's price row with no batch prices: "
+            "never the online price)",
+        )
+        batch_declared = serializers.BooleanField(
+            help_text="some of the design's calls go into provider batches"
+        )
+        calls_batched = serializers.IntegerField(
+            help_text="how many of calls.total go into provider batches"
+        )
+
+        class Meta:
+            ref_name = "ExperimentEstimateBatchCost"
+
+    batch_cost = BatchCost(
+        help_text="the whole design priced online and as its mode sends it, side by side"
+    )
     unpriced = serializers.ListField(child=serializers.CharField())
     unbounded = serializers.ListField(
         child=serializers.CharField(), help_text="sources with no max_tokens: no bound"
@@ -242,7 +274,8 @@ class EstimateSerializer(serializers.Serializer):
         allow_null=True,
         help_text="the expected wall time: the models' observed median latency, the "
         "concurrency the limits allow, each world's turns in sequence; null when a model's "
-        "latency is unknown (no call of it recorded yet)",
+        "latency is unknown (no call of it recorded yet), and in batch mode (set by the "
+        "provider's completion window and the ticks, as seconds_basis says)",
     )
     seconds_basis = serializers.CharField(
         help_text="what seconds rests on (latencies, calls, concurrency), or why it is null"

@@ -18,7 +18,11 @@ estimate (and any budget) unbounded.
 A judge whose source declares ``interface.batch`` is sent through the provider's Batch API
 (docs/costs.md, "Batch"): ``judge_cost`` prices the judge calls both ways, online and at the
 price table's batch prices (unknown when its price row has none); ``cost`` stays the online
-bound.
+bound. ``batch_cost`` prices the whole design the same two ways: in a design with
+``"mode": "batch"`` an agent's call of a source declaring ``interface.batch`` goes into a provider
+batch too (``cognition_app.sources.llm``: only with a batch owner and the source's ``batch``;
+any other call is sent live, at the online price). A batch-mode design's wall time is not a
+latency sum: ``seconds`` is None and its basis says what sets it (docs/costs.md, "Batch mode").
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any, TypedDict
 from django.db import transaction
 from django.utils import timezone
 
+from chukwa_core.experiment_design import BATCH
 from chukwa_core.experiment_power import PowerEstimate
 from chukwa_core.metric_kinds import METRIC_KINDS
 from cognition_app.budgets import TOKENS_PER_MESSAGE, completion_cap
@@ -78,6 +83,17 @@ class JudgeCost(TypedDict):
     batch_declared: bool  # some judge source declares interface.batch
 
 
+class BatchCost(TypedDict):
+    mode: str  # the design's mode: "online" or "batch"
+    online: str | None  # every call at the online prices (= ``cost``)
+    # what the design sends in its mode, the calls that go into provider batches at the batch
+    # prices and the others at the online prices; None when a price is unknown (a batch call's
+    # price row with no batch prices, or a call with no price at all)
+    batch: str | None
+    batch_declared: bool  # some of the design's calls go into provider batches
+    calls_batched: int  # how many of ``calls.total`` go into provider batches
+
+
 class Estimate(TypedDict):
     worlds: int
     turns_per_world: int
@@ -85,6 +101,7 @@ class Estimate(TypedDict):
     tokens: EstimateTokens
     cost: str | None
     judge_cost: JudgeCost
+    batch_cost: BatchCost
     unpriced: list[str]
     unbounded: list[str]
     budget: dict[str, Any] | None
@@ -181,7 +198,8 @@ class _Rounds:
 class _Tally:
     """Calls, tokens and cost added up source by source."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, mode: str) -> None:
+        self.mode = mode
         self.calls = {"agents": 0, "judges": 0}
         self.prompt = 0
         self.completion = 0
@@ -191,6 +209,10 @@ class _Tally:
         self.judge_online: Decimal | None = Decimal(0)
         self.judge_batch: Decimal | None = Decimal(0)
         self.judge_batch_declared = False
+        # the whole design as its mode sends it (``batch_cost``)
+        self.design_batch: Decimal | None = Decimal(0)
+        self.calls_batched = 0
+        self.windows: set[str] = set()
         self.unpriced: set[str] = set()
         self.unbounded: set[str] = set()
         self._sources: dict[str, dict[str, Any]] = {}
@@ -211,7 +233,8 @@ class _Tally:
         round by round (a tool loop), the completion cap for every earlier round."""
         iface = self.interface(source_hash)
         policy = retry_policy(iface)
-        self.calls[who] += per_run * runs * policy.most_tries
+        calls = per_run * runs * policy.most_tries
+        self.calls[who] += calls
         tries = policy.billed_tries
         cap = completion_cap(iface.get("params", {}))
         key = f"({iface.get('base_url_env', '?')}, {iface.get('model', '?')})"
@@ -237,17 +260,23 @@ class _Tally:
                 price, prompt_tokens=prompt_total, completion_tokens=completion_total
             )
             self.cost += online
-        if who == "judges":
-            batched = online
-            if iface.get("batch"):
-                self.judge_batch_declared = True
-                batched = (
-                    worst_case_batch_cost(
-                        price, prompt_tokens=prompt_total, completion_tokens=completion_total
-                    )
-                    if price is not None
-                    else None
+        batched = online
+        # a judge's calls go into batches whenever its source declares batch; an agent's only
+        # in batch mode (``cognition_app.sources.llm``: a batch owner and the source's batch)
+        in_batch = bool(iface.get("batch")) and (who == "judges" or self.mode == BATCH)
+        if in_batch:
+            self.calls_batched += calls
+            self.windows.add(str(iface["batch"].get("completion_window", "?")))
+            batched = (
+                worst_case_batch_cost(
+                    price, prompt_tokens=prompt_total, completion_tokens=completion_total
                 )
+                if price is not None
+                else None
+            )
+        self.design_batch = _plus(self.design_batch, batched)
+        if who == "judges":
+            self.judge_batch_declared = self.judge_batch_declared or in_batch
             self.judge_online = _plus(self.judge_online, online)
             self.judge_batch = _plus(self.judge_batch, batched)
 
@@ -257,6 +286,28 @@ class _Tally:
             "batch": _amount(self.judge_batch) if self.judge_batch_declared else None,
             "batch_declared": self.judge_batch_declared,
         }
+
+    def batch_cost(self, online: Decimal | None) -> BatchCost:
+        declared = self.calls_batched > 0
+        return {
+            "mode": self.mode,
+            "online": _amount(online),
+            "batch": _amount(self.design_batch) if declared else None,
+            "batch_declared": declared,
+            "calls_batched": self.calls_batched,
+        }
+
+    def batch_basis(self, ticks: int) -> str:
+        """Why a batch-mode design's ``seconds`` is None, and what sets its wall time."""
+        windows = ", ".join(sorted(self.windows)) or "none: no call goes into a batch"
+        return (
+            "batch mode: the wall time is set by the provider's completion window "
+            f"({windows}) and the ticks, not by latency — each tick sends one batch and waits "
+            "until the provider ends it (within its completion window, else it expires and "
+            "the call is retried in a later one), one tick per tool-loop round per agent turn; "
+            f"at most {ticks} ticks per world (its batched calls, retries included), "
+            "so no latency-based time is given"
+        )
 
 
 def _plus(total: Decimal | None, more: Decimal | None) -> Decimal | None:
@@ -304,7 +355,7 @@ def _estimate(*, data: Any) -> Estimate:
         design = design.with_replicates(design.stopping.max_replicates)
     power = None if power_asked is None else experiment_power(value=power_asked, design=design)
     replicates, turns = design.replicates, design.turns
-    tally = _Tally()
+    tally = _Tally(mode=design.mode)
     point = design_branch_point(design.branch_from)
     start = parse_start_time(design.start_time)
     # the calls one world of each arm is expected to make, per source: each model node's
@@ -325,7 +376,9 @@ def _estimate(*, data: Any) -> Estimate:
         for arm in design.arms
     ]
     rounds = _Rounds(snapshots)
+    ticks = 0  # the most batched calls one world of an arm makes (batch mode's ticks bound)
     for snapshot in snapshots:
+        batched_before = tally.calls_batched
         world_calls: dict[str, float] = {}
         world = _world_chars(snapshot)
         profiles = snapshot["cognition_profiles"]
@@ -372,7 +425,11 @@ def _estimate(*, data: Any) -> Estimate:
                 world_calls.get(calls.source_hash, 0) + calls.calls * judged_turns
             )
         expected.extend(dict(world_calls) for _ in range(replicates))
+        ticks = max(ticks, math.ceil((tally.calls_batched - batched_before) / replicates))
     time = time_of(expected, calls_basis=rounds.basis())
+    # batch mode: no latency-based time (docs/costs.md, "Batch mode")
+    seconds = None if design.mode == BATCH else time.seconds
+    seconds_basis = tally.batch_basis(ticks) if design.mode == BATCH else time.basis
     budget = design.budget
     total_tokens = tally.prompt + tally.completion
     cost = None if tally.unpriced else tally.cost
@@ -398,13 +455,14 @@ def _estimate(*, data: Any) -> Estimate:
         "tokens": {"prompt": tally.prompt, "completion": tally.completion, "total": total_tokens},
         "cost": _amount(cost),
         "judge_cost": tally.judge_cost(),
+        "batch_cost": tally.batch_cost(cost),
         "unpriced": sorted(tally.unpriced),
         "unbounded": sorted(tally.unbounded),
         "budget": None if budget is None else asdict(budget),
         "within_budget": within,
         "method": METHOD,
         "power": power,
-        "seconds": time.seconds,
-        "seconds_basis": time.basis,
+        "seconds": seconds,
+        "seconds_basis": seconds_basis,
         "recorded": recorded,
     }

@@ -409,6 +409,7 @@ def test_the_experiment_estimate_is_declared_field_by_field(tmp_path: Path) -> N
         "tokens": "ref",
         "cost": "string?",
         "judge_cost": "ref",
+        "batch_cost": "ref",
         "unpriced": "array",
         "unbounded": "array",
         "budget": "object?",

@@ -173,3 +173,155 @@ def test_the_form_shows_both_prices(client: Client, operator_user: User) -> None
     online = text.split('id="estimate-judge-online">')[1].split("<")[0]
     batch = text.split('id="estimate-judge-batch">')[1].split("<")[0]
     assert Decimal(batch) < Decimal(online)
+
+
+# --- a batch-mode design: the agents' calls in batches too -------------------------------------
+
+
+def _agent_scenario(batch: bool) -> str:
+    body = fixture_body("ant_on_plate")
+    iface = workflow_of(body, "ant")["nodes"][0]["llm_source_ref"]["inline"]["interface"]
+    iface["model"] = "scripted-model"
+    iface["params"] = {"temperature": 0, "max_tokens": 100}
+    if batch:
+        iface["batch"] = {"api": "openai", "completion_window": "24h"}
+    return str(scenario_assemble(data=body)["scenario_hash"])
+
+
+def _design_estimate(
+    client: APIClient, scenario: str, metric: str, mode: str | None
+) -> dict[str, Any]:
+    design: dict[str, Any] = {
+        "slug": "priced",
+        "arms": [
+            {"label": "control", "scenario_ref": {"hash": scenario}},
+            {"label": "other", "scenario_ref": {"hash": scenario}},
+        ],
+        "replicates": 2,
+        "turns": 2,
+        "metrics": [{"hash": metric}],
+    }
+    if mode is not None:
+        design["mode"] = mode
+    answer = client.post("/api/experiments/estimate/", design, format="json")
+    assert answer.status_code == 200, answer.json()
+    found: dict[str, Any] = answer.json()
+    return found
+
+
+def _raw(prices: dict[str, Decimal], prompt: int, completion: int) -> Decimal:
+    return (
+        prompt * max(prices["input"], prices["cached"]) + completion * prices["output"]
+    ) / 1_000_000
+
+
+def _text(value: Decimal) -> str:
+    return format(value.quantize(Decimal("1e-6")), "f")
+
+
+def test_a_batch_mode_design_prices_the_agents_calls_at_the_batch_prices(
+    operator_client: APIClient,
+) -> None:
+    _price("scripted-model", batch=True)
+    scenario = _agent_scenario(batch=True)
+    found = _design_estimate(operator_client, scenario, _expression(), "batch")
+    prompt, completion = found["tokens"]["prompt"], found["tokens"]["completion"]
+    assert prompt > 0 and completion > 0 and found["calls"]["judges"] == 0
+    # every call is an agent's, of a source declaring batch: all of it at the batch prices
+    assert found["batch_cost"] == {
+        "mode": "batch",
+        "online": _text(_raw(ONLINE, prompt, completion)),
+        "batch": _text(_raw(BATCH, prompt, completion)),
+        "batch_declared": True,
+        "calls_batched": found["calls"]["total"],
+    }
+    assert found["cost"] == found["batch_cost"]["online"]  # cost stays the online bound
+    # the same design online: the agents' calls are sent live, nothing goes into a batch
+    online = _design_estimate(operator_client, scenario, _expression(), None)
+    assert online["batch_cost"] == {
+        "mode": "online",
+        "online": found["cost"],
+        "batch": None,
+        "batch_declared": False,
+        "calls_batched": 0,
+    }
+
+
+def test_batch_mode_sends_a_source_without_batch_live_at_the_online_price(
+    operator_client: APIClient,
+) -> None:
+    _price("scripted-model", batch=True)
+    _price("judge-model", batch=True)
+    scenario = _agent_scenario(batch=False)
+    without = _design_estimate(operator_client, scenario, _expression(), "batch")
+    judged = _design_estimate(operator_client, scenario, _judge(batch=True), "batch")
+    agents = (without["tokens"]["prompt"], without["tokens"]["completion"])
+    judge = (
+        judged["tokens"]["prompt"] - agents[0],
+        judged["tokens"]["completion"] - agents[1],
+    )
+    assert judge[0] > 0 and judge[1] > 0
+    # the agents' calls live at the online prices, the judge's in batches at the batch prices
+    assert judged["batch_cost"]["batch"] == _text(_raw(ONLINE, *agents) + _raw(BATCH, *judge))
+    assert judged["batch_cost"]["online"] == _text(_raw(ONLINE, *agents) + _raw(ONLINE, *judge))
+    assert judged["batch_cost"]["calls_batched"] == judged["calls"]["judges"] > 0
+    assert judged["judge_cost"]["batch"] == _text(_raw(BATCH, *judge))
+    assert without["batch_cost"]["batch_declared"] is False
+    assert without["batch_cost"]["batch"] is None
+
+
+def test_batch_mode_with_no_batch_prices_leaves_the_batch_cost_unknown(
+    operator_client: APIClient,
+) -> None:
+    _price("scripted-model", batch=False)
+    found = _design_estimate(operator_client, _agent_scenario(batch=True), _expression(), "batch")
+    assert found["batch_cost"]["batch_declared"] is True
+    assert found["batch_cost"]["batch"] is None  # unknown, never the online price
+    assert found["batch_cost"]["online"] is not None
+    assert found["batch_cost"]["online"] == found["cost"]
+
+
+def test_a_batch_mode_design_gives_no_latency_time(operator_client: APIClient) -> None:
+    _price("scripted-model", batch=True)
+    scenario = _agent_scenario(batch=True)
+    found = _design_estimate(operator_client, scenario, _expression(), "batch")
+    assert found["seconds"] is None
+    basis = found["seconds_basis"]
+    assert "completion window (24h)" in basis and "not by latency" in basis
+    # every call batched, each world the same: its batched calls bound its ticks
+    per_world = found["calls"]["total"] // found["worlds"]
+    assert f"at most {per_world} ticks per world" in basis
+    online = _design_estimate(operator_client, scenario, _expression(), None)
+    assert "completion window" not in online["seconds_basis"]
+
+
+def test_the_form_shows_the_whole_design_both_ways(client: Client, operator_user: User) -> None:
+    _price("scripted-model", batch=True)
+    client.force_login(operator_user)
+    scenario = _agent_scenario(batch=True)
+    form = {
+        "slug": "gale",
+        "name": "A gale",
+        "arm_label": ["control", "treated"],
+        "arm_scenario": [scenario, scenario],
+        "control": "0",
+        "replicates": "2",
+        "turns": "2",
+        "metrics": [_expression()],
+        "seed": "",
+        "max_cost_total": "",
+        "max_tokens_total": "",
+        "reuse": "exact",
+        "mode": "batch",
+        "action": "estimate",
+    }
+    text = client.post("/experiments/new/", form, **HTMX).content.decode()
+    assert 'id="estimate-batch-cost"' in text and "in batch mode" in text
+    online = text.split('id="estimate-design-online">')[1].split("<")[0]
+    batch = text.split('id="estimate-design-batch">')[1].split("<")[0]
+    assert Decimal(batch) < Decimal(online)
+    assert 'id="estimate-time">set by batches<' in text
+    assert "completion window" in text
+    form["mode"] = "online"
+    text = client.post("/experiments/new/", form, **HTMX).content.decode()
+    assert 'id="estimate-batch-cost"' not in text
