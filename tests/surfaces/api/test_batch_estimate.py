@@ -4,11 +4,15 @@ prices, unknown when the row has none, never the online price."""
 
 from __future__ import annotations
 
+import io
+import json
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -325,3 +329,32 @@ def test_the_form_shows_the_whole_design_both_ways(client: Client, operator_user
     form["mode"] = "online"
     text = client.post("/experiments/new/", form, **HTMX).content.decode()
     assert 'id="estimate-batch-cost"' not in text
+
+
+def test_the_command_prints_the_batch_cost(tmp_path: Path, operator_client: APIClient) -> None:
+    _price("scripted-model", batch=True)
+    scenario = _agent_scenario(batch=True)
+    metric = _expression()
+    found = _design_estimate(operator_client, scenario, metric, "batch")
+    design = {
+        "slug": "printed",
+        "arms": [
+            {"label": "control", "scenario_ref": {"hash": scenario}},
+            {"label": "other", "scenario_ref": {"hash": scenario}},
+        ],
+        "replicates": 2,
+        "turns": 2,
+        "metrics": [{"hash": metric}],
+        "mode": "batch",
+    }
+    path = tmp_path / "design.json"
+    path.write_text(json.dumps(design))
+    out = io.StringIO()
+    call_command("run_experiment", str(path), "--estimate", stdout=out)
+    text = out.getvalue()
+    batched = found["batch_cost"]
+    assert (
+        f"cost at most in batch mode with batches: {batched['batch']} "
+        f"({batched['calls_batched']} calls in provider batches)"
+    ) in text
+    assert "time: unknown (batch mode:" in text

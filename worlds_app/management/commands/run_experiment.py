@@ -86,6 +86,13 @@ def estimate_text(estimate: Estimate) -> str:
         + ("unknown" if estimate["seconds"] is None else duration_text(estimate["seconds"]))
         + f" ({estimate['seconds_basis']})",
     ]
+    batched = estimate["batch_cost"]
+    if batched["batch_declared"]:
+        amount = batched["batch"] if batched["batch"] is not None else "unknown (no batch price)"
+        lines.append(
+            f"cost at most in {batched['mode']} mode with batches: {amount} "
+            f"({batched['calls_batched']} calls in provider batches)"
+        )
     if estimate["unpriced"]:
         lines.append(f"unpriced: {', '.join(estimate['unpriced'])}")
     if estimate["budget"] is not None:
