@@ -118,7 +118,13 @@ def summary(slug: str, held: HeldWhilePending) -> list[str]:
                 cached_tokens=call.cached_tokens or 0,
             )
         batch = None if call.cost is None or batch is None else batch + call.cost
-    unpriced = online is None or batch is None
+    why = (
+        " (unknown: no price row for the model; see docs/costs.md, Prices)"
+        if online is None
+        else " (unknown: its price row has no batch prices; see docs/costs.md, Prices)"
+        if batch is None
+        else ""
+    )
     return [
         f"ticks (provider batches): {progress['ticks']}",
         f"requests sent in batches: {requests.count()} "
@@ -128,10 +134,5 @@ def summary(slug: str, held: HeldWhilePending) -> list[str]:
         f"worker-seconds held while a batch was pending: {held.seconds:g} "
         f"(running attempts sampled every {SAMPLE_SECONDS:g} s over {held.samples} samples "
         f"with a batch pending)",
-        f"cost of the batched calls: online {_amount(online)}, batch {_amount(batch)}"
-        + (
-            " (unknown: no price row with batch prices for the model; see docs/costs.md)"
-            if unpriced
-            else ""
-        ),
+        f"cost of the batched calls: online {_amount(online)}, batch {_amount(batch)}{why}",
     ]
