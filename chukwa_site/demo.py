@@ -2,7 +2,10 @@
 worker, on the embedded model (or on CHUKWA_LLM_BASE_URL when it is set), then answer a question
 with an experiment (docs/experiments.md) through ``manage.py run_experiment``.
 
-    python -m chukwa_site.demo [--turns 3] [--experiment picnic|park|visitors|none]
+    python -m chukwa_site.demo [--turns 3] [--experiment picnic|park|visitors|none] [--batch]
+
+``--batch`` (with ``--experiment park``) runs the park experiment in batch mode through the
+embedded model's Batch API (chukwa_site/demo_batch.py) and prints what the batches did.
 
 The experiment's slug carries the time it started (``picnic-caution-<HHMMSS>``), like the
 world's, so running the demo again on the same data makes a new one beside the old; its seed is
@@ -23,7 +26,7 @@ from typing import Any
 import django
 from django.conf import settings
 
-from chukwa_site import embedded, stack
+from chukwa_site import demo_batch, embedded, stack
 
 PICNIC_QUESTION = (
     "Does a cautious forager change how often the crumb is eaten within 5 turns? In picnic_rules "
@@ -34,6 +37,10 @@ PICNIC_QUESTION = (
 PARK_QUESTION = (
     "Does making Bob thirsty at turn 1 (an operator's intervention) make him drink from the "
     "fountain within 2 turns? The park scenario on the LLM, 2 paired replicates per arm."
+)
+BATCH_NOTE = (
+    "the walker's model is asked through the provider's Batch API (the embedded model's), "
+    "every world parking until its tick's batch ends."
 )
 PARK_SLOW = (
     "the park experiment runs the LLM: 8 park turns (2 arms by 2 replicates by 2 turns) on the "
@@ -106,8 +113,9 @@ def _picnic_design(slug: str) -> dict[str, Any]:
     }
 
 
-def _park_design(slug: str) -> dict[str, Any]:
-    """The park with and without a thirsty Bob, and the bob_drank metric (stored again)."""
+def _park_design(slug: str, scenario_ref: dict[str, str] | None = None) -> dict[str, Any]:
+    """The park (or ``scenario_ref``) with and without a thirsty Bob, and the bob_drank metric
+    (stored again)."""
     from scenarios_app.services import metric_put
 
     metric = metric_put(
@@ -140,8 +148,12 @@ def _park_design(slug: str) -> dict[str, Any]:
         "name": "A thirsty Bob",
         "description": PARK_QUESTION,
         "arms": [
-            {"label": "control", "scenario_ref": {"name": "park"}},
-            {"label": "thirsty", "scenario_ref": {"name": "park"}, "interventions": [thirst]},
+            {"label": "control", "scenario_ref": scenario_ref or {"name": "park"}},
+            {
+                "label": "thirsty",
+                "scenario_ref": scenario_ref or {"name": "park"},
+                "interventions": [thirst],
+            },
         ],
         "replicates": 2,
         "turns": 2,
@@ -194,11 +206,19 @@ def _visitors_design(slug: str) -> dict[str, Any]:
     }
 
 
-def _experiment(kind: str, env: dict[str, str]) -> int:
+def _experiment(kind: str, env: dict[str, str], batch: bool = False) -> int:
     """Print the question, then run the experiment through ``manage.py run_experiment``, which
-    prints the progress, the results table and the experiment's URL."""
+    prints the progress, the results table and the experiment's URL; in batch mode (the park
+    only), then what the batches did."""
     stamp = time.strftime("%H%M%S")
-    if kind == "park":
+    flags: list[str] = []
+    if kind == "park" and batch:
+        scenario = {"hash": demo_batch.park_batch_scenario()}
+        question = f"{PARK_QUESTION} In batch mode: {BATCH_NOTE}"
+        design = _park_design(f"park-thirst-batch-{stamp}", scenario)
+        flags = ["--mode", "batch"]
+        print(f"[chukwa] {PARK_SLOW}", flush=True)
+    elif kind == "park":
         question, design = PARK_QUESTION, _park_design(f"park-thirst-{stamp}")
         print(f"[chukwa] {PARK_SLOW}", flush=True)
     elif kind == "visitors":
@@ -207,12 +227,30 @@ def _experiment(kind: str, env: dict[str, str]) -> int:
         question, design = PICNIC_QUESTION, _picnic_design(f"picnic-caution-{stamp}")
     print(f"\n== experiment {design['slug']} ==\n{question}\n", flush=True)
     started = time.monotonic()
+    held = demo_batch.HeldWhilePending(design["slug"])
+    if flags:
+        held.start()
     try:
-        _run("run_experiment", "-", "--created-by", "demo", env=env, stdin=json.dumps(design))
+        _run(
+            "run_experiment",
+            "-",
+            "--created-by",
+            "demo",
+            *flags,
+            env=env,
+            stdin=json.dumps(design),
+        )
     except subprocess.CalledProcessError:
         print("\n[chukwa] the experiment did not complete (see above)", flush=True)
         return 1
+    finally:
+        if flags:
+            held.stop()
     print(f"[chukwa] the experiment took {time.monotonic() - started:.0f} s", flush=True)
+    if flags:
+        print("\n== batch mode ==", flush=True)
+        for line in demo_batch.summary(design["slug"], held):
+            print(f"[chukwa] {line}", flush=True)
     return 0
 
 
@@ -227,13 +265,26 @@ def main(argv: list[str] | None = None) -> int:
         help="the experiment after the world: picnic (rule policies, seconds), park (the LLM, "
         "minutes), visitors (50 drawn visitors on rule policies, seconds) or none",
     )
+    parser.add_argument(
+        "--batch",
+        action="store_true",
+        help="with --experiment park: run it in batch mode (lockstep ticks through the embedded "
+        "model's Batch API) and print the ticks, the requests sent in batches, the worker-seconds "
+        "held while batches were pending and the cost online against batch",
+    )
     args = parser.parse_args(argv)
+    if args.batch and args.experiment != "park":
+        parser.error("--batch goes with --experiment park")
     if args.experiment == "park":
         print(f"[chukwa] {PARK_SLOW}", flush=True)
 
     for line in stack.services().values():
         print(f"[chukwa] {line}", flush=True)
     env = stack._env()
+    if args.batch:  # the beat in the demo worker polls the batches this often
+        env["CHUKWA_BATCH_POLL_SECONDS"] = os.environ.get(
+            "CHUKWA_BATCH_POLL_SECONDS", demo_batch.DEMO_POLL_SECONDS
+        )
     _run("migrate", "--noinput", "-v", "0", env=env)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chukwa_site.settings")
     django.setup()  # the experiment's scenario and metric are stored from this process
@@ -258,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
             settings.CHUKWA_EXPERIMENT_QUEUE,
             settings.CHUKWA_MEASURE_QUEUE,
         ]
+        beat: list[str] = []
+        if args.batch:  # the batch poll: a periodic task on the control queue, queued by beat
+            queues.append(settings.CHUKWA_CONTROL_QUEUE)
+            beat = ["--beat", "--schedule", str(embedded.data_dir() / "demo-celerybeat-schedule")]
         log = (embedded.data_dir() / "demo-worker.log").open("ab")
         children.append(
             stack.Child(
@@ -278,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{hostname}@%h",
                         "--loglevel",
                         "INFO",
+                        *beat,
                     ],
                     cwd=embedded.PROJECT_DIR,
                     env=env,
@@ -314,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         if args.experiment != "none":
-            return _experiment(args.experiment, env)
+            return _experiment(args.experiment, env, args.batch)
     finally:
         stack.stop_children(children)
     return 0

@@ -268,3 +268,13 @@ def test_reuse_on_the_command_line_overrides_the_file(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="invalid choice: 'sometimes'"):
         call_command("run_experiment", path, "--reuse", "sometimes", stdout=io.StringIO())
     assert Experiment.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_mode_on_the_command_line_overrides_the_file(tmp_path: Path) -> None:
+    path = _write(tmp_path, _design(mode="online"))
+    call_command("run_experiment", path, "--mode", "batch", "--no-wait", stdout=io.StringIO())
+    assert Experiment.objects.get(slug="cli").typed_design.mode == "batch"
+    with pytest.raises(CommandError, match="argument --mode: invalid choice: 'later'"):
+        call_command("run_experiment", path, "--mode", "later", stdout=io.StringIO())
+    assert Experiment.objects.count() == 1

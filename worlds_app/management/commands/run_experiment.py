@@ -178,6 +178,12 @@ class Command(BaseCommand):
             help="answer a request identical to a recorded one from the record (exact, an "
             "experiment's default) or send every request (off); overrides the file's reuse",
         )
+        parser.add_argument(
+            "--mode",
+            choices=("online", "batch"),
+            help="send each model call when it is made (online, the default) or run in lockstep "
+            "ticks through the sources' batch APIs (batch); overrides the file's mode",
+        )
         parser.add_argument("--created-by", default="cli", help="recorded on the experiment")
         parser.add_argument(
             "--poll", type=float, default=0.5, help="seconds between progress reads"
@@ -190,6 +196,8 @@ class Command(BaseCommand):
         data = power_flags(options, read_design(options["file"], options.get("stdin")))
         if options.get("reuse") and isinstance(data, dict):
             data = {**data, "reuse": options["reuse"]}
+        if options.get("mode") and isinstance(data, dict):
+            data = {**data, "mode": options["mode"]}
         if options["estimate"]:
             try:
                 estimate = experiment_estimate(data=data)
