@@ -427,9 +427,13 @@ def _estimate(*, data: Any) -> Estimate:
         expected.extend(dict(world_calls) for _ in range(replicates))
         ticks = max(ticks, math.ceil((tally.calls_batched - batched_before) / replicates))
     time = time_of(expected, calls_basis=rounds.basis())
-    # batch mode: no latency-based time (docs/costs.md, "Batch mode")
-    seconds = None if design.mode == BATCH else time.seconds
-    seconds_basis = tally.batch_basis(ticks) if design.mode == BATCH else time.basis
+    # batch mode: no latency-based time (docs/costs.md, "Batch mode"), unless no call goes into
+    # a batch (rule policies, sources without ``batch``): then it runs as online does
+    ticking = design.mode == BATCH and tally.calls_batched > 0
+    seconds = None if ticking else time.seconds
+    seconds_basis = tally.batch_basis(ticks) if ticking else time.basis
+    if design.mode == BATCH and not ticking:
+        seconds_basis = f"batch mode, but no call goes into a batch, so as online: {time.basis}"
     budget = design.budget
     total_tokens = tally.prompt + tally.completion
     cost = None if tally.unpriced else tally.cost

@@ -297,6 +297,13 @@ def test_a_batch_mode_design_gives_no_latency_time(operator_client: APIClient) -
     assert f"at most {per_world} ticks per world" in basis
     online = _design_estimate(operator_client, scenario, _expression(), None)
     assert "completion window" not in online["seconds_basis"]
+    # batch mode where no call goes into a batch (no source declares it) runs as online does
+    unbatched = _design_estimate(
+        operator_client, _agent_scenario(batch=False), _expression(), "batch"
+    )
+    assert unbatched["batch_cost"]["calls_batched"] == 0
+    assert unbatched["seconds_basis"].startswith("batch mode, but no call goes into a batch")
+    assert "completion window" not in unbatched["seconds_basis"]
 
 
 def test_the_form_shows_the_whole_design_both_ways(client: Client, operator_user: User) -> None:
