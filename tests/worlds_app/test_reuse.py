@@ -387,6 +387,9 @@ def test_arms_share_their_first_turns_and_a_rerun_sends_only_the_changed_arm(
     unseeded = {k: v for k, v in again.items() if k != "seed"}
     nothing = operator_client.post("/api/experiments/estimate/", unseeded, format="json").json()
     assert nothing["recorded"]["calls"] == 0 and "no seed" in nothing["recorded"]["basis"]
+    unstarted = {k: v for k, v in again.items() if k != "start_time"}  # the worlds start now
+    nothing = operator_client.post("/api/experiments/estimate/", unstarted, format="json").json()
+    assert nothing["recorded"]["calls"] == 0 and "no start_time" in nothing["recorded"]["basis"]
     off_estimate = {**again, "reuse": "off"}
     nothing = operator_client.post("/api/experiments/estimate/", off_estimate, format="json")
     assert nothing.json()["recorded"]["calls"] == 0

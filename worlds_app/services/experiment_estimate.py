@@ -346,6 +346,8 @@ def _estimate(*, data: Any) -> Estimate:
     "How many replicates do I need?")."""
     power_asked = data.get("power") if isinstance(data, dict) else None
     seed_given = isinstance(data, dict) and data.get("seed") is not None
+    # the design fills in "now" for a start not given: only one given can match an earlier world
+    start_given = isinstance(data, dict) and data.get("start_time") is not None
     if isinstance(data, dict) and "power" in data:
         data = {key: value for key, value in data.items() if key != "power"}
     design = design_of(data)
@@ -448,7 +450,7 @@ def _estimate(*, data: Any) -> Estimate:
             checks = []  # unpriced: whether it fits the cost budget is unknown
         within = all(checks) if checks else None
     labels = [m["label"] for m in metric_rows(hashes=list(design.metrics))]
-    fixed_start = start if design.start_time is not None else None
+    fixed_start = start if start_given else None
     recorded = recorded_of(
         design, seed_given=seed_given, start=fixed_start, point=point, metric_labels=labels
     )
