@@ -49,3 +49,15 @@ def enqueue(
     return BatchRequest.objects.create(
         source_hash=source_hash, reuse_key=reuse_key, body=batch_body(body), owner=owner
     )
+
+
+def experiment_owner(experiment_id: int) -> str:
+    """The owner of an experiment's batch requests (its judges' and, in batch mode, its
+    worlds'): cancelling the experiment cancels them (``batches.cancel_owner``)."""
+    return f"experiment:{experiment_id}"
+
+
+def world_owner(world_id: int) -> str:
+    """The owner of a world's own batch requests (its measurement judges outside any
+    experiment)."""
+    return f"world:{world_id}"

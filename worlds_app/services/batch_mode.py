@@ -27,6 +27,7 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
 from chukwa_core.experiment_design import BATCH, ExperimentDesign
+from cognition_app.batch_queue import experiment_owner
 from cognition_app.batches import BatchPending
 from cognition_app.models import BatchRequest, SourceInvocation
 from cognition_app.subject_run import StagedEvent
@@ -42,7 +43,7 @@ ENDED = ("completed", "failed", "cancelled")
 
 def batch_owner(experiment_id: int) -> str:
     """The owner of an experiment's batch requests: cancelling it cancels them."""
-    return f"experiment:{experiment_id}"
+    return experiment_owner(experiment_id)
 
 
 @lru_cache(maxsize=4096)

@@ -25,6 +25,7 @@ from chukwa_core.experiment_design import Budget, PlannedIntervention, world_slu
 from chukwa_core.hashing import json_hash
 from chukwa_core.seeds import replicate_seed
 from cognition_app import batches
+from cognition_app.batch_queue import experiment_owner
 from worlds_app.models import (
     AttemptStatus,
     Experiment,
@@ -396,6 +397,6 @@ def experiment_cancel(*, slug: str) -> Experiment:
         )
     # after the commit: it asks the provider over HTTP; the judgings that waited are measured
     # (failed ``batch_cancelled``) at once
-    if batches.cancel_owner(f"experiment:{experiment.pk}"):
+    if batches.cancel_owner(experiment_owner(experiment.pk)):
         batch_answers_redrive(check_queue=False)
     return experiment

@@ -27,6 +27,7 @@ from chukwa_core.metric_values import Outcome, Trial
 from chukwa_core.prompt_templates import PLACEHOLDER_RE
 from chukwa_core.rendering import environment_rendered, subject_rendered
 from chukwa_core.world_state import WorldState, memory_of
+from cognition_app.batch_queue import experiment_owner, world_owner
 from cognition_app.batches import BatchPending
 from cognition_app.budgets import BudgetLedger
 from cognition_app.judges import JudgeFailed, judge_turn
@@ -194,8 +195,8 @@ def batch_owner_of(world: World) -> str:
     """Who a world's measurement judge calls sent through a provider batch belong to (cancelling
     an experiment cancels its own)."""
     if world.experiment_id is not None:
-        return f"experiment:{world.experiment_id}"
-    return f"world:{world.pk}"
+        return experiment_owner(world.experiment_id)
+    return world_owner(world.pk)
 
 
 def judge_try(*, world: World, metric: Mapping[str, Any], view: TurnView, ask: bool) -> Trial:
