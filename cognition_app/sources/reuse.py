@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 
 from chukwa_core.hashing import canonical_json_bytes
 from cognition_app.failures import SourceFailure
+from cognition_app.model_rows import columns, concrete_fields, instance, quoted, split
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
 from cognition_app.sources.admission.leases import LEASES, client, lease_ms
 from cognition_app.sources.context import CallContext
@@ -64,41 +65,34 @@ def reuse_key_of(endpoint: str, body: bytes) -> str:
     return hashlib.sha256(wrapped).hexdigest()
 
 
-# The id of the oldest succeeded, not rejected, live call with a reuse key: one precompiled
-# statement, not a queryset built and compiled on every LLM call (compiling the
-# select_related query of both wide rows cost ~2-4 ms of CPU a call, twice per call sent).
-# Identifiers from the models, quoted; the key is a parameter. Both verdict columns are NOT
-# NULL, so ``<>`` is the queryset's ``exclude``.
-_RECORDED_ID = f"""SELECT i.id FROM {connection.ops.quote_name(SourceInvocation._meta.db_table)} i
-JOIN {connection.ops.quote_name(LlmCall._meta.db_table)} c ON c.invocation_id = i.id
+_INVOCATION_FIELDS = concrete_fields(SourceInvocation)
+_CALL_FIELDS = concrete_fields(LlmCall)
+# The oldest succeeded, not rejected, live call with a reuse key, both its rows: one statement
+# written once, not a queryset built and compiled on every LLM call (compiling the
+# select_related query of both wide rows cost ~2-4 ms of CPU a call, twice per call sent), and
+# the instances built from its columns as a queryset builds them. Identifiers from the models,
+# quoted; the key is a parameter. Both verdict columns are NOT NULL, so ``<>`` is the
+# queryset's ``exclude``.
+_RECORDED = f"""SELECT {columns("i", _INVOCATION_FIELDS)}, {columns("c", _CALL_FIELDS)}
+FROM {quoted(SourceInvocation._meta.db_table)} i
+JOIN {quoted(LlmCall._meta.db_table)} c ON c.invocation_id = i.id
 WHERE i.reuse_key = %s AND i.status = '{InvocationStatus.SUCCEEDED.value}' AND i.failure_class = ''
     AND c.status = '{InvocationStatus.SUCCEEDED.value}'
     AND i.validation_status <> 'invalid' AND i.model_output_kind <> 'invalid'
 ORDER BY i.started_at, i.id LIMIT 1"""  # noqa: S608
-_INVOCATION_BY_ID = (
-    f"SELECT * FROM {connection.ops.quote_name(SourceInvocation._meta.db_table)} WHERE id = %s"  # noqa: S608
-)
-_CALL_BY_INVOCATION = (
-    f"SELECT * FROM {connection.ops.quote_name(LlmCall._meta.db_table)} WHERE invocation_id = %s"  # noqa: S608
-)
 
 
 def recorded(key: str) -> SourceInvocation | None:
-    """The oldest succeeded, not rejected, live call with this reuse key (with its LLM call):
-    looked up by id first (most calls find none), the rows loaded only when one is found."""
+    """The oldest succeeded, not rejected, live call with this reuse key (with its LLM call)."""
     with connection.cursor() as cursor:
-        cursor.execute(_RECORDED_ID, [key])
+        cursor.execute(_RECORDED, [key])
         row = cursor.fetchone()
     if row is None:
         return None
-    # Both rows whole, by key, as raw querysets (the fields converted as the ORM's are): half
-    # the CPU of compiling the select_related queryset of both wide rows.
-    invocation = next(iter(SourceInvocation.objects.raw(_INVOCATION_BY_ID, [row[0]])), None)
-    call = next(iter(LlmCall.objects.raw(_CALL_BY_INVOCATION, [row[0]])), None)
-    if invocation is None or call is None:  # deleted since (its world was)
-        return None
-    invocation.llm_call = call
-    return invocation
+    invocation_values, call_values = split(row, _INVOCATION_FIELDS, _CALL_FIELDS)
+    invocation = instance(SourceInvocation, _INVOCATION_FIELDS, invocation_values)
+    invocation.llm_call = instance(LlmCall, _CALL_FIELDS, call_values)
+    return invocation  # type: ignore[no-any-return]
 
 
 @dataclass

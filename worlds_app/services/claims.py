@@ -31,12 +31,12 @@ from django.db import (
     InterfaceError,
     OperationalError,
     connection,
-    models,
     transaction,
 )
 from django.utils import timezone
 
 from cognition_app.budgets import BudgetLimits
+from cognition_app.model_rows import columns, concrete_fields, instance, quoted, split
 from cognition_app.rows import Statement
 from worlds_app.models import AttemptStatus, Turn, TurnAttempt, World, WorldBudget
 from worlds_app.selectors import BUDGET_LIMITS, budget_limits_of
@@ -72,36 +72,20 @@ class Claim:
     previous: Turn | None
 
 
-def _fields(
-    model: type[models.Model], names: list[str] | None = None
-) -> list[models.Field[Any, Any]]:
-    return [
-        f
-        for f in model._meta.concrete_fields
-        if f.column is not None and (names is None or f.name in names)
-    ]
-
-
-_ATTEMPT_FIELDS = _fields(TurnAttempt)
-_WORLD_FIELDS = _fields(World)
+_ATTEMPT_FIELDS = concrete_fields(TurnAttempt)
+_WORLD_FIELDS = concrete_fields(World)
 # What a follower re-reads of the world its predecessor ran with (columns that can change).
-_WORLD_CHANGEABLE = _fields(World, ["slug", "replay_source", "pending_interventions"])
-_BUDGET_FIELDS = _fields(WorldBudget, list(BUDGET_LIMITS))
-_TURN_FIELDS = _fields(Turn, ["id", "world", "number", "simulation_time", "state", "state_hash"])
+_WORLD_CHANGEABLE = concrete_fields(World, ["slug", "replay_source", "pending_interventions"])
+_BUDGET_FIELDS = concrete_fields(WorldBudget, list(BUDGET_LIMITS))
+_TURN_FIELDS = concrete_fields(
+    Turn, ["id", "world", "number", "simulation_time", "state", "state_hash"]
+)
 
 
-def _q(name: str | None) -> str:
-    return str(connection.ops.quote_name(name or ""))
-
-
-def _cols(alias: str, fields: list[models.Field[Any, Any]]) -> str:
-    return ", ".join(f"{alias}.{_q(f.column)}" for f in fields)
-
-
-_WORLD, _ATTEMPT = _q(World._meta.db_table), _q(TurnAttempt._meta.db_table)
+_WORLD, _ATTEMPT = quoted(World._meta.db_table), quoted(TurnAttempt._meta.db_table)
 # The budget in force: the newest row (joined LATERAL to the world ``w``).
 _BUDGET_JOIN = f"""LEFT JOIN LATERAL (
-    SELECT * FROM {_q(WorldBudget._meta.db_table)} WHERE world_id = w.id
+    SELECT * FROM {quoted(WorldBudget._meta.db_table)} WHERE world_id = w.id
     ORDER BY set_at DESC, id DESC LIMIT 1
 ) b ON true"""  # noqa: S608
 
@@ -126,11 +110,11 @@ WITH w AS (
         WHERE q.world_id = w.id AND q.status IN ('queued', 'waiting') AND q.seq < a.seq)
     RETURNING a.*
 )
-SELECT {_cols("c", _ATTEMPT_FIELDS)}, {_cols("w", _WORLD_FIELDS)}, {_cols("b", _BUDGET_FIELDS)},
-    {_cols("t", _TURN_FIELDS)}
+SELECT {columns("c", _ATTEMPT_FIELDS)}, {columns("w", _WORLD_FIELDS)}, {columns("b", _BUDGET_FIELDS)},
+    {columns("t", _TURN_FIELDS)}
 FROM c CROSS JOIN w
 {_BUDGET_JOIN}
-LEFT JOIN {_q(Turn._meta.db_table)} t ON t.world_id = w.id AND t.number = w.current_turn
+LEFT JOIN {quoted(Turn._meta.db_table)} t ON t.world_id = w.id AND t.number = w.current_turn
 """  # noqa: S608
 
 # The next attempt of a batch (``seq`` + 1, the unique index), claimed in the transaction that
@@ -149,10 +133,16 @@ WITH c AS (
     WHERE world_id = %s AND seq = %s AND batch_id = %s AND status = 'queued'
     RETURNING *
 )
-SELECT {_cols("c", _ATTEMPT_FIELDS)}, {_cols("w", _WORLD_CHANGEABLE)}, {_cols("b", _BUDGET_FIELDS)}
+SELECT {columns("c", _ATTEMPT_FIELDS)}, {columns("w", _WORLD_CHANGEABLE)}, {columns("b", _BUDGET_FIELDS)}
 FROM c JOIN {_WORLD} w ON w.id = c.world_id
 {_BUDGET_JOIN}
 """  # noqa: S608
+
+
+# The id of the attempt after one in its batch while it is queued: read by a commit that does
+# not claim it, so its task is sent without looking the world's head up after the commit.
+_NEXT_QUEUED_SQL = f"""SELECT id FROM {_ATTEMPT}
+WHERE world_id = %s AND seq = %s AND batch_id = %s AND status = 'queued'"""  # noqa: S608
 
 
 def _lease_params(owner: str, now: datetime | None = None) -> list[Any]:
@@ -172,26 +162,13 @@ def follower_statement(attempt: TurnAttempt, turn: int, owner: str, now: datetim
     ]
 
 
-def _instance(model: type[models.Model], fields: list[models.Field[Any, Any]], values: Any) -> Any:
-    """A model instance from raw column values, converted as a queryset converts them."""
-    converted = []
-    for field, value in zip(fields, values, strict=True):
-        for converter in field.get_db_converters(connection):
-            value = converter(value, field, connection)
-        converted.append(value)
-    return model.from_db(connection.alias, [f.attname for f in fields], converted)
-
-
-def _split(row: Any, *groups: list[models.Field[Any, Any]]) -> list[Any]:
-    parts, start = [], 0
-    for fields in groups:
-        parts.append(row[start : start + len(fields)])
-        start += len(fields)
-    return parts
+def next_queued_statement(attempt: TurnAttempt) -> Statement:
+    """The id of the attempt after ``attempt`` in its batch, if it is queued (no row if not)."""
+    return _NEXT_QUEUED_SQL, [attempt.world_id, attempt.seq + 1, attempt.batch_id]
 
 
 def _limits(values: Any) -> BudgetLimits | None:
-    budget = _instance(WorldBudget, _BUDGET_FIELDS, values)
+    budget = instance(WorldBudget, _BUDGET_FIELDS, values)
     return budget_limits_of(budget)
 
 
@@ -211,12 +188,12 @@ def claim_attempt(*, attempt_id: str, owner: str) -> Claim | None:
     if row is None:
         _kick_head_if_stuck(attempt_id)
         return None
-    attempt_values, world_values, budget_values, turn_values = _split(
+    attempt_values, world_values, budget_values, turn_values = split(
         row, _ATTEMPT_FIELDS, _WORLD_FIELDS, _BUDGET_FIELDS, _TURN_FIELDS
     )
-    attempt = _instance(TurnAttempt, _ATTEMPT_FIELDS, attempt_values)
-    attempt.world = _instance(World, _WORLD_FIELDS, world_values)
-    previous = None if turn_values[0] is None else _instance(Turn, _TURN_FIELDS, turn_values)
+    attempt = instance(TurnAttempt, _ATTEMPT_FIELDS, attempt_values)
+    attempt.world = instance(World, _WORLD_FIELDS, world_values)
+    previous = None if turn_values[0] is None else instance(Turn, _TURN_FIELDS, turn_values)
     return Claim(attempt, _limits(budget_values), previous)
 
 
@@ -224,10 +201,10 @@ def follower_claim(row: Any, before: Claim, turn: Turn) -> Claim:
     """The Claim of a follower from the row its claim statement returned: the world its
     predecessor ran with (the snapshot is not read again) with its changeable columns
     refreshed, and the turn that predecessor just committed, in memory."""
-    attempt_values, world_values, budget_values = _split(
+    attempt_values, world_values, budget_values = split(
         row, _ATTEMPT_FIELDS, _WORLD_CHANGEABLE, _BUDGET_FIELDS
     )
-    attempt = _instance(TurnAttempt, _ATTEMPT_FIELDS, attempt_values)
+    attempt = instance(TurnAttempt, _ATTEMPT_FIELDS, attempt_values)
     world = before.attempt.world
     for field, value in zip(_WORLD_CHANGEABLE, world_values, strict=True):
         setattr(world, field.attname, value)

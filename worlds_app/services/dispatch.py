@@ -15,13 +15,14 @@ so a second experiment's worlds queue behind a bounded number of the first's.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -42,6 +43,17 @@ RUN_INTERVIEW_TASK = "worlds.run_interview"  # = tasks.run_interview
 MEASURE_WORLDS_PER_MESSAGE = 50
 
 
+_WORLD = connection.ops.quote_name(World._meta.db_table)
+_ATTEMPT = connection.ops.quote_name(TurnAttempt._meta.db_table)
+_QUEUED = AttemptStatus.QUEUED.value
+# A world and its first queued attempt (its head): one statement written once, not a queryset
+# compiled at every kick.
+_HEAD = f"""SELECT w.slug, w.experiment_id, w.admitted_at,
+    (SELECT a.id FROM {_ATTEMPT} a WHERE a.world_id = w.id AND a.status = '{_QUEUED}'
+     ORDER BY a.seq LIMIT 1)
+FROM {_WORLD} w WHERE w.id = %s"""  # noqa: S608
+
+
 def kick_on_commit(world_id: int) -> None:
     """After commit, hand the world's next queued attempt to a worker; for a world of an
     experiment that is not admitted yet, or has nothing queued any more (its slot is free),
@@ -54,22 +66,16 @@ def kick_on_commit(world_id: int) -> None:
 
     def kick() -> None:
         try:
-            head = (
-                TurnAttempt.objects.filter(world_id=world_id, status=AttemptStatus.QUEUED)
-                .order_by("seq")
-                .values_list("id", "world__slug", "world__experiment_id", "world__admitted_at")
-                .first()
-            )
-            if head is None:
-                experiment_id = (
-                    World.objects.filter(pk=world_id)
-                    .values_list("experiment_id", flat=True)
-                    .first()
-                )
+            with connection.cursor() as cursor:
+                cursor.execute(_HEAD, [world_id])
+                world = cursor.fetchone()
+            if world is None:
+                return  # deleted since
+            slug, experiment_id, admitted_at, attempt_id = world
+            if attempt_id is None:
                 if experiment_id is not None:  # a world done: its slot is free
                     experiment_admit(experiment_id=experiment_id)
                 return
-            attempt_id, slug, experiment_id, admitted_at = head
             if experiment_id is not None and admitted_at is None:
                 experiment_admit(experiment_id=experiment_id)
                 return
@@ -84,6 +90,15 @@ def kick_on_commit(world_id: int) -> None:
         _dispatch(attempt_id=str(attempt_id), world_slug=slug, experiment=experiment_id is not None)
 
     transaction.on_commit(kick)
+
+
+def dispatch_on_commit(*, attempt_id: UUID, world_slug: str, experiment: bool) -> None:
+    """After commit, send the task of an attempt the commit knows is its world's next (the
+    commit read its id: no query after it, unlike :func:`kick_on_commit`); a send that fails
+    is logged and left to the re-drive, as a kick's."""
+    transaction.on_commit(
+        lambda: _dispatch(attempt_id=str(attempt_id), world_slug=world_slug, experiment=experiment)
+    )
 
 
 # Errors that mean "the broker cannot take the message now": kombu wraps the transport's
@@ -223,23 +238,65 @@ def experiment_metrics(experiment_id: int) -> list[str]:
         return [str(m) for (m,) in cursor.fetchall()]
 
 
+# A world's measure message waiting in the queue (per set of metrics): the key is set when one
+# is sent and deleted by the task when it starts, so a turn committed meanwhile needs no message
+# of its own. It expires (a message lost with its key set delays nothing longer than this; the
+# reaper re-drives what is missing anyway).
+MEASURE_PENDING_SECONDS = 120
+
+
+def _measure_pending_key(world_id: int, metric_hashes: list[str]) -> str:
+    digest = hashlib.sha256("\n".join(metric_hashes).encode()).hexdigest()[:24]
+    return f"chukwa:{settings.DATABASES['default']['NAME']}:measure-pending:{world_id}:{digest}"
+
+
+def measure_taken(world_id: int, metric_hashes: list[str]) -> None:
+    """The measure task of one world starts: turns committed from now on send a message of
+    their own (called before it reads what is missing, so nothing falls between)."""
+    from cognition_app.sources.admission.leases import client
+
+    try:
+        client().delete(_measure_pending_key(world_id, metric_hashes))
+    except RedisError:
+        pass  # the key expires; until then a commit's message may be skipped, never a turn
+
+
+def _measure_pending(world_id: int, metric_hashes: list[str]) -> bool:
+    """Whether a message measuring this world with these metrics waits (and if not, mark the
+    one about to be sent). Redis that cannot answer: nothing waits, send."""
+    from cognition_app.sources.admission.leases import client
+
+    key = _measure_pending_key(world_id, metric_hashes)
+    try:
+        return not client().set(key, 1, nx=True, ex=MEASURE_PENDING_SECONDS)
+    except RedisError:
+        return False
+
+
 def measure_on_commit(world_ids: int | list[int], experiment_id: int) -> None:
     """After commit, have the measure queue measure experiment worlds with the experiment's
     metrics (what is missing: the turn just committed, or the first turn of new worlds). A
-    message the broker cannot take is logged; the experiment's progress shows the measurements
-    still missing, and ``POST /api/experiments/<slug>/metrics/`` or a measurement request
-    measures them."""
+    turn of a world whose message still waits sends none: that message's task starts after
+    this commit and measures what is missing then, this turn included (one message per world
+    while the measure queue is behind, not one per turn). A message the broker cannot take is
+    logged; the experiment's progress shows the measurements still missing, and ``POST
+    /api/experiments/<slug>/metrics/`` or a measurement request measures them."""
     worlds = [world_ids] if isinstance(world_ids, int) else list(world_ids)
 
     def send() -> None:
         metrics = experiment_metrics(experiment_id)
         if not metrics:
             return
+        one = isinstance(world_ids, int)
+        if one and _measure_pending(worlds[0], metrics):
+            return
         step = MEASURE_WORLDS_PER_MESSAGE
         for chunk in (worlds[i : i + step] for i in range(0, len(worlds), step)):
             try:
                 send_measure(chunk[0] if len(chunk) == 1 else chunk, metrics)
             except BROKER_ERRORS as exc:
+                if one:
+                    measure_taken(worlds[0], metrics)  # none waits after all
                 logger.warning(
                     "world %s: not measured now, broker unavailable (%s: %s)",
                     chunk[0],
@@ -275,37 +332,49 @@ def admit_on_commit(experiment_id: int) -> None:
 ADMIT_CHUNK = 1000
 
 
-def _worlds_having(world_ids: list[int], statuses: list[str]) -> set[int]:
-    return set(
-        TurnAttempt.objects.filter(world_id__in=world_ids, status__in=statuses)
-        .order_by()  # not the model's order: it joins the worlds into the DISTINCT
-        .values_list("world_id", flat=True)
-        .distinct()
-    )
+# The next chunk of an experiment's admitted (True) or not admitted (False) worlds, lowest id
+# first; then, for a chunk's ids, which have an attempt in the wanted statuses and which one in
+# the excluded ones. Statements written once: admission runs each time a world is done.
+_CHUNK = {
+    admitted: f"""SELECT id FROM {_WORLD} WHERE experiment_id = %s
+    AND admitted_at IS {"NOT " if admitted else ""}NULL AND id > %s
+ORDER BY id LIMIT {ADMIT_CHUNK}"""  # noqa: S608
+    for admitted in (True, False)
+}
+_STATUSES = f"""SELECT world_id, bool_or(status = ANY(%s)), bool_or(status = ANY(%s))
+FROM {_ATTEMPT} WHERE world_id = ANY(%s) AND status = ANY(%s) GROUP BY world_id"""  # noqa: S608
+_ADMIT = f"UPDATE {_WORLD} SET admitted_at = %s WHERE id = ANY(%s)"  # noqa: S608
+_HEADS = f"""SELECT DISTINCT ON (a.world_id) a.id, w.slug FROM {_ATTEMPT} a
+JOIN {_WORLD} w ON w.id = a.world_id
+WHERE a.world_id = ANY(%s) AND a.status = '{_QUEUED}' ORDER BY a.world_id, a.seq"""  # noqa: S608
 
 
 def _with_attempts(
-    worlds: QuerySet[World], statuses: list[str], count: int, *, excluding: list[str] | None = None
+    cursor: Any,
+    experiment_id: int,
+    *,
+    admitted: bool,
+    statuses: list[str],
+    count: int,
+    excluding: tuple[str, ...] = (),
 ) -> list[int]:
-    """The ``count`` lowest ids of ``worlds`` that have an attempt in one of ``statuses`` (and
-    none in one of ``excluding``).
+    """The ``count`` lowest ids of the experiment's admitted (or not admitted) worlds that have
+    an attempt in one of ``statuses`` and none in one of ``excluding``.
 
     Looked up a chunk of worlds at a time, their attempts by the chunk's ids: a cost linear in
     the worlds read whatever the planner's statistics say. (One ``EXISTS`` per world was
     planned, on tables just filled by an experiment's creation and not analyzed yet, as a
     bitmap scan of every queued attempt for each world: 10,000 new worlds took minutes.)"""
-    ids = worlds.order_by("pk").values_list("pk", flat=True)
     found: list[int] = []
     after = 0
     while len(found) < count:
-        chunk = list(ids.filter(pk__gt=after)[:ADMIT_CHUNK])
+        cursor.execute(_CHUNK[admitted], [experiment_id, after])
+        chunk = [pk for (pk,) in cursor.fetchall()]
         if not chunk:
             break
-        found_here = _worlds_having(chunk, statuses)
-        left_out = _worlds_having(chunk, excluding) if excluding else set()
-        found += [pk for pk in chunk if pk in found_here and pk not in left_out][
-            : count - len(found)
-        ]
+        cursor.execute(_STATUSES, [statuses, list(excluding), chunk, [*statuses, *excluding]])
+        having = {world for world, wanted, excluded in cursor.fetchall() if wanted and not excluded}
+        found += [pk for pk in chunk if pk in having][: count - len(found)]
         after = chunk[-1]
     return found
 
@@ -323,36 +392,32 @@ def experiment_admit(*, experiment_id: int) -> list[str]:
     admitted: turns queued on it later run without waiting (the bound is then exceeded by
     those worlds only)."""
     limit = int(settings.CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT)
-    worlds = World.objects.filter(experiment_id=experiment_id)
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"experiment-admit:{experiment_id}"]
-            )
-        active = [AttemptStatus.QUEUED.value, AttemptStatus.RUNNING.value]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"experiment-admit:{experiment_id}"]
+        )
         # a world whose attempt is parked (batch mode) holds no worker: not in flight
         in_flight = len(
             _with_attempts(
-                worlds.filter(admitted_at__isnull=False),
-                active,
-                limit,
-                excluding=[AttemptStatus.WAITING.value],
+                cursor,
+                experiment_id,
+                admitted=True,
+                statuses=[_QUEUED, AttemptStatus.RUNNING.value],
+                count=limit,
+                excluding=(AttemptStatus.WAITING.value,),
             )
         )
         if in_flight >= limit:
             return []
         admitted = _with_attempts(
-            worlds.filter(admitted_at__isnull=True), [AttemptStatus.QUEUED.value], limit - in_flight
+            cursor, experiment_id, admitted=False, statuses=[_QUEUED], count=limit - in_flight
         )
         if not admitted:
             return []
-        World.objects.filter(pk__in=admitted).update(admitted_at=timezone.now())
-    heads = list(
-        TurnAttempt.objects.filter(world_id__in=admitted, status=AttemptStatus.QUEUED)
-        .order_by("world_id", "seq")
-        .distinct("world_id")
-        .values_list("id", "world__slug")
-    )
+        cursor.execute(_ADMIT, [timezone.now(), admitted])
+    with connection.cursor() as cursor:
+        cursor.execute(_HEADS, [admitted])
+        heads = cursor.fetchall()
     sent: list[str] = []
     for attempt_id, slug in heads:
         if not _dispatch(attempt_id=str(attempt_id), world_slug=slug, experiment=True):

@@ -37,9 +37,15 @@ from worlds_app.services.claims import (
     LeaseLost,
     follower_claim,
     follower_statement,
+    next_queued_statement,
     refusal_of,
 )
-from worlds_app.services.dispatch import export_on_commit, kick_on_commit, measure_on_commit
+from worlds_app.services.dispatch import (
+    dispatch_on_commit,
+    export_on_commit,
+    kick_on_commit,
+    measure_on_commit,
+)
 from worlds_app.services.events import EVENT_ROWS, EventLog
 from worlds_app.services.execution import StagedTransition
 
@@ -177,7 +183,8 @@ def _commit(
             staged
         )
     ]
-    follows = claim_next and attempt.batch_index + 1 < attempt.batch_size
+    has_next = attempt.batch_index + 1 < attempt.batch_size
+    follows = claim_next and has_next
     outcome = StagedEvent("turn_committed", {"turn": number, "state_hash": turn.state_hash})
     with events.finishing(outcome) as event_rows:
         params = len(event_rows) * len(EVENT_ROWS.columns)
@@ -210,6 +217,8 @@ def _commit(
             ]
         if follows:
             statements.append(follower_statement(attempt, number + 1, owner, now))
+        elif has_next:  # its id, to send its task after the commit without a query
+            statements.append(next_queued_statement(attempt))
         try:
             with nullcontext() if inline else transaction.atomic(durable=True):
                 row = _send(statements)
@@ -227,10 +236,15 @@ def _commit(
             raise
     follower = follower_claim(row, claim, turn) if follows and row is not None else None
     # Committed: these run at once.
-    if follower is None:
+    experiment = world.experiment_id is not None
+    admitted = not experiment or world.admitted_at is not None
+    if follower is None and has_next and not follows and row is not None and admitted:
+        # the batch's next attempt is queued: its task is sent as the kick would send it
+        dispatch_on_commit(attempt_id=row[0], world_slug=world.slug, experiment=experiment)
+    elif follower is None:
         kick_on_commit(world.pk)
     export_on_commit(attempt.pk)
-    if world.experiment_id is not None:  # an experiment's worlds are measured as turns commit
+    if experiment:  # an experiment's worlds are measured as turns commit
         measure_on_commit(world.pk, world.experiment_id)
     return turn, follower
 
