@@ -127,13 +127,10 @@ def measure_world(world_id: int | list[int], metric_hashes: list[str]) -> dict[s
     stopping rule of their experiment looks, when all is done."""
     from worlds_app.models import World
     from worlds_app.services.budget_settler import flush as settle_flush
-    from worlds_app.services.dispatch import measure_taken
     from worlds_app.services.experiment_stopping import stopping_step
     from worlds_app.services.measurements import world_measure
 
     ids = [world_id] if isinstance(world_id, int) else list(world_id)
-    if isinstance(world_id, int):
-        measure_taken(world_id, metric_hashes)  # a turn committed from now on sends its own
     try:
         measured = {
             one: dict(world_measure(world_id=one, metric_hashes=metric_hashes)) for one in ids

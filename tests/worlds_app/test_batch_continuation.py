@@ -95,6 +95,27 @@ def test_without_continuation_each_commit_kicks_the_next(queue: str) -> None:
     assert _sent(queue) == [ids[1]]
 
 
+def test_a_commit_that_does_not_claim_the_next_sends_it_without_a_kick(
+    queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit reads the id of its batch's next attempt while it is queued and sends its
+    task after the commit, as a kick would, without looking the world's head up again; the
+    batch's last attempt, and one whose next is no longer queued, kick as always."""
+    from worlds_app.services import turn_commit
+
+    kicks: list[int] = []
+    monkeypatch.setattr(turn_commit, "kick_on_commit", kicks.append)
+    _world("known")
+    ids = turn_attempt_enqueue(slug="known", count=4)["attempt_ids"]
+    _sent(queue)
+    assert turn_attempt_run(attempt_id=ids[0], owner="w1") == "committed"
+    assert (_sent(queue), kicks) == ([ids[1]], [])
+    TurnAttempt.objects.filter(pk=ids[2]).update(status=AttemptStatus.CANCELLED)
+    assert turn_attempt_run(attempt_id=ids[1], owner="w1") == "committed"
+    world = TurnAttempt.objects.get(pk=ids[1]).world_id
+    assert (_sent(queue), kicks) == ([], [world])
+
+
 def test_the_continuation_stops_at_the_end_of_the_batch(queue: str) -> None:
     _world("two")
     first = turn_attempt_enqueue(slug="two", count=2)["attempt_ids"]

@@ -15,7 +15,6 @@ so a second experiment's worlds queue behind a bounded number of the first's.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 from uuid import UUID
@@ -238,65 +237,23 @@ def experiment_metrics(experiment_id: int) -> list[str]:
         return [str(m) for (m,) in cursor.fetchall()]
 
 
-# A world's measure message waiting in the queue (per set of metrics): the key is set when one
-# is sent and deleted by the task when it starts, so a turn committed meanwhile needs no message
-# of its own. It expires (a message lost with its key set delays nothing longer than this; the
-# reaper re-drives what is missing anyway).
-MEASURE_PENDING_SECONDS = 120
-
-
-def _measure_pending_key(world_id: int, metric_hashes: list[str]) -> str:
-    digest = hashlib.sha256("\n".join(metric_hashes).encode()).hexdigest()[:24]
-    return f"chukwa:{settings.DATABASES['default']['NAME']}:measure-pending:{world_id}:{digest}"
-
-
-def measure_taken(world_id: int, metric_hashes: list[str]) -> None:
-    """The measure task of one world starts: turns committed from now on send a message of
-    their own (called before it reads what is missing, so nothing falls between)."""
-    from cognition_app.sources.admission.leases import client
-
-    try:
-        client().delete(_measure_pending_key(world_id, metric_hashes))
-    except RedisError:
-        pass  # the key expires; until then a commit's message may be skipped, never a turn
-
-
-def _measure_pending(world_id: int, metric_hashes: list[str]) -> bool:
-    """Whether a message measuring this world with these metrics waits (and if not, mark the
-    one about to be sent). Redis that cannot answer: nothing waits, send."""
-    from cognition_app.sources.admission.leases import client
-
-    key = _measure_pending_key(world_id, metric_hashes)
-    try:
-        return not client().set(key, 1, nx=True, ex=MEASURE_PENDING_SECONDS)
-    except RedisError:
-        return False
-
-
 def measure_on_commit(world_ids: int | list[int], experiment_id: int) -> None:
     """After commit, have the measure queue measure experiment worlds with the experiment's
     metrics (what is missing: the turn just committed, or the first turn of new worlds). A
-    turn of a world whose message still waits sends none: that message's task starts after
-    this commit and measures what is missing then, this turn included (one message per world
-    while the measure queue is behind, not one per turn). A message the broker cannot take is
-    logged; the experiment's progress shows the measurements still missing, and ``POST
-    /api/experiments/<slug>/metrics/`` or a measurement request measures them."""
+    message the broker cannot take is logged; the experiment's progress shows the measurements
+    still missing, and ``POST /api/experiments/<slug>/metrics/`` or a measurement request
+    measures them."""
     worlds = [world_ids] if isinstance(world_ids, int) else list(world_ids)
 
     def send() -> None:
         metrics = experiment_metrics(experiment_id)
         if not metrics:
             return
-        one = isinstance(world_ids, int)
-        if one and _measure_pending(worlds[0], metrics):
-            return
         step = MEASURE_WORLDS_PER_MESSAGE
         for chunk in (worlds[i : i + step] for i in range(0, len(worlds), step)):
             try:
                 send_measure(chunk[0] if len(chunk) == 1 else chunk, metrics)
             except BROKER_ERRORS as exc:
-                if one:
-                    measure_taken(worlds[0], metrics)  # none waits after all
                 logger.warning(
                     "world %s: not measured now, broker unavailable (%s: %s)",
                     chunk[0],
