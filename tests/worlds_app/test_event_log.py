@@ -149,3 +149,25 @@ def test_events_the_database_refuses_are_written_apart_and_the_row_still_opens(
     assert [row[0] for row in _events(claimed)] == [1]  # the refused one is lost alone
     assert "could not be stored" in log.failure
     assert SourceInvocation.objects.filter(pk=inv.pk).exists()
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_a_flush_is_one_statement_and_writes_nothing_once_the_lease_is_lost(
+    claimed: TurnAttempt, lost: bool
+) -> None:
+    """Events pending longer than the batching window are written on their own by the next
+    append: the lease's guard and the rows in one statement (not a transaction of four round
+    trips), committed without waiting for the WAL flush like other trace writes; once the lease
+    is lost, nothing is written and the log knows it."""
+    log = EventLog(claimed)
+    log.append(StagedEvent("node_output", {"n": 1}, subject_id="bob"))
+    if lost:
+        TurnAttempt.objects.filter(pk=claimed.pk).update(lease_owner="another-worker")
+    log._last_write -= 1.0  # the window has passed: the next append writes
+    with CaptureQueriesContext(connection) as queries:
+        log.append(StagedEvent("node_output", {"n": 2}, subject_id="bob"))
+    (flush,) = [q["sql"] for q in queries.captured_queries]
+    assert "synchronous_commit" in flush
+    assert log.lease_lost is lost
+    written = [(n, "node_output", "bob", {"n": n}, None, None) for n in (1, 2)]
+    assert _events(claimed) == ([] if lost else written)
