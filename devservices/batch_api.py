@@ -14,6 +14,12 @@ Each output line is ``{"id", "custom_id", "response": {"status_code", "request_i
 "error": null}``. How a batch ends is decided by ``outcome(batch_id)`` when the batch is first
 looked at after creation: ``completed`` (every line answered by ``answer(body)``), ``failed``,
 ``expired`` or ``in_progress`` (asked again at the next look).
+
+With ``background=True`` (the embedded model's server), a batch to complete is answered by a
+thread of its own: the look that starts it, and every look until its last line is answered, say
+``in_progress`` at once, as a provider's batch does, instead of holding the poll until the model
+has answered every line (a poll of a batch of a few lines then outlasted a client's timeout).
+Cancelling stops it at the next line, and nothing is written.
 """
 
 from __future__ import annotations
@@ -65,8 +71,12 @@ def parse_multipart(content_type: str, raw: bytes) -> dict[str, tuple[str | None
 class BatchStore:
     """Files and batches in memory, thread-safe; ``answer`` answers one chat request body."""
 
-    def __init__(self, answer: Answer, outcome: Outcome | None = None) -> None:
+    def __init__(
+        self, answer: Answer, outcome: Outcome | None = None, *, background: bool = False
+    ) -> None:
         self._answer = answer
+        self._background = background
+        self._answering: set[str] = set()  # batches a background thread is answering
         self._outcome = outcome or (lambda batch_id: "completed")
         self._lock = threading.RLock()
         self._files: dict[str, dict[str, Any]] = {}
@@ -195,15 +205,50 @@ class BatchStore:
         elif outcome == "expired":
             batch["status"] = "expired"
             batch["expired_at"] = now
+        elif self._background:
+            batch["status"] = "in_progress"
+            if batch["id"] not in self._answering:
+                self._answering.add(batch["id"])
+                threading.Thread(
+                    target=self._answer_in_background,
+                    args=(batch["id"],),
+                    name=f"batch-{batch['id']}",
+                    daemon=True,
+                ).start()
         else:
-            self._complete(batch, now)
+            out, errors = self._answers(batch)
+            self._complete(batch, now, out, errors)
 
-    def _complete(self, batch: dict[str, Any], now: int) -> None:
+    def _cancelled(self, batch_id: str) -> bool:
+        with self._lock:
+            return bool(self._batches[batch_id]["status"] == "cancelled")
+
+    def _answer_in_background(self, batch_id: str) -> None:
+        """Answer every line outside the store's lock (polls answer meanwhile), then complete
+        the batch unless it was cancelled."""
+        try:
+            with self._lock:
+                batch = self._batches[batch_id]
+            out, errors = self._answers(batch, stop=lambda: self._cancelled(batch_id))
+            with self._lock:
+                if batch["status"] == "in_progress":  # not cancelled meanwhile
+                    self._complete(batch, int(time.time()), out, errors)
+        finally:
+            with self._lock:
+                self._answering.discard(batch_id)
+
+    def _answers(
+        self, batch: dict[str, Any], stop: Callable[[], bool] = lambda: False
+    ) -> tuple[list[str], list[str]]:
+        """The output and error lines of the batch's input, a line answered at a time; with
+        ``stop`` true before a line, what was answered so far is dropped (empty lists)."""
         out: list[str] = []
         errors: list[str] = []
         for raw in self.content(batch["input_file_id"]).decode().splitlines():
             if not raw.strip():
                 continue
+            if stop():
+                return [], []
             line = json.loads(raw)
             self.lines_answered.append(line["body"])
             status, body = self._answer(line["body"])
@@ -215,6 +260,9 @@ class BatchStore:
                 "error": None,
             }
             (out if status == 200 else errors).append(json.dumps(record))
+        return out, errors
+
+    def _complete(self, batch: dict[str, Any], now: int, out: list[str], errors: list[str]) -> None:
         counts = batch["request_counts"]
         counts["completed"], counts["failed"] = len(out), len(errors)
         batch["output_file_id"] = self._store_file(

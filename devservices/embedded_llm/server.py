@@ -68,7 +68,8 @@ class Handler(BaseHTTPRequestHandler):
         self._send_json(error.status, error.body())
 
     def _send_batch(self, method: str, raw: bytes) -> bool:
-        """Files and Batches (devservices/batch_api.py); a batch is answered at its first poll."""
+        """Files and Batches (devservices/batch_api.py); a batch is answered in the background
+        from its first poll on (``in_progress`` until its last line is answered)."""
         content_type = self.headers.get("Content-Type", "")
         answer = batch_route(self.server.batches, method, self.path, content_type, raw)
         if answer is None:
@@ -205,7 +206,7 @@ def serve(
     engine = Engine(model_path(), threads=threads, ctx=ctx)
     server = EmbeddedLLMServer((host, port), Handler)
     server.engine = engine
-    server.batches = BatchStore(lambda body: answer_batch_line(engine, body))
+    server.batches = BatchStore(lambda body: answer_batch_line(engine, body), background=True)
     server.log_requests = log_requests
     thread = threading.Thread(target=server.serve_forever, name="embedded-llm-http", daemon=True)
     thread.start()

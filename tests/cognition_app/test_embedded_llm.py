@@ -7,6 +7,7 @@ tests fail (the import happens in the fixture), they never skip.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -305,7 +306,13 @@ def test_batch_endpoints_answer_each_line(client: httpx.Client) -> None:
         },
     )
     assert created.status_code == 200, created.text
+    # answered in the background: the first poll says in_progress at once, then completed
     batch = client.get(f"/v1/batches/{created.json()['id']}").json()
+    assert batch["status"] == "in_progress"
+    deadline = time.monotonic() + 120
+    while batch["status"] == "in_progress" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        batch = client.get(f"/v1/batches/{batch['id']}").json()
     assert batch["status"] == "completed"
     output = client.get(f"/v1/files/{batch['output_file_id']}/content")
     (answer,) = [json.loads(raw) for raw in output.text.splitlines()]
