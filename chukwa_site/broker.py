@@ -21,7 +21,7 @@ from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
 
 
-class Channel(kombu_redis.Channel):  # type: ignore[misc]
+class Channel(kombu_redis.Channel):
     _sync_client: Any = None
 
     def _create_client(self, asynchronous: bool = False) -> Any:
@@ -36,7 +36,7 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]
         super().close()
 
 
-class Transport(kombu_redis.Transport):  # type: ignore[misc]
+class Transport(kombu_redis.Transport):
     Channel = Channel
 
 

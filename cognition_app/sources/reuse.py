@@ -92,7 +92,7 @@ def recorded(key: str) -> SourceInvocation | None:
     invocation_values, call_values = split(row, _INVOCATION_FIELDS, _CALL_FIELDS)
     invocation = instance(SourceInvocation, _INVOCATION_FIELDS, invocation_values)
     invocation.llm_call = instance(LlmCall, _CALL_FIELDS, call_values)
-    return invocation  # type: ignore[no-any-return]
+    return invocation
 
 
 @dataclass

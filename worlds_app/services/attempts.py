@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import TypedDict
 
@@ -44,7 +45,12 @@ from worlds_app.services.batch_mode import park
 from worlds_app.services.budget_settler import flush as settle_flush
 from worlds_app.services.cancelling import cancel_queued_attempts
 from worlds_app.services.claims import Claim, Heartbeat, LeaseLost, claim_attempt
-from worlds_app.services.dispatch import export_on_commit, kick_on_commit, turn_messages_waiting
+from worlds_app.services.dispatch import (
+    export_on_commit,
+    handing_off,
+    kick_on_commit,
+    turn_messages_waiting,
+)
 from worlds_app.services.execution import turn_attempt_execute
 from worlds_app.services.experiment_budget import settle_leaked
 from worlds_app.services.turn_commit import commit_turn
@@ -310,7 +316,13 @@ def turn_attempt_run(*, attempt_id: str, owner: str, continue_for: float = 0) ->
         while claim is not None:
             attempt = claim.attempt
             heartbeat.follow(attempt)
-            with log_context.bound(world=attempt.world.slug, attempt=str(attempt.pk)):
+            # a world of an experiment done within the time to go on: this task runs the
+            # first turn of the world admitted in its place (dispatch.handing_off)
+            going_on = time.monotonic() < continue_until
+            with (
+                log_context.bound(world=attempt.world.slug, attempt=str(attempt.pk)),
+                handing_off() if going_on else nullcontext() as handoff,
+            ):
                 logger.info(
                     "attempt claimed",
                     extra={"turn": attempt.attempted_turn, "worker": owner},
@@ -319,6 +331,10 @@ def turn_attempt_run(*, attempt_id: str, owner: str, continue_for: float = 0) ->
                     claim, owner, heartbeat, claim_next_until=continue_until
                 )
             first = first or status
+            if claim is None and handoff is not None and handoff.attempt_id is not None:
+                claim = claim_attempt(attempt_id=handoff.attempt_id, owner=owner)
+                if claim is None:  # not claimable after all: its message goes out
+                    handoff.release()
     settle_flush()  # the budget's settles of its calls written before the task ends
     return first
 

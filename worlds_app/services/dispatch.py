@@ -15,7 +15,11 @@ so a second experiment's worlds queue behind a bounded number of the first's.
 
 from __future__ import annotations
 
+import contextvars
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -336,6 +340,45 @@ def _with_attempts(
     return found
 
 
+@dataclass
+class Handoff:
+    """The first attempt of a world admitted while a task ends a world of the same experiment,
+    kept for that task to run next (:func:`handing_off`) instead of sent through the broker."""
+
+    attempt_id: str | None = None
+    world_slug: str = ""
+
+    def release(self) -> None:
+        """The task cannot run it after all: send its message as admission would have."""
+        if self.attempt_id is not None:
+            _dispatch(attempt_id=self.attempt_id, world_slug=self.world_slug, experiment=True)
+            self.attempt_id = None
+
+
+_HANDOFF: contextvars.ContextVar[Handoff | None] = contextvars.ContextVar(
+    "chukwa_handoff", default=None
+)
+
+
+@contextmanager
+def handing_off() -> Iterator[Handoff]:
+    """While this lasts, an admission made on this thread's commits (a world of an experiment
+    done: its slot goes to the next world) keeps one admitted world's first attempt for the
+    caller (a task that may go on running turns), unless a turn's message waits.
+
+    Why: with as many worlds in flight as worker processes, the admitted world's message,
+    sent while the task that freed the slot is still ending, was seen waiting by the other
+    processes' commits, each of which then yielded its world's next turn to the queue
+    (``turn_messages_waiting``), whose message the next commit saw waiting in turn: every turn
+    went through the broker from then on, though no other work waited."""
+    holder = Handoff()
+    token = _HANDOFF.set(holder)
+    try:
+        yield holder
+    finally:
+        _HANDOFF.reset(token)
+
+
 def experiment_admit(*, experiment_id: int) -> list[str]:
     """Admit the experiment's next worlds (lowest id first) while fewer than
     ``CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT`` of its admitted worlds have turns queued or running,
@@ -376,6 +419,11 @@ def experiment_admit(*, experiment_id: int) -> list[str]:
         cursor.execute(_HEADS, [admitted])
         heads = cursor.fetchall()
     sent: list[str] = []
+    holder = _HANDOFF.get()
+    if holder is not None and holder.attempt_id is None and heads and not turn_messages_waiting():
+        (attempt_id, slug), heads = heads[0], heads[1:]
+        holder.attempt_id, holder.world_slug = str(attempt_id), slug
+        sent.append(holder.attempt_id)  # the caller's task runs it next
     for attempt_id, slug in heads:
         if not _dispatch(attempt_id=str(attempt_id), world_slug=slug, experiment=True):
             break  # the broker is down: the re-drive sends the rest

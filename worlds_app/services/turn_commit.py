@@ -244,7 +244,7 @@ def _commit(
     elif follower is None:
         kick_on_commit(world.pk)
     export_on_commit(attempt.pk)
-    if experiment:  # an experiment's worlds are measured as turns commit
+    if world.experiment_id is not None:  # an experiment's worlds are measured as turns commit
         measure_on_commit(world.pk, world.experiment_id)
     return turn, follower
 
