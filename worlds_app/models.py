@@ -115,10 +115,20 @@ class World(models.Model):
     # CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT admitted worlds of one experiment have turns queued or
     # running, so experiments share the workers. NULL: not admitted yet (or no experiment).
     admitted_at = models.DateTimeField(null=True, blank=True)
+    # Set when admitted; cleared by a later admission that finds the world has nothing queued,
+    # running or parked any more. Admission counts the worlds in flight among these only (a
+    # few dozen), not among every admitted world: at 10,000 worlds, most of them done, that
+    # count read every one of them each time a world ended.
+    in_flight = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-created_at", "slug"]
+        indexes = [
+            models.Index(
+                fields=["experiment"], name="world_in_flight_idx", condition=Q(in_flight=True)
+            ),
+        ]
         constraints = [
             # Rule: world slugs are labels.
             models.CheckConstraint(

@@ -129,9 +129,10 @@ def test_the_bound_admits_n_worlds_and_the_redrive_dispatches_what_it_held_back(
 def test_admission_skips_worlds_with_nothing_queued_across_chunks(
     rules_scenario: str, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Worlds are looked at a chunk at a time: the worlds in flight are counted across chunks,
-    and the next waiting worlds are found past chunks whose worlds have nothing queued, lowest
-    id first, and no more than the bound."""
+    """Worlds waiting for admission are looked at a chunk at a time: the next waiting worlds
+    are found past chunks whose worlds have nothing queued, lowest id first, and no more than
+    the bound; the worlds in flight are counted among those marked in flight, whose marks are
+    cleared once they have nothing active."""
     from worlds_app.services import dispatch
 
     monkeypatch.setattr(dispatch, "ADMIT_CHUNK", 2)
@@ -140,9 +141,11 @@ def test_admission_skips_worlds_with_nothing_queued_across_chunks(
         experiment = experiment_create(data=_design("chunks", rules_scenario, 9, 1))
         worlds = list(World.objects.filter(experiment=experiment).order_by("pk"))
         assert [w.admitted_at is not None for w in worlds] == [True] * 3 + [False] * 6
-        # the three in flight are counted across two chunks: nothing more is admitted
+        # the three in flight (marked) are counted: nothing more is admitted
         assert dispatch.experiment_admit(experiment_id=experiment.pk) == []
         assert World.objects.filter(experiment=experiment, admitted_at__isnull=False).count() == 3
+        marked = World.objects.filter(experiment=experiment, in_flight=True)
+        assert sorted(marked.values_list("pk", flat=True)) == [w.pk for w in worlds[:3]]
         # the admitted worlds done; of the rest, worlds 4-6 have nothing queued any more
         TurnAttempt.objects.filter(world__in=worlds[:6]).update(status=AttemptStatus.CANCELLED)
         sent = dispatch.experiment_admit(experiment_id=experiment.pk)
@@ -152,6 +155,8 @@ def test_admission_skips_worlds_with_nothing_queued_across_chunks(
         ]
         heads = TurnAttempt.objects.filter(world__in=worlds[6:], status=AttemptStatus.QUEUED)
         assert sorted(sent) == sorted(str(pk) for pk in heads.values_list("pk", flat=True))
+        # the done worlds' marks are cleared, the admitted ones marked
+        assert sorted(marked.values_list("pk", flat=True)) == [w.pk for w in worlds[6:]]
 
 
 def _queued_ids(queue_name: str) -> list[str]:
