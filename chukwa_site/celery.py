@@ -11,11 +11,11 @@ from celery.signals import setup_logging, task_postrun, task_prerun
 from django.conf import settings
 from django.db import close_old_connections
 
-from chukwa_site import broker
+from chukwa_site.broker import install as install_broker_transport
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chukwa_site.settings")
 
-broker.install()  # one Redis client per channel, not one per message
+install_broker_transport()  # one Redis client per channel, not one per message
 app = Celery("chukwa")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
