@@ -128,6 +128,12 @@ class World(models.Model):
             models.Index(
                 fields=["experiment"], name="world_in_flight_idx", condition=Q(in_flight=True)
             ),
+            # the worlds admission looks at next (an experiment's not admitted yet, by id)
+            models.Index(
+                fields=["experiment", "id"],
+                name="world_waiting_idx",
+                condition=Q(admitted_at__isnull=True, experiment__isnull=False),
+            ),
         ]
         constraints = [
             # Rule: world slugs are labels.

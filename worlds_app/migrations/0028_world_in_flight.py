@@ -4,16 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('scenarios_app', '0006_populations'),
-        ('worlds_app', '0027_attempt_waiting'),
+        ("scenarios_app", "0006_populations"),
+        ("worlds_app", "0027_attempt_waiting"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='world',
-            name='in_flight',
+            model_name="world",
+            name="in_flight",
             field=models.BooleanField(default=False),
         ),
         # Every world admitted before this migration may still be in flight: marked, and the
@@ -23,7 +22,19 @@ class Migration(migrations.Migration):
             reverse_sql=migrations.RunSQL.noop,
         ),
         migrations.AddIndex(
-            model_name='world',
-            index=models.Index(condition=models.Q(('in_flight', True)), fields=['experiment'], name='world_in_flight_idx'),
+            model_name="world",
+            index=models.Index(
+                condition=models.Q(("in_flight", True)),
+                fields=["experiment"],
+                name="world_in_flight_idx",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="world",
+            index=models.Index(
+                condition=models.Q(("admitted_at__isnull", True), ("experiment__isnull", False)),
+                fields=["experiment", "id"],
+                name="world_waiting_idx",
+            ),
         ),
     ]
