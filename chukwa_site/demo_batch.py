@@ -21,7 +21,7 @@ from django.db import connection
 
 BATCH = {"api": "openai", "completion_window": "24h"}
 # Polls of the provider batches in the demo: the product's default (10 s) would add up to 10 s
-# of idle waiting to every tick of a batch the embedded model answers at its first poll.
+# of idle waiting to every tick of a batch the embedded model answers within seconds.
 DEMO_POLL_SECONDS = "2"
 SAMPLE_SECONDS = 0.5
 

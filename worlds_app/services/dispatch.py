@@ -156,8 +156,8 @@ def turn_messages_waiting() -> bool:
 
     The queues' lists (one per message priority, named by the transport) are counted in one
     round trip on the process's Redis client (the broker's server), not through a pooled
-    broker connection: kombu makes a new Redis client object for each command it sends, which
-    cost more CPU than the count itself, at every commit of an experiment's turn."""
+    broker connection, whose acquiring costs more CPU than the count itself, at every commit of
+    an experiment's turn."""
     from cognition_app.sources.admission.leases import client
 
     try:
