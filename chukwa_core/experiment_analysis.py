@@ -309,6 +309,26 @@ class DesignFacts:
     seed: int
     models: Sequence[str]
     registered_hash: str
+    reuse: str = "exact"  # the worlds' reuse (docs/costs.md): "exact" | "off"
+    mode: str = "online"  # how the model requests went: "online" | "batch"
+
+
+def _requests_sentence(reuse: str, mode: str) -> str:
+    """How the model requests were made: what a reader needs to reproduce the run's costs and
+    to know that an identical request was answered once (reuse) and when (batch)."""
+    sent = (
+        "sent through the provider's Batch API, at its batch prices, each turn's requests "
+        "waiting for their batch"
+        if mode == "batch"
+        else "sent one at a time as each turn ran"
+    )
+    if reuse == "exact":
+        return (
+            f"Model requests were {sent}; a request identical to one already answered in this "
+            "deployment (same endpoint, model, messages, parameters and seed) was answered from "
+            "that record instead of being sent again (reuse 'exact')."
+        )
+    return f"Model requests were {sent}; every request was sent, none answered from a record."
 
 
 def _factorial_sentences(design_text: str, fits: Sequence[FactorialResult]) -> list[str]:
@@ -379,6 +399,7 @@ def methods_paragraph(
         parts.extend(_stopping_sentences(stopping, labels.get(stopping.metric, stopping.metric)))
     if facts.models:
         parts.append(f"Models: {_join(list(facts.models))}.")
+        parts.append(_requests_sentence(facts.reuse, facts.mode))
     for result in results:
         m = result.metric
         flags = " (primary)" if m.primary else ""

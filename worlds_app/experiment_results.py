@@ -224,6 +224,8 @@ def experiment_results(*, slug: str) -> ExperimentResults:
         seed=experiment.seed,
         models=models,
         registered_hash=registered_hash,
+        reuse=design.reuse,
+        mode=design.mode,
     )
     return ExperimentResults(
         experiment=experiment.slug,

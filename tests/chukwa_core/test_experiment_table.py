@@ -86,3 +86,25 @@ def test_a_missing_arm_and_an_unavailable_interval_are_named() -> None:
     assert lines[3].split() == ["cautious", "0", "3", "-", "unavailable"]
     effect = lines[6].split()
     assert effect[3] == "0" and effect[-1] == "-"
+
+
+def test_the_methods_say_how_the_model_requests_went() -> None:
+    """Reuse and batch mode are named beside the models: a reader reproducing the costs needs
+    to know an identical request was answered once, and whether it went through batches."""
+    base = ("e", ["control", "cautious"], "control", 2, 2, 2, 0, 7, ["gpt-4o-mini"], "a" * 64)
+    said = {
+        (reuse, mode): methods_paragraph(DesignFacts(*base, reuse=reuse, mode=mode), [], (), "")
+        for reuse in ("exact", "off")
+        for mode in ("online", "batch")
+    }
+    assert (
+        "answered from that record instead of being sent again (reuse 'exact')"
+        in (said["exact", "online"])
+    )
+    assert "every request was sent, none answered from a record" in said["off", "online"]
+    assert "sent through the provider's Batch API, at its batch prices" in said["off", "batch"]
+    assert "sent one at a time as each turn ran" in said["exact", "online"]
+    assert "Batch API" in said["exact", "batch"] and "reuse 'exact'" in said["exact", "batch"]
+    # no model, no request: nothing said
+    no_model = DesignFacts(*base[:8], [], "a" * 64, reuse="off", mode="batch")
+    assert "Model requests" not in methods_paragraph(no_model, [], (), "")
