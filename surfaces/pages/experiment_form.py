@@ -1,7 +1,7 @@
 """Launching an experiment in the browser (operators): slug, name, arms (a label and a stored
 scenario each; add and remove rows) and the control, or factors over a base scenario
-(``experiment_form_factors``), replicates, turns, the metrics, a seed and a
-budget. "Estimate" shows what it could spend (``experiment_estimate``) before "Launch" creates it
+(``experiment_form_factors``), replicates, turns, the metrics, a seed, the simulation's start
+and a budget. "Estimate" shows what it could spend (``experiment_estimate``) before "Launch" creates it
 (``experiment_create``); both read the same design, and an error is shown next to its field with
 nothing written. With an effect to detect (and an sd or a pilot experiment), the estimate also
 says how many replicates that needs."""
@@ -38,7 +38,10 @@ PAGE = "experiments/experiment_form.html"
 ESTIMATE = "experiments/_estimate.html"
 MIN_ARMS = 2
 MAX_ARM_ROWS = 20
-TEXT_FIELDS = ("slug", "name", "description", "replicates", "turns", "seed", "reuse", "mode")
+TEXT_FIELDS = (
+    *("slug", "name", "description", "replicates", "turns", "seed", "start_time", "reuse"),
+    "mode",
+)
 REUSE_CHOICES = (
     ("exact", "reuse recorded replies (exact): an identical request is answered from the record"),
     ("off", "send every request (off)"),
@@ -164,6 +167,8 @@ def _design(form: dict[str, Any]) -> dict[str, Any]:
             design[name] = form[name]
     if form["seed"]:
         design["seed"] = _whole(form["seed"], "seed")
+    if form["start_time"]:
+        design["start_time"] = form["start_time"]  # the service checks it, naming `start_time`
     if form["reuse"]:
         design["reuse"] = form["reuse"]  # the design's rules refuse others, naming `reuse`
     if form["mode"]:

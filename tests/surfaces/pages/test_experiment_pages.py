@@ -334,6 +334,29 @@ def test_the_form_estimates_then_launches(operator: Client) -> None:
     assert "of budget" in shown and "1000 tokens in all" in shown
 
 
+def test_the_form_takes_the_simulations_start(operator: Client) -> None:
+    """With a seed and a start, the estimate can look for what earlier runs recorded (it says
+    why not without them), and the worlds start at that instant."""
+    from worlds_app.models import Turn
+
+    scenario, metric = stored_scenario(), expression_metric("treated", TREATED)
+    timed = {"seed": "11", "start_time": "2026-06-01T08:00:00Z"}
+    estimate = operator.post(
+        "/experiments/new/", _form(scenario, metric, action="estimate", **timed), **HTMX
+    )
+    assert "no start_time given" not in estimate.content.decode()
+    untimed = operator.post(
+        "/experiments/new/", _form(scenario, metric, action="estimate", seed="11"), **HTMX
+    )
+    assert "no start_time given" in untimed.content.decode()
+    launched = operator.post("/experiments/new/", _form(scenario, metric, **timed))
+    assert launched.status_code == 302
+    made = Experiment.objects.get()
+    assert made.design["start_time"] == "2026-06-01T08:00:00Z"
+    starts = Turn.objects.filter(world__experiment=made, number=0)
+    assert {t.simulation_time.isoformat() for t in starts} == {"2026-06-01T08:00:00+00:00"}
+
+
 def test_the_form_knows_a_stopping_rule_and_prices_its_worst_case(operator: Client) -> None:
     scenario, metric = stored_scenario(), expression_metric("treated", TREATED)
     rule = {"stop_max_replicates": "7", "stop_every": "2", "stop_alpha": "0.05"}
@@ -393,6 +416,7 @@ def test_the_form_estimates_the_replicates_a_power_needs(operator: Client) -> No
         ({"metrics": []}, "metrics", "invalid_metrics"),
         ({"seed": "-3"}, "seed", "invalid_input"),
         ({"max_cost_total": "lots"}, "max_cost_total", "invalid_budget"),
+        ({"start_time": "next tuesday"}, "start_time", "invalid_start_time"),
         (
             {"arm_label": ["control", "treated"], "control": "1", "replicates": "6000"},
             "replicates",
