@@ -122,6 +122,20 @@ def unread_queue(name: str) -> Iterator[str]:
         delete_queue(experiment_queue(name))
 
 
+def taken_attempt_ids(queue: str) -> list[str]:
+    """The attempt ids of the run_turn_attempt messages waiting in the queue (newest first),
+    then the queue emptied."""
+    import json
+
+    from chukwa_site.celery import app
+
+    with app.connection_for_write() as conn:
+        client = conn.default_channel.client
+        raw = client.lrange(queue, 0, -1)
+        client.delete(queue)
+    return [json.loads(json.loads(m)["headers"]["argsrepr"].replace("'", '"'))[0] for m in raw]
+
+
 def delete_queue(queue: str) -> None:
     """Remove a test queue, its messages and its bindings from the shared broker."""
     from chukwa_site.celery import app

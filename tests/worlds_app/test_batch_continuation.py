@@ -6,7 +6,6 @@ interrupted by the reaper like any attempt of a dead worker."""
 from __future__ import annotations
 
 import itertools
-import json
 import os
 from collections.abc import Iterator
 from datetime import timedelta
@@ -17,7 +16,7 @@ from django.utils import timezone
 
 from scenarios_app.fixture_files import load_fixture
 from scenarios_app.services import scenario_assemble
-from tests.support.worker import delete_queue, experiment_queue, unread_queue
+from tests.support.worker import delete_queue, experiment_queue, taken_attempt_ids, unread_queue
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt
 from worlds_app.services import (
     attempts,
@@ -39,14 +38,7 @@ def queue() -> Iterator[str]:
 
 
 def _sent(queue: str) -> list[str]:
-    """The attempt ids of the run_turn_attempt messages waiting in the queue, then empty it."""
-    from chukwa_site.celery import app
-
-    with app.connection_for_write() as conn:
-        client = conn.default_channel.client
-        raw = client.lrange(queue, 0, -1)
-        client.delete(queue)
-    return [json.loads(json.loads(m)["headers"]["argsrepr"].replace("'", '"'))[0] for m in raw]
+    return taken_attempt_ids(queue)
 
 
 def _world(slug: str) -> None:

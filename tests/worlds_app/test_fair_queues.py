@@ -21,6 +21,7 @@ from tests.support.worker import (
     delete_queue,
     experiment_queue,
     routed_to,
+    taken_attempt_ids,
     unread_queue,
     worker_process,
 )
@@ -159,19 +160,6 @@ def test_admission_skips_worlds_with_nothing_queued_across_chunks(
         assert sorted(marked.values_list("pk", flat=True)) == [w.pk for w in worlds[6:]]
 
 
-def _queued_ids(queue_name: str) -> list[str]:
-    """The attempt ids of the messages waiting in the queue (newest first), then empty it."""
-    import json
-
-    from chukwa_site.celery import app
-
-    with app.connection_for_write() as conn:
-        client = conn.default_channel.client
-        raw = client.lrange(queue_name, 0, -1)
-        client.delete(queue_name)
-    return [json.loads(json.loads(m)["headers"]["argsrepr"].replace("'", '"'))[0] for m in raw]
-
-
 @pytest.mark.parametrize("case", ["goes on", "no time to go on", "a turn waits"])
 def test_a_task_that_ends_a_world_runs_the_first_turn_of_the_world_admitted_in_its_place(
     rules_scenario: str, settings: Any, case: str
@@ -184,7 +172,7 @@ def test_a_task_that_ends_a_world_runs_the_first_turn_of_the_world_admitted_in_i
     with unread_queue(f"fair-handoff-{os.getpid()}") as name:
         experiment = experiment_create(data=_design("handoff", rules_scenario, 2, 1))
         first, second = World.objects.filter(experiment=experiment).order_by("pk")
-        (head,) = _queued_ids(experiment_queue(name))  # the first world's, sent on creation
+        (head,) = taken_attempt_ids(experiment_queue(name))  # the first world's, sent on creation
         if case == "a turn waits":  # an operator's turn waits in the interactive queue
             world_create(data={"slug": "operator", "scenario_ref": {"hash": rules_scenario}})
             turn_attempt_enqueue(slug="operator", count=1)
@@ -194,10 +182,10 @@ def test_a_task_that_ends_a_world_runs_the_first_turn_of_the_world_admitted_in_i
         if case == "goes on":
             assert second.attempts.get().status == AttemptStatus.COMMITTED
             assert second.attempts.get().lease_owner == "w1"
-            assert _queued_ids(experiment_queue(name)) == []
+            assert taken_attempt_ids(experiment_queue(name)) == []
         else:
             assert second.attempts.get().status == AttemptStatus.QUEUED
-            assert _queued_ids(experiment_queue(name)) == [next_head]
+            assert taken_attempt_ids(experiment_queue(name)) == [next_head]
         assert first.attempts.get().status == AttemptStatus.COMMITTED
 
 
