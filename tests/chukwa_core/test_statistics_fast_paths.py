@@ -26,6 +26,16 @@ def test_coin_flips_are_numpys_integers_draws_call_after_call(
         assert np.array_equal(drawn, expected)
 
 
+@pytest.mark.parametrize("columns", [1, 7, 5000])
+def test_coin_flips_as_signs_are_the_draws_doubled_less_one(columns: int) -> None:
+    draws, signs = CoinFlips(20261128), CoinFlips(20261128)
+    out = np.empty((2000, columns))
+    for count in (2000, 3, 1999):
+        expected = (draws.draw(count, columns) * 2 - 1).astype(np.float64)
+        got = signs.signs(out[:count])
+        assert got.shape == expected.shape and np.array_equal(got, expected)
+
+
 def _numpy_monte_carlo_p(nonzero: np.ndarray, *, seed: int, resamples: int) -> float:
     """The sign-flip p with numpy's own draws (the code before CoinFlips)."""
     rng = np.random.default_rng(seed)
@@ -51,6 +61,15 @@ def test_the_monte_carlo_p_is_the_one_numpys_draws_give(m: int) -> None:
     assert sign_flip_monte_carlo_p(counts, seed=7, resamples=4001) == _numpy_monte_carlo_p(
         counts, seed=7, resamples=4001
     )
+
+
+def test_the_monte_carlo_p_of_a_large_experiment_is_the_one_numpys_draws_give() -> None:
+    # 5,000 pairs (a 2 x 5000 design), a small effect: p away from its floor, so the sums'
+    # comparisons with the observed one decide it
+    nonzero = np.sort(np.random.default_rng(5000).normal(0.01, 1.0, size=5000))
+    fast = sign_flip_monte_carlo_p(nonzero, seed=42, resamples=9999)
+    assert 0.05 < fast < 0.95
+    assert fast == _numpy_monte_carlo_p(nonzero, seed=42, resamples=9999)
 
 
 def _first_error(scale: MetricScale, values: list[float]) -> str | None:
