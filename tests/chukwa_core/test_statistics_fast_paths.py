@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from chukwa_core.statistics.multiplicity import holm, holm_adjusted
-from chukwa_core.statistics.pairs import CoinFlips, sign_flip_monte_carlo_p
+from chukwa_core.statistics.pairs import sign_flip_monte_carlo_p
+from chukwa_core.statistics.sign_sums import CoinFlips, count_at_least
 from chukwa_core.statistics.types import MetricScale
 
 
@@ -24,16 +25,6 @@ def test_coin_flips_are_numpys_integers_draws_call_after_call(
         drawn = flips.draw(count, columns)
         assert drawn.dtype == expected.dtype and drawn.shape == expected.shape
         assert np.array_equal(drawn, expected)
-
-
-@pytest.mark.parametrize("columns", [1, 7, 5000])
-def test_coin_flips_as_signs_are_the_draws_doubled_less_one(columns: int) -> None:
-    draws, signs = CoinFlips(20261128), CoinFlips(20261128)
-    out = np.empty((2000, columns))
-    for count in (2000, 3, 1999):
-        expected = (draws.draw(count, columns) * 2 - 1).astype(np.float64)
-        got = signs.signs(out[:count])
-        assert got.shape == expected.shape and np.array_equal(got, expected)
 
 
 def _numpy_monte_carlo_p(nonzero: np.ndarray, *, seed: int, resamples: int) -> float:
@@ -70,6 +61,30 @@ def test_the_monte_carlo_p_of_a_large_experiment_is_the_one_numpys_draws_give() 
     fast = sign_flip_monte_carlo_p(nonzero, seed=42, resamples=9999)
     assert 0.05 < fast < 0.95
     assert fast == _numpy_monte_carlo_p(nonzero, seed=42, resamples=9999)
+
+
+@pytest.mark.parametrize(
+    "differences",
+    [
+        pytest.param(np.random.default_rng(1).normal(0.0, 1.0, 3001), id="continuous"),
+        pytest.param(np.random.default_rng(2).integers(-3, 4, 3001) / 20, id="twentieths"),
+        pytest.param(np.random.default_rng(3).integers(-3, 4, 2999) / 4, id="quarters"),
+        pytest.param(np.random.default_rng(4).normal(0.0, 1e-9, 77), id="tiny"),
+        pytest.param(np.array([1e300, -1e300, 3.0, 0.5]), id="huge"),
+    ],
+)
+def test_the_table_counts_what_the_product_counts(differences: np.ndarray) -> None:
+    # discrete differences put many sums on the threshold (ties the bound cannot call, so
+    # their batch is counted from the product); quarters are exact, summed either way
+    nonzero = np.sort(differences[differences != 0])
+    for threshold in (abs(float(np.sum(nonzero))), float(np.sum(np.abs(nonzero))) / 40, 0.0):
+        rng = np.random.default_rng(99)
+        expected = 0
+        for start in range(0, 9999, 2000):
+            size = min(2000, 9999 - start)
+            signs = rng.integers(0, 2, size=(size, len(nonzero)), dtype=np.int8) * 2 - 1
+            expected += int(np.sum(np.abs(signs @ nonzero) >= threshold))
+        assert count_at_least(nonzero, threshold, seed=99, resamples=9999) == expected
 
 
 def _first_error(scale: MetricScale, values: list[float]) -> str | None:
