@@ -118,7 +118,8 @@ def experiment_results(*, slug: str) -> ExperimentResults:
     design = experiment.typed_design
     arms = list(design.arm_labels)
     with connection.cursor() as cursor:
-        cursor.execute(WORLDS_SQL, [design.last_turn, list(ACTIVE_STATUSES), experiment.pk])
+        active = [status.value for status in ACTIVE_STATUSES]
+        cursor.execute(WORLDS_SQL, [design.last_turn, active, experiment.pk])
         worlds = {row[0]: dict(zip(WORLD_FIELDS, row, strict=True)) for row in cursor.fetchall()}
     by_replicate = sorted(worlds.values(), key=lambda world: world["replicate"] or 0)
     metrics = {
