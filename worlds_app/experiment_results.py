@@ -10,7 +10,6 @@ from dataclasses import replace
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Q
 
 from chukwa_core.experiment_analysis import (
     MISSING_DATA_RULE,
@@ -36,20 +35,18 @@ from chukwa_core.people_reference import people_reference
 from cognition_app.models import LlmCall
 from scenarios_app.models import Metric
 from worlds_app.experiment_points import (
-    WorldTurns,
     arm_codes,
-    rows_by_metric,
+    read_rows,
     world_turns,
-    world_value,
 )
 from worlds_app.experiment_points import by_turn as turns_by_arm
+from worlds_app.experiment_points import world_values as world_values_of
 from worlds_app.experiment_selectors import experiment_row
 from worlds_app.models import (
     ACTIVE_STATUSES,
     Experiment,
     Measurement,
     ReferenceValue,
-    World,
 )
 
 REFERENCE_COLUMNS = ("unit", "metric_label", "metric_hash", "value")
@@ -85,23 +82,29 @@ def _registered(experiment: Experiment, design: ExperimentDesign) -> tuple[str, 
 
 def _world_values(
     design: ExperimentDesign,
-    worlds: dict[int, dict[str, Any]],
-    aggregate_kind: str,
-    measured: dict[int, WorldTurns],
+    worlds: list[dict[str, Any]],
+    values: list[tuple[float | None, str | None]],
 ) -> dict[str, list[WorldInput]]:
-    """Each arm's worlds in replicate order with their value or why they have none: only a
-    world that ran every planned turn with every turn measured without error has a value."""
+    """Each arm's worlds (``worlds`` in replicate order) with their value or why they have
+    none (``values``, one per world)."""
     found: dict[str, list[WorldInput]] = {arm: [] for arm in design.arm_labels}
-    run = design.run_turns
-    for world_id, world in sorted(worlds.items(), key=lambda item: item[1]["replicate"] or 0):
-        value, reason = world_value(
-            world, measured.get(world_id), run, design.last_turn, aggregate_kind
-        )
+    for world, (value, reason) in zip(worlds, values, strict=True):
         if world["arm"] in found:
             found[world["arm"]].append(
                 WorldInput(world["replicate"] or 1, world["slug"], value, reason)
             )
     return found
+
+
+# The experiment's worlds; for a world short of its last turn, its turns queued or running
+# (whether it is still running), the only use of the count.
+WORLDS_SQL = (
+    "SELECT w.id, w.slug, w.arm, w.replicate, w.current_turn, CASE WHEN w.current_turn < %s "
+    "THEN (SELECT count(*) FROM worlds_app_turnattempt a WHERE a.world_id = w.id "
+    "AND a.status = ANY(%s)) ELSE 0 END FROM worlds_app_world w WHERE w.experiment_id = %s "
+    "ORDER BY w.id"
+)
+WORLD_FIELDS = ("id", "slug", "arm", "replicate", "current_turn", "pending")
 
 
 def experiment_results(*, slug: str) -> ExperimentResults:
@@ -114,13 +117,11 @@ def experiment_results(*, slug: str) -> ExperimentResults:
     experiment = experiment_row(slug)
     design = experiment.typed_design
     arms = list(design.arm_labels)
-    pending = Q(attempts__status__in=ACTIVE_STATUSES)
-    worlds: dict[int, dict[str, Any]] = {
-        w["id"]: dict(w)
-        for w in World.objects.filter(experiment=experiment)
-        .annotate(pending=Count("attempts", filter=pending))
-        .values("id", "slug", "arm", "replicate", "current_turn", "pending")
-    }
+    with connection.cursor() as cursor:
+        active = [status.value for status in ACTIVE_STATUSES]
+        cursor.execute(WORLDS_SQL, [design.last_turn, active, experiment.pk])
+        worlds = {row[0]: dict(zip(WORLD_FIELDS, row, strict=True)) for row in cursor.fetchall()}
+    by_replicate = sorted(worlds.values(), key=lambda world: world["replicate"] or 0)
     metrics = {
         m["hash"]: m
         for m in Metric.objects.filter(pk__in=list(design.metrics)).values(
@@ -129,15 +130,7 @@ def experiment_results(*, slug: str) -> ExperimentResults:
     }
     # every measurement in one query, as arrays (a survey's turn has one row per agent)
     hashes = list(metrics)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT array_position(%s::text[], metric_id::text) - 1, world_id, turn_number, "
-            "value IS NULL, coalesce(value, 0) FROM worlds_app_measurement "
-            "WHERE world_id = ANY(%s) AND metric_id = ANY(%s) "
-            "AND turn_number >= %s AND turn_number <= %s",
-            [hashes, list(worlds), hashes, design.first_turn, design.last_turn],
-        )
-        measured = rows_by_metric(cursor.fetchall(), len(hashes))
+    measured = read_rows(hashes, list(worlds), range(design.first_turn, design.last_turn + 1))
     arm_of = {world_id: world["arm"] for world_id, world in worlds.items()}
     registered_hash, registered_replicates, registered_metrics = _registered(experiment, design)
     people: dict[str, list[float]] = defaultdict(list)
@@ -154,7 +147,15 @@ def experiment_results(*, slug: str) -> ExperimentResults:
         rows = measured[hashes.index(metric_hash)]
         by_turn = turns_by_arm(rows, arm_codes(rows, arm_of, arms), arms)
         world_values = _world_values(
-            design, worlds, content["aggregate"], world_turns(rows, design.run_turns)
+            design,
+            by_replicate,
+            world_values_of(
+                by_replicate,
+                world_turns(rows, design.run_turns),
+                design.run_turns,
+                design.last_turn,
+                content["aggregate"],
+            ),
         )
         present = [w.value for arm in arms for w in world_values[arm] if w.value is not None]
         scale, _ = fitting_scale(world_scale_of(content), present)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from chukwa_core.statistics.libraries import checked_against, library
+from chukwa_core.statistics.sign_sums import count_at_least
 from chukwa_core.statistics.types import (
     ALPHA,
     CONFIDENCE,
@@ -105,51 +106,14 @@ def sign_flip_exact_p(nonzero: np.ndarray) -> float:
     return min(1.0, 2 * min(greater, less))
 
 
-class CoinFlips:
-    """The 0/1 draws ``np.random.default_rng(seed).integers(0, 2, size, dtype=np.int8)`` gives,
-    call after call, in a tenth of its time: that call draws each value from one byte of a
-    32-bit word (low byte first; Lemire's method with a range of 2 keeps the byte's top bit and
-    never rejects), the words being PCG64's 64-bit outputs split low half first, a half left
-    over kept for the next call. Read here straight from the generator's raw outputs; a test
-    checks the draws equal numpy's own, call after call."""
-
-    def __init__(self, seed: int) -> None:
-        self._generator = np.random.default_rng(seed).bit_generator
-        if not isinstance(self._generator, np.random.PCG64):
-            raise TypeError("CoinFlips reads PCG64's outputs")
-        self._left: np.ndarray | None = None  # a 32-bit half kept for the next call
-
-    def draw(self, rows: int, columns: int) -> np.ndarray:
-        count = rows * columns
-        words = -(-count // 4)
-        parts = []
-        if self._left is not None and words > 0:
-            parts.append(self._left)
-            words -= 1
-            self._left = None
-        if words > 0:
-            raw = self._generator.random_raw(-(-words // 2)).astype("<u8").view("<u4")
-            if words % 2:
-                self._left = raw[-1:].copy()
-                raw = raw[:-1]
-            parts.append(raw)
-        if not parts:
-            return np.zeros((rows, columns), dtype=np.int8)
-        stream = np.concatenate(parts).view(np.uint8)[:count]
-        return (stream >> 7).astype(np.int8).reshape(rows, columns)
-
-
 def sign_flip_monte_carlo_p(nonzero: np.ndarray, *, seed: int, resamples: int) -> float:
     """(k + 1)/(B + 1), k of B random sign patterns giving |sum| at least the observed: a valid
-    p (the observed pattern counted), at least 1/(B + 1)."""
-    bits = CoinFlips(seed)
+    p (the observed pattern counted), at least 1/(B + 1). The patterns come in batches of
+    2000 (2000 x m signs at most in memory); each pattern's sum is compared as the float
+    ``signs @ nonzero`` of its batch gives it (``sign_sums``)."""
     observed = abs(float(np.sum(nonzero)))
     tolerance = observed * 100 * np.finfo(float).eps
-    hits = 0
-    for start in range(0, resamples, 2000):  # batches bound the memory at 2000 x m signs
-        size = min(2000, resamples - start)
-        signs = bits.draw(size, len(nonzero)) * 2 - 1
-        hits += int(np.sum(np.abs(signs @ nonzero) >= observed - tolerance))
+    hits = count_at_least(nonzero, observed - tolerance, seed=seed, resamples=resamples)
     return (hits + 1) / (resamples + 1)
 
 

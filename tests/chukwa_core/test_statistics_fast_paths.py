@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from chukwa_core.statistics.multiplicity import holm, holm_adjusted
-from chukwa_core.statistics.pairs import CoinFlips, sign_flip_monte_carlo_p
+from chukwa_core.statistics.pairs import sign_flip_monte_carlo_p
+from chukwa_core.statistics.sign_sums import CoinFlips, count_at_least
 from chukwa_core.statistics.types import MetricScale
 
 
@@ -51,6 +52,39 @@ def test_the_monte_carlo_p_is_the_one_numpys_draws_give(m: int) -> None:
     assert sign_flip_monte_carlo_p(counts, seed=7, resamples=4001) == _numpy_monte_carlo_p(
         counts, seed=7, resamples=4001
     )
+
+
+def test_the_monte_carlo_p_of_a_large_experiment_is_the_one_numpys_draws_give() -> None:
+    # 5,000 pairs (a 2 x 5000 design), a small effect: p away from its floor, so the sums'
+    # comparisons with the observed one decide it
+    nonzero = np.sort(np.random.default_rng(5000).normal(0.01, 1.0, size=5000))
+    fast = sign_flip_monte_carlo_p(nonzero, seed=42, resamples=9999)
+    assert 0.05 < fast < 0.95
+    assert fast == _numpy_monte_carlo_p(nonzero, seed=42, resamples=9999)
+
+
+@pytest.mark.parametrize(
+    "differences",
+    [
+        pytest.param(np.random.default_rng(1).normal(0.0, 1.0, 3001), id="continuous"),
+        pytest.param(np.random.default_rng(2).integers(-3, 4, 3001) / 20, id="twentieths"),
+        pytest.param(np.random.default_rng(3).integers(-3, 4, 2999) / 4, id="quarters"),
+        pytest.param(np.random.default_rng(4).normal(0.0, 1e-9, 77), id="tiny"),
+        pytest.param(np.array([1e300, -1e300, 3.0, 0.5]), id="huge"),
+    ],
+)
+def test_the_table_counts_what_the_product_counts(differences: np.ndarray) -> None:
+    # discrete differences put many sums on the threshold (ties the bound cannot call, so
+    # their batch is counted from the product); quarters are exact, summed either way
+    nonzero = np.sort(differences[differences != 0])
+    for threshold in (abs(float(np.sum(nonzero))), float(np.sum(np.abs(nonzero))) / 40, 0.0):
+        rng = np.random.default_rng(99)
+        expected = 0
+        for start in range(0, 9999, 2000):
+            size = min(2000, 9999 - start)
+            signs = rng.integers(0, 2, size=(size, len(nonzero)), dtype=np.int8) * 2 - 1
+            expected += int(np.sum(np.abs(signs @ nonzero) >= threshold))
+        assert count_at_least(nonzero, threshold, seed=99, resamples=9999) == expected
 
 
 def _first_error(scale: MetricScale, values: list[float]) -> str | None:

@@ -213,6 +213,17 @@ def test_a_world_that_stopped_short_is_missing_not_aggregated_from_its_turns(
     assert result["metric"]["type_basis"] == "declared by the metric"
     assert result["metric"]["type"] == "continuous"  # the mean of counts
     assert Experiment.objects.get(slug="short").registered_design is not None
+    # one of its turns queued again: the same world is missing as still running
+    again = TurnAttempt.objects.filter(world__slug="short--b--2").order_by("seq")[2]
+    TurnAttempt.objects.filter(pk=again.pk).update(status=AttemptStatus.QUEUED)
+    (result,) = operator_client.get("/api/experiments/short/results/").json()["results"]
+    b = {a["arm"]: a for a in result["arms"]}["b"]
+    assert b["missing"] == {
+        "world_incomplete": 0,
+        "world_running": 1,
+        "metric_error": 0,
+        "not_measured": 0,
+    }
 
 
 @pytest.mark.django_db
