@@ -55,7 +55,8 @@ def read_rows(hashes: Sequence[str], world_ids: Sequence[int], turns: range) -> 
     """The measurements of ``world_ids`` on ``turns`` of each metric of ``hashes``, in one
     statement (read in binary: the packed columns as bytes)."""
     connection.ensure_connection()
-    with psycopg.Cursor(connection.connection) as cursor:
+    # psycopg's errors raised as Django's (an outage is then a 503, as on every other read)
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(
             MEASUREMENTS_SQL,
             [list(hashes), list(world_ids), list(hashes), turns.start, turns.stop - 1],
