@@ -61,16 +61,22 @@ def llm() -> Iterator[ScriptedLLM]:
         yield server
 
 
-@pytest.fixture
-def workers(llm: ScriptedLLM) -> Iterator[str]:
-    queue = f"batch-mode-{os.getpid()}"
-    env = {
+def worker_env(llm: ScriptedLLM) -> dict[str, str]:
+    """The environment of a worker on the test database and the scripted model; this process
+    gets the model too (the batch tick runs here)."""
+    os.environ["CHUKWA_LLM_BASE_URL"] = llm.base_url
+    os.environ["CHUKWA_LLM_API_KEY"] = API_KEY
+    return {
         "CHUKWA_DB_NAME": connection.settings_dict["NAME"],
         "CHUKWA_LLM_BASE_URL": llm.base_url,
         "CHUKWA_LLM_API_KEY": API_KEY,
     }
-    os.environ["CHUKWA_LLM_BASE_URL"] = llm.base_url  # the tick runs in this process
-    os.environ["CHUKWA_LLM_API_KEY"] = API_KEY
+
+
+@pytest.fixture
+def workers(llm: ScriptedLLM) -> Iterator[str]:
+    queue = f"batch-mode-{os.getpid()}"
+    env = worker_env(llm)
     with (
         worker_process(f"{queue}-1", env=env, queue=queue),
         worker_process(f"{queue}-2", env=env, queue=queue),

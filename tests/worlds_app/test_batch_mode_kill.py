@@ -10,14 +10,12 @@ import os
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from cognition_app.models import BatchRequest, ProviderBatch
 from cognition_app.tasks import batch_tick
 from tests.support.scripted_llm import ScriptedLLM
 from tests.support.worker import routed_to, worker_process
 from tests.worlds_app.test_batch_mode import (
-    API_KEY,
     _all_parked_or_done,
     _attempts,
     _design,
@@ -27,6 +25,7 @@ from tests.worlds_app.test_batch_mode import (
     _until,
     by_request,
     llm,  # noqa: F401  (fixture import)
+    worker_env,
 )
 from worlds_app.experiment_selectors import experiment_get
 from worlds_app.models import ACTIVE_STATUSES, AttemptStatus, Experiment, TurnAttempt
@@ -52,13 +51,7 @@ def test_a_worker_killed_while_an_attempt_is_parked_loses_nothing(
     llm.reset()
     llm.route(by_request)
     queue = f"batch-kill-{os.getpid()}"
-    env = {
-        "CHUKWA_DB_NAME": connection.settings_dict["NAME"],
-        "CHUKWA_LLM_BASE_URL": llm.base_url,
-        "CHUKWA_LLM_API_KEY": API_KEY,
-    }
-    os.environ["CHUKWA_LLM_BASE_URL"] = llm.base_url  # the tick runs in this process
-    os.environ["CHUKWA_LLM_API_KEY"] = API_KEY
+    env = worker_env(llm)
     online = _design("online-k") | {"turns": 2}
     batched = copy.deepcopy(online) | {"slug": "batched-k", "mode": "batch"}
     with routed_to(queue):

@@ -32,7 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from worlds_app.models import AttemptStatus, Experiment, TurnAttempt, World
+from worlds_app.models import ACTIVE_STATUSES, AttemptStatus, Experiment, TurnAttempt, World
 
 logger = logging.getLogger(__name__)
 
@@ -302,7 +302,10 @@ _CHUNK = f"""SELECT id FROM {_WORLD} WHERE experiment_id = %s AND admitted_at IS
 ORDER BY id LIMIT %s"""  # noqa: S608
 _STATUSES = f"""SELECT world_id, bool_or(status = ANY(%s)), bool_or(status = ANY(%s))
 FROM {_ATTEMPT} WHERE world_id = ANY(%s) AND status = ANY(%s) GROUP BY world_id"""  # noqa: S608
-_ACTIVE = [_QUEUED, AttemptStatus.RUNNING.value, AttemptStatus.WAITING.value]
+# in flight: queued or running; an active attempt besides (parked in a provider batch) holds no
+# worker; a world with no active attempt at all is done
+_IN_FLIGHT = [_QUEUED, AttemptStatus.RUNNING.value]
+_PARKED = [s.value for s in ACTIVE_STATUSES if s.value not in _IN_FLIGHT]
 _UNMARK = f"UPDATE {_WORLD} SET in_flight = false WHERE id = ANY(%s)"  # noqa: S608
 _ADMIT = f"UPDATE {_WORLD} SET admitted_at = %s, in_flight = true WHERE id = ANY(%s)"  # noqa: S608
 _HEADS = f"""SELECT DISTINCT ON (a.world_id) a.id, w.slug FROM {_ATTEMPT} a
@@ -327,7 +330,7 @@ def _in_flight(cursor: Any, experiment_id: int) -> int:
     marked = [pk for (pk,) in cursor.fetchall()]
     if not marked:
         return 0
-    found = _statuses(cursor, marked, _ACTIVE[:2], [AttemptStatus.WAITING.value])
+    found = _statuses(cursor, marked, _IN_FLIGHT, _PARKED)
     done = [pk for pk in marked if pk not in found]
     if done:
         cursor.execute(_UNMARK, [done])

@@ -94,20 +94,7 @@ def _price(model: str, batch: bool) -> None:
 
 
 def _estimate(client: APIClient, scenario: str, metric: str) -> dict[str, Any]:
-    design = {
-        "slug": "priced",
-        "arms": [
-            {"label": "control", "scenario_ref": {"hash": scenario}},
-            {"label": "other", "scenario_ref": {"hash": scenario}},
-        ],
-        "replicates": 2,
-        "turns": 2,
-        "metrics": [{"hash": metric}],
-    }
-    answer = client.post("/api/experiments/estimate/", design, format="json")
-    assert answer.status_code == 200, answer.json()
-    found: dict[str, Any] = answer.json()
-    return found
+    return _design_estimate(client, scenario, metric, None)
 
 
 def _cost(prices: dict[str, Decimal], prompt: int, completion: int) -> str:
