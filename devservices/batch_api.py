@@ -229,7 +229,19 @@ class BatchStore:
         try:
             with self._lock:
                 batch = self._batches[batch_id]
-            out, errors = self._answers(batch, stop=lambda: self._cancelled(batch_id))
+            try:
+                out, errors = self._answers(batch, stop=lambda: self._cancelled(batch_id))
+            except Exception as exc:  # noqa: BLE001 - the batch fails, as a provider's would
+                with self._lock:
+                    if batch["status"] == "in_progress":
+                        batch["status"] = "failed"
+                        batch["failed_at"] = int(time.time())
+                        message = f"answering a line failed: {type(exc).__name__}"
+                        batch["errors"] = {
+                            "object": "list",
+                            "data": [{"code": "server_error", "message": message, "line": None}],
+                        }
+                return
             with self._lock:
                 if batch["status"] == "in_progress":  # not cancelled meanwhile
                     self._complete(batch, int(time.time()), out, errors)

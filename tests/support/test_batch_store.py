@@ -117,3 +117,16 @@ def test_without_background_the_first_poll_answers_every_line() -> None:
     batch_id = _batch(store, 2)
     assert store.get(batch_id)["status"] == "completed"
     assert calls == ["0", "1"]
+
+
+def test_a_line_the_model_cannot_answer_fails_the_batch_instead_of_leaving_it_in_progress() -> None:
+    def broken(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        raise RuntimeError("the model crashed")
+
+    store = BatchStore(broken, background=True)
+    batch_id = _batch(store, 2)
+    assert store.get(batch_id)["status"] == "in_progress"
+    _until(lambda: store.get(batch_id)["status"] != "in_progress")
+    batch = store.get(batch_id)
+    assert batch["status"] == "failed" and batch["output_file_id"] is None
+    assert batch["errors"]["data"][0]["message"] == "answering a line failed: RuntimeError"
