@@ -140,7 +140,15 @@ class SourceInvocation(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["status"], name="invocation_status_idx"),
+            # the unfinished and failed calls; partial, so that no lookup of succeeded calls
+            # (reuse's) can take it for the reuse index while a table has no statistics yet
+            # (its planner then guesses one row for either and took this one, reading every
+            # succeeded call of the deployment on each LLM call)
+            models.Index(
+                fields=["status"],
+                name="invocation_status_idx",
+                condition=~Q(status="succeeded"),
+            ),
             # the invocation index (page and API) reads the newest calls first
             models.Index(fields=["-started_at", "id"], name="invocation_started_idx"),
             # replay looks up the k-th recording of a key in one world

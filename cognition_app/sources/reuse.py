@@ -73,9 +73,17 @@ _CALL_FIELDS = concrete_fields(LlmCall)
 # the instances built from its columns as a queryset builds them. Identifiers from the models,
 # quoted; the key is a parameter. Both verdict columns are NOT NULL, so ``<>`` is the
 # queryset's ``exclude``.
+# The plan must not depend on statistics: a young deployment's tables have none until
+# autovacuum's first analyze, and its planner then guessed one row for ``status = 'succeeded'``
+# on either table, reading every succeeded call (~1 ms a lookup at 450 calls, growing with the
+# table). So the call is found by its invocation alone (``OFFSET 0``: its own subquery, the
+# unique index the only one it can use), its status checked after; and the invocations'
+# status index leaves out the succeeded ones (cognition_app 0018).
 _RECORDED = f"""SELECT {columns("i", _INVOCATION_FIELDS)}, {columns("c", _CALL_FIELDS)}
 FROM {quoted(SourceInvocation._meta.db_table)} i
-JOIN {quoted(LlmCall._meta.db_table)} c ON c.invocation_id = i.id
+CROSS JOIN LATERAL (
+    SELECT * FROM {quoted(LlmCall._meta.db_table)} WHERE invocation_id = i.id OFFSET 0
+) c
 WHERE i.reuse_key = %s AND i.status = '{InvocationStatus.SUCCEEDED.value}' AND i.failure_class = ''
     AND c.status = '{InvocationStatus.SUCCEEDED.value}'
     AND i.validation_status <> 'invalid' AND i.model_output_kind <> 'invalid'

@@ -8,11 +8,12 @@ import itertools
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
-from cognition_app.sources.reuse import recorded
+from cognition_app.sources.reuse import _RECORDED, recorded
 
 # Every combination of the states the rule looks at, and two start times (the oldest first).
 STATES = list(
@@ -90,3 +91,49 @@ def test_the_lookup_finds_what_the_rule_finds_for_every_state() -> None:
                 LlmCall.objects.get(invocation=expected)
             )
     assert 0 < found < len(keys)  # both outcomes were exercised
+
+
+@pytest.mark.django_db
+def test_the_lookup_reads_one_key_whatever_the_statistics_say() -> None:
+    """The lookup's plan does not depend on the tables' statistics. Taken while every call was
+    still running (as a young deployment's first analyze may be), they say that no call has
+    succeeded; the lookup must still read one key's calls through the reuse index and each
+    call by its invocation, not every succeeded call through a status index (what it did,
+    ~1 ms a lookup at a few hundred calls and growing with the table)."""
+    started = timezone.now() - timedelta(hours=1)
+    invocations, calls = [], []
+    for n in range(600):
+        invocation = SourceInvocation(
+            attempted_turn=1,
+            seq=1,
+            source_hash="a" * 64,
+            kind="llm_generation",
+            status=InvocationStatus.RUNNING,
+            started_at=started + timedelta(seconds=n),
+            reuse_key=f"{n % 60:064x}",
+        )
+        invocations.append(invocation)
+        calls.append(
+            LlmCall(
+                invocation=invocation,
+                base_url="http://model.test/v1",
+                requested_model="m",
+                status=InvocationStatus.RUNNING,
+                started_at=invocation.started_at,
+            )
+        )
+    SourceInvocation.objects.bulk_create(invocations)
+    LlmCall.objects.bulk_create(calls)
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {SourceInvocation._meta.db_table}, {LlmCall._meta.db_table}")
+    SourceInvocation.objects.update(status=InvocationStatus.SUCCEEDED)
+    LlmCall.objects.update(status=InvocationStatus.SUCCEEDED)
+    key = f"{7:064x}"
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + _RECORDED, [key])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "using invocation_reuse_key_idx" in plan, plan
+    assert f"using {LlmCall._meta.db_table}_invocation_id_key" in plan, plan
+    assert "status_idx" not in plan and "status_started_idx" not in plan, plan
+    got = recorded(key)
+    assert got is not None and got.pk == invocations[7].pk  # the oldest of the key's ten
