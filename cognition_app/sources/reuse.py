@@ -29,13 +29,13 @@ from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from redis.exceptions import RedisError
 
 from chukwa_core.hashing import canonical_json_bytes
 from cognition_app.failures import SourceFailure
 from cognition_app.model_rows import columns, concrete_fields, instance, quoted, split
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
+from cognition_app.rows import send_one
 from cognition_app.sources.admission.leases import LEASES, client, lease_ms
 from cognition_app.sources.context import CallContext
 
@@ -78,13 +78,16 @@ _CALL_FIELDS = concrete_fields(LlmCall)
 # on either table, reading every succeeded call (~1 ms a lookup at 450 calls, growing with the
 # table). So the call is found by its invocation alone (``OFFSET 0``: its own subquery, the
 # unique index the only one it can use), its status checked after; and the invocations'
-# status index leaves out the succeeded ones (cognition_app 0018).
+# status index leaves out the succeeded ones (cognition_app 0018). Bound server-side
+# (``send_one``), so prepared on a connection that looks up often (planning it cost more than
+# running it): ``reuse_key <> ''`` is written out because a generic plan, whose key is a
+# parameter, can use the partial index only if the query itself implies its condition.
 _RECORDED = f"""SELECT {columns("i", _INVOCATION_FIELDS)}, {columns("c", _CALL_FIELDS)}
 FROM {quoted(SourceInvocation._meta.db_table)} i
 CROSS JOIN LATERAL (
     SELECT * FROM {quoted(LlmCall._meta.db_table)} WHERE invocation_id = i.id OFFSET 0
 ) c
-WHERE i.reuse_key = %s AND i.status = '{InvocationStatus.SUCCEEDED.value}' AND i.failure_class = ''
+WHERE i.reuse_key = %s AND i.reuse_key <> '' AND i.status = '{InvocationStatus.SUCCEEDED.value}' AND i.failure_class = ''
     AND c.status = '{InvocationStatus.SUCCEEDED.value}'
     AND i.validation_status <> 'invalid' AND i.model_output_kind <> 'invalid'
 ORDER BY i.started_at, i.id LIMIT 1"""  # noqa: S608
@@ -92,11 +95,10 @@ ORDER BY i.started_at, i.id LIMIT 1"""  # noqa: S608
 
 def recorded(key: str) -> SourceInvocation | None:
     """The oldest succeeded, not rejected, live call with this reuse key (with its LLM call)."""
-    with connection.cursor() as cursor:
-        cursor.execute(_RECORDED, [key])
-        row = cursor.fetchone()
-    if row is None:
+    rows = send_one((_RECORDED, [key]))
+    if not rows:
         return None
+    row = rows[0]
     invocation_values, call_values = split(row, _INVOCATION_FIELDS, _CALL_FIELDS)
     invocation = instance(SourceInvocation, _INVOCATION_FIELDS, invocation_values)
     invocation.llm_call = instance(LlmCall, _CALL_FIELDS, call_values)

@@ -4,12 +4,20 @@ connection is replaced at a task's start, and a task run eagerly leaves its call
 
 from __future__ import annotations
 
+import copy
 import time
 
+import psycopg
 import pytest
 from django.db import connection
+from django.db.backends.postgresql.base import DatabaseWrapper
 
-from chukwa_site.celery import _connections_as_for_a_request, ping
+from chukwa_site.celery import (
+    GENERIC_PLANS,
+    _connections_as_for_a_request,
+    ping,
+    worker_database_options,
+)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -38,3 +46,32 @@ def test_an_eager_task_leaves_its_callers_connection_alone() -> None:
     with connection.cursor() as cursor:  # the caller's transaction goes on
         cursor.execute("SELECT 1")
         assert cursor.fetchone() == (1,)
+
+
+@pytest.mark.django_db
+def test_a_workers_connection_prepares_at_the_first_run_and_plans_once() -> None:
+    settings_dict = copy.deepcopy(connection.settings_dict)
+    worker_database_options(settings_dict["OPTIONS"])  # what worker_init does to the settings
+    worker = DatabaseWrapper(settings_dict, "default")
+    try:
+        worker.ensure_connection()
+        raw = worker.connection
+        assert raw.execute("SHOW plan_cache_mode").fetchone() == ("force_generic_plan",)
+        psycopg.Cursor(raw).execute("SELECT %s::int", [7])  # bound server-side, run once
+        assert raw.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (1,)
+    finally:
+        worker.close()
+    # the web process's own connection is untouched
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone() == ("auto",)
+
+
+def test_with_prepared_statements_off_a_workers_options_are_left_alone() -> None:
+    options: dict[str, object] = {"prepare_threshold": None, "options": "-c search_path=x"}
+    worker_database_options(options)
+    assert options == {"prepare_threshold": None, "options": "-c search_path=x"}
+    kept = {"prepare_threshold": 5, "options": "-c search_path=x"}
+    worker_database_options(kept)
+    worker_database_options(kept)  # once, however often
+    assert kept == {"prepare_threshold": 0, "options": f"-c search_path=x {GENERIC_PLANS}"}

@@ -131,9 +131,18 @@ def test_the_lookup_reads_one_key_whatever_the_statistics_say() -> None:
     key = f"{7:064x}"
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + _RECORDED, [key])
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "using invocation_reuse_key_idx" in plan, plan
-    assert f"using {LlmCall._meta.db_table}_invocation_id_key" in plan, plan
-    assert "status_idx" not in plan and "status_started_idx" not in plan, plan
+        custom = "\n".join(row[0] for row in cursor.fetchall())
+        # as a prepared statement's generic plan (the key a parameter), once PostgreSQL
+        # stops planning it for each value
+        cursor.execute("PREPARE recorded_lookup(text) AS " + _RECORDED.replace("%s", "$1"))
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute("EXPLAIN EXECUTE recorded_lookup(%s)", [key])
+        generic = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("DEALLOCATE recorded_lookup")
+    assert "$1" in generic
+    for plan in (custom, generic):
+        assert "using invocation_reuse_key_idx" in plan, plan
+        assert f"using {LlmCall._meta.db_table}_invocation_id_key" in plan, plan
+        assert "status_idx" not in plan and "status_started_idx" not in plan, plan
     got = recorded(key)
     assert got is not None and got.pk == invocations[7].pk  # the oldest of the key's ten

@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from cognition_app.budgets import BudgetLimits
 from cognition_app.model_rows import columns, concrete_fields, instance, quoted, split
-from cognition_app.rows import Statement
+from cognition_app.rows import Statement, send_one
 from worlds_app.models import AttemptStatus, Turn, TurnAttempt, World, WorldBudget
 from worlds_app.selectors import BUDGET_LIMITS, budget_limits_of
 from worlds_app.services.dispatch import kick_on_commit
@@ -180,9 +180,10 @@ def claim_attempt(*, attempt_id: str, owner: str) -> Claim | None:
     try:
         # A statement is a transaction of its own; inside a caller's (a test's), a savepoint.
         with transaction.atomic() if connection.in_atomic_block else nullcontext():
-            with connection.cursor() as cursor:
-                cursor.execute(_CLAIM_FIRST_SQL, [attempt_id, *_lease_params(owner), attempt_id])
-                row = cursor.fetchone()
+            # bound server-side, so prepared on a connection that claims often (planning this
+            # statement cost PostgreSQL ~2 ms, more than running it)
+            rows = send_one((_CLAIM_FIRST_SQL, [attempt_id, *_lease_params(owner), attempt_id]))
+            row = rows[0] if rows else None
     except IntegrityError:  # another attempt of the world got running first
         return None
     if row is None:
