@@ -32,6 +32,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from cognition_app.rows import send_one
 from worlds_app.models import ACTIVE_STATUSES, AttemptStatus, Experiment, TurnAttempt, World
 
 logger = logging.getLogger(__name__)
@@ -236,9 +237,7 @@ def experiment_metrics(experiment_id: int) -> list[str]:
     """The hashes of the experiment's metrics, read now (``POST …/metrics/`` adds to them):
     only they, not the whole design read back and parsed, in a statement written once, not a
     queryset compiled at every commit of an experiment's turn."""
-    with connection.cursor() as cursor:
-        cursor.execute(_METRICS, [experiment_id])
-        return [str(m) for (m,) in cursor.fetchall()]
+    return [str(m) for (m,) in send_one((_METRICS, [experiment_id]))]
 
 
 def measure_on_commit(world_ids: int | list[int], experiment_id: int) -> None:
