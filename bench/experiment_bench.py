@@ -484,6 +484,7 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
     )
     llm.reset()
     llm.route(lambda body: patch_reply(body, MODEL_DELAY_S))
+    benchdb.queue_purge(MEASURE_QUEUE)  # no worker reads it here: counted after the run
     design = _design("llm", scenario_hash, args.llm_replicates, args.llm_turns, metrics)
     spies = _spy_on(workers, args.py_spy)
     before = _cpu_times()
@@ -518,6 +519,10 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
     print(
         f"   the model's limit: {calls} x {MODEL_DELAY_S} s / {MODEL_LIMIT} = {limit:.2f} s; "
         f"limit / wall = {ratio:.2f} (with the creation: {limit / with_creation:.2f})"
+    )
+    print(
+        f"   measure messages: {benchdb.queue_purge(MEASURE_QUEUE)} for {len(attempts)} "
+        f"committed turns (and the worlds' first turns, 50 worlds a message)"
     )
     fidelity = "held" if peak <= MODEL_LIMIT else "BROKEN"
     print(

@@ -49,6 +49,7 @@ from worlds_app.services.dispatch import (
     export_on_commit,
     handing_off,
     kick_on_commit,
+    measures_deferred,
     turn_messages_waiting,
 )
 from worlds_app.services.execution import turn_attempt_execute
@@ -312,7 +313,8 @@ def turn_attempt_run(*, attempt_id: str, owner: str, continue_for: float = 0) ->
     if claim is None:
         return None
     first: str | None = None
-    with Heartbeat(claim.attempt) as heartbeat:
+    # the measure messages of its quick turns sent together (dispatch.MEASURE_DEFER_SECONDS)
+    with Heartbeat(claim.attempt) as heartbeat, measures_deferred():
         while claim is not None:
             attempt = claim.attempt
             heartbeat.follow(attempt)

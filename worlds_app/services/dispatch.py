@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -240,32 +241,102 @@ def experiment_metrics(experiment_id: int) -> list[str]:
     return [str(m) for (m,) in send_one((_METRICS, [experiment_id]))]
 
 
-def measure_on_commit(world_ids: int | list[int], experiment_id: int) -> None:
+# A task running turns one after another (``attempts.turn_attempt_run``) sends the measure
+# messages of its quick turns together: a turn that took less than this long to run has its
+# world's measuring wait for the task's next commits, until the oldest waiting is this old or
+# a slower turn commits or the task ends. Measuring a world measures everything it is missing,
+# so one message stands for several of its turns.
+MEASURE_DEFER_SECONDS = 1.0
+
+
+@dataclass
+class _DeferredMeasures:
+    """The measuring a task's quick commits left to send: world ids by experiment, in order."""
+
+    worlds: dict[int, list[int]] = field(default_factory=dict)
+    since: float | None = None  # when the oldest was left
+
+    def add(self, experiment_id: int, worlds: list[int]) -> None:
+        waiting = self.worlds.setdefault(experiment_id, [])
+        waiting.extend(w for w in worlds if w not in waiting)
+        if self.since is None:
+            self.since = time.monotonic()
+
+    def due(self) -> bool:
+        return self.since is not None and time.monotonic() - self.since >= MEASURE_DEFER_SECONDS
+
+    def flush(self) -> None:
+        worlds, self.worlds, self.since = self.worlds, {}, None
+        for experiment_id, ids in worlds.items():
+            try:
+                _send_measures(ids, experiment_id)
+            except (OperationalError, InterfaceError) as exc:  # re-driven once they are idle
+                logger.warning(
+                    "worlds %s: not measured now, database unavailable (%s)",
+                    ids[:5],
+                    type(exc).__name__,
+                )
+
+
+_DEFERRED: contextvars.ContextVar[_DeferredMeasures | None] = contextvars.ContextVar(
+    "chukwa_deferred_measures", default=None
+)
+
+
+@contextmanager
+def measures_deferred() -> Iterator[None]:
+    """While this lasts, this thread's quick commits leave their measuring for later (see
+    ``MEASURE_DEFER_SECONDS``); what is left is sent at the end, whatever ends it. A task killed
+    before then loses nothing for good: the world's next commit measures what it is missing,
+    and an idle world's missing measurements are re-driven (``measure_redrive``)."""
+    holder = _DeferredMeasures()
+    token = _DEFERRED.set(holder)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
+        holder.flush()
+
+
+def measure_on_commit(
+    world_ids: int | list[int], experiment_id: int, *, quick: bool = False
+) -> None:
     """After commit, have the measure queue measure experiment worlds with the experiment's
     metrics (what is missing: the turn just committed, or the first turn of new worlds). A
+    ``quick`` turn's measuring may wait for the task's next commits (``measures_deferred``). A
     message the broker cannot take is logged; the experiment's progress shows the measurements
     still missing, and ``POST /api/experiments/<slug>/metrics/`` or a measurement request
     measures them."""
     worlds = [world_ids] if isinstance(world_ids, int) else list(world_ids)
+    holder = _DEFERRED.get()
+    if holder is None:
+        transaction.on_commit(lambda: _send_measures(worlds, experiment_id))
+        return
 
-    def send() -> None:
-        metrics = experiment_metrics(experiment_id)
-        if not metrics:
+    def later() -> None:
+        holder.add(experiment_id, worlds)
+        if not quick or holder.due():
+            holder.flush()
+
+    transaction.on_commit(later)
+
+
+def _send_measures(worlds: list[int], experiment_id: int) -> None:
+    metrics = experiment_metrics(experiment_id)
+    if not metrics:
+        return
+    step = MEASURE_WORLDS_PER_MESSAGE
+    for chunk in (worlds[i : i + step] for i in range(0, len(worlds), step)):
+        try:
+            send_measure(chunk[0] if len(chunk) == 1 else chunk, metrics)
+        except BROKER_ERRORS as exc:
+            logger.warning(
+                "world %s: not measured now, broker unavailable (%s: %s)",
+                chunk[0],
+                type(exc).__name__,
+                exc,
+            )
             return
-        step = MEASURE_WORLDS_PER_MESSAGE
-        for chunk in (worlds[i : i + step] for i in range(0, len(worlds), step)):
-            try:
-                send_measure(chunk[0] if len(chunk) == 1 else chunk, metrics)
-            except BROKER_ERRORS as exc:
-                logger.warning(
-                    "world %s: not measured now, broker unavailable (%s: %s)",
-                    chunk[0],
-                    type(exc).__name__,
-                    exc,
-                )
-                return
-
-    transaction.on_commit(send)
 
 
 # --- admission of an experiment's worlds ----------------------------------------------------

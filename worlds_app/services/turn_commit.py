@@ -41,6 +41,7 @@ from worlds_app.services.claims import (
     refusal_of,
 )
 from worlds_app.services.dispatch import (
+    MEASURE_DEFER_SECONDS,
     dispatch_on_commit,
     export_on_commit,
     kick_on_commit,
@@ -245,7 +246,8 @@ def _commit(
         kick_on_commit(world.pk)
     export_on_commit(attempt.pk)
     if world.experiment_id is not None:  # an experiment's worlds are measured as turns commit
-        measure_on_commit(world.pk, world.experiment_id)
+        quick = duration_ms < MEASURE_DEFER_SECONDS * 1000
+        measure_on_commit(world.pk, world.experiment_id, quick=quick)
     return turn, follower
 
 
