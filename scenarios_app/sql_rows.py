@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from django.db import connection
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
-from psycopg.rows import RowFactory, dict_row
+from psycopg.rows import RowFactory, dict_row, tuple_row
 from psycopg.types.json import JsonBinaryLoader, JsonLoader
 
 from chukwa_core.json_values import loads_strict
@@ -98,3 +98,12 @@ def fetch_dict(
     """The first row of ``sql`` as a dict, or None when there is none."""
     rows = fetch_dicts(sql, params, json_columns=json_columns)
     return rows[0] if rows else None
+
+
+def fetch_tuples(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Every row of ``sql`` as a tuple, in the result's column order (bound server-side, so
+    prepared on a connection that runs it often, as every read here)."""
+    with prepared_cursor(tuple_row) as cursor:
+        cursor.execute(sql, params)
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return rows

@@ -10,8 +10,8 @@ from django.db import connection
 
 from cognition_app.models import LlmCall, LlmChunk, SourceInvocation
 from cognition_app.recording import GenerationRecord
-from cognition_app.rows import send_one
 from cognition_app.sources.generation import Generation, Judge, verdict_fields
+from scenarios_app.sql_rows import fetch_tuples
 
 
 def replayed_generation(
@@ -75,7 +75,7 @@ _CHUNKS = (
 
 def _chunks(call_id: Any) -> list[tuple[int, int, str]]:
     # bound server-side: prepared on a connection that reads chunks often
-    return [(seq, offset_ms, text) for seq, offset_ms, text in send_one((_CHUNKS, [call_id]))]
+    return [(seq, offset_ms, text) for seq, offset_ms, text in fetch_tuples(_CHUNKS, [call_id])]
 
 
 def _replayed_usage(original: LlmCall) -> dict[str, Any]:

@@ -35,9 +35,9 @@ from chukwa_core.hashing import canonical_json_bytes
 from cognition_app.failures import SourceFailure
 from cognition_app.model_rows import columns, concrete_fields, instance, quoted, split
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
-from cognition_app.rows import send_one
 from cognition_app.sources.admission.leases import LEASES, client, lease_ms
 from cognition_app.sources.context import CallContext
+from scenarios_app.sql_rows import fetch_tuples
 
 EXACT, OFF = "exact", "off"
 REUSE_MODES = (EXACT, OFF)
@@ -79,9 +79,10 @@ _CALL_FIELDS = concrete_fields(LlmCall)
 # table). So the call is found by its invocation alone (``OFFSET 0``: its own subquery, the
 # unique index the only one it can use), its status checked after; and the invocations'
 # status index leaves out the succeeded ones (cognition_app 0018). Bound server-side
-# (``send_one``), so prepared on a connection that looks up often (planning it cost more than
-# running it): ``reuse_key <> ''`` is written out because a generic plan, whose key is a
-# parameter, can use the partial index only if the query itself implies its condition.
+# (``scenarios_app.sql_rows.fetch_tuples``), so prepared on a connection that looks up often
+# (planning it cost more than running it): ``reuse_key <> ''`` is written out because a
+# generic plan, whose key is a parameter, can use the partial index only if the query itself
+# implies its condition.
 _RECORDED = f"""SELECT {columns("i", _INVOCATION_FIELDS)}, {columns("c", _CALL_FIELDS)}
 FROM {quoted(SourceInvocation._meta.db_table)} i
 CROSS JOIN LATERAL (
@@ -95,7 +96,7 @@ ORDER BY i.started_at, i.id LIMIT 1"""  # noqa: S608
 
 def recorded(key: str) -> SourceInvocation | None:
     """The oldest succeeded, not rejected, live call with this reuse key (with its LLM call)."""
-    rows = send_one((_RECORDED, [key]))
+    rows = fetch_tuples(_RECORDED, [key])
     if not rows:
         return None
     row = rows[0]
