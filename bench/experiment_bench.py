@@ -16,13 +16,14 @@ processes it started, also on Ctrl-C or an error. Parts:
    ≤ 1 s, 10,000 worlds ≤ 5 s) and timed again (the rows read once), and the 1,000 worlds'
    CSV export, streamed (≤ 2 s). Needs part 1's worlds.
 3. An LLM experiment at the model's limit: 2 arms x 20 replicates x 5 turns of two LLM agents
-   in ``concurrent`` mode, the scripted model answering every request after 100 ms, its
-   source declaring ``limits: {"concurrency": 16}``, run by ``--llm-workers`` (2) prefork
-   workers of ``--llm-concurrency`` (5) children consuming both turn queues, with as many
-   experiment worlds in flight as children. The model's limit (calls x 0.1 s / 16) over the
-   wall time, from the experiment's commit to its last commit (target ≥ 0.8), the peak
-   concurrency the scripted server saw (≤ 16, always), CPU per attempt of each process group;
-   ``--py-spy <binary>`` samples the workers meanwhile.
+   in ``concurrent`` mode (the treated arm's agents have another goal, so no call of one arm
+   is answered from the other's record), the scripted model answering every request after
+   100 ms, its source declaring ``limits: {"concurrency": 16}``, run by ``--llm-workers`` (2)
+   prefork workers of ``--llm-concurrency`` (5) children consuming both turn queues, with as
+   many experiment worlds in flight as children. The model's limit (requests at the model x
+   0.1 s / 16) over the wall time, from the experiment's commit to its last commit (target
+   ≥ 0.8), the peak concurrency the scripted server saw (≤ 16, always), CPU per attempt of
+   each process group; ``--py-spy <binary>`` samples the workers meanwhile.
 4. The same work in Concordia (gdm-concordia's Simultaneous engine, 40 simulations one after
    another, ``bench/concordia_column.py``): needs a Python ≥ 3.12 with gdm-concordia (found on
    PATH, by pyenv or uv, or ``--concordia-python``); skipped, saying why, without one.
@@ -166,18 +167,35 @@ def _metric_hashes(labels: list[str]) -> list[str]:
 
 
 def _design(
-    slug: str, scenario: str, replicates: int, turns: int, metrics: list[str]
+    slug: str,
+    scenario: str,
+    replicates: int,
+    turns: int,
+    metrics: list[str],
+    treated: str | None = None,
 ) -> dict[str, Any]:
+    """``treated``: the treated arm's scenario (by default the control's, an A/A design)."""
     return {
         "slug": slug,
         "arms": [
             {"label": "control", "scenario_ref": {"hash": scenario}},
-            {"label": "treated", "scenario_ref": {"hash": scenario}},
+            {"label": "treated", "scenario_ref": {"hash": treated or scenario}},
         ],
         "replicates": replicates,
         "turns": turns,
         "metrics": [{"hash": h} for h in metrics],
     }
+
+
+def _treated(scenario: dict[str, Any], goal: str) -> dict[str, Any]:
+    """``scenario`` with another slug and its agents' goal replaced by ``goal``."""
+    treated = json.loads(json.dumps(scenario))
+    treated["scenario_slug"] = f"{scenario['scenario_slug']}_treated"
+    for entity in treated["entities"]:
+        kind = entity["inline"]["kind"]
+        if isinstance(kind, dict) and "agent" in kind:
+            kind["agent"]["goal"] = goal
+    return treated
 
 
 def _run_experiment(
@@ -461,6 +479,12 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
         limits={"concurrency": MODEL_LIMIT},
     )
     scenario_hash = scenario_assemble(data=_input(scenario))["scenario_hash"]
+    # The treated arm differs from the control (its agents' goal), as in a real experiment: in
+    # an A/A design every treated call would be answered from its control twin's record
+    # (reuse "exact", the default) without reaching the model, and the model's limit below,
+    # counted on the calls, would be twice the work the model was given.
+    treated = _treated(scenario, "find food before the lamp goes out.")
+    treated_hash = scenario_assemble(data=_input(treated))["scenario_hash"]
     metrics = _metric_hashes(["patched"])
     llm.route(lambda body: patch_reply(body, MODEL_DELAY_S))
     # As many worlds in flight as the workers have children (unless --worlds-in-flight): no
@@ -485,7 +509,9 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
     llm.reset()
     llm.route(lambda body: patch_reply(body, MODEL_DELAY_S))
     benchdb.queue_purge(MEASURE_QUEUE)  # no worker reads it here: counted after the run
-    design = _design("llm", scenario_hash, args.llm_replicates, args.llm_turns, metrics)
+    design = _design(
+        "llm", scenario_hash, args.llm_replicates, args.llm_turns, metrics, treated_hash
+    )
     spies = _spy_on(workers, args.py_spy)
     before = _cpu_times()
     try:
@@ -505,11 +531,12 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
         ).values_list("started_at", "ended_at", "limit_wait_ms")
     )
     calls = len(generations)
-    limit = calls * MODEL_DELAY_S / MODEL_LIMIT
+    sent = len(llm.requests)  # a call answered by reuse never reaches the model
+    limit = sent * MODEL_DELAY_S / MODEL_LIMIT
     peak = llm.max_in_flight
     ratio = limit / wall
     print(
-        f"   {len(attempts)} turns, {calls} calls ({len(llm.requests)} requests at the model); "
+        f"   {len(attempts)} turns, {calls} calls ({sent} requests at the model); "
         f"creation {created - began:.2f} s"
     )
     print(
@@ -517,7 +544,7 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
         f"commit: {wall:.2f} s; with its creation: {with_creation:.2f} s"
     )
     print(
-        f"   the model's limit: {calls} x {MODEL_DELAY_S} s / {MODEL_LIMIT} = {limit:.2f} s; "
+        f"   the model's limit: {sent} requests x {MODEL_DELAY_S} s / {MODEL_LIMIT} = {limit:.2f} s; "
         f"limit / wall = {ratio:.2f} (with the creation: {limit / with_creation:.2f})"
     )
     print(
