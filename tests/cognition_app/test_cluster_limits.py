@@ -25,7 +25,7 @@ from django.test import override_settings
 from chukwa_core.errors import ChukwaError
 from cognition_app.models import SourceInvocation
 from cognition_app.sources.admission import cluster as cluster_limits
-from cognition_app.sources.admission.base import Held
+from cognition_app.sources.admission.base import Held, Wait
 from cognition_app.sources.admission.leases import redis_now_ms
 from scenarios_app.services import response_source_put, scenario_assemble
 from tests.support.scripted_llm import Reply, ScriptedLLM
@@ -215,6 +215,35 @@ def test_the_slot_of_a_killed_worker_comes_back_within_its_lease() -> None:
     finally:
         if holder.poll() is None:
             holder.kill()
+
+
+def test_a_slot_given_back_leaves_neither_slot_nor_holder_and_the_script_is_made_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    source = "9" * 64
+    conc_key, *_, holders_key = cluster_limits._keys(source)
+    cluster_limits.client().delete(*cluster_limits._keys(source))
+    redis_type = type(cluster_limits.client())
+    register = redis_type.register_script
+    made: list[str] = []
+
+    def counting(self: Any, text: str) -> Any:
+        made.append(text)
+        return register(self, text)
+
+    monkeypatch.setattr(redis_type, "register_script", counting)
+    cluster_limits.script.cache_clear()
+    for n in range(3):
+        token = f"token-{n}"
+        held = cluster_limits.take_capacity(source, {"concurrency": 1}, 0, token=token, who=token)
+        assert isinstance(held, Held)
+        assert cluster_limits.client().hget(holders_key, token) == token.encode()
+        other = cluster_limits.take_capacity(source, {"concurrency": 1}, 0, token="other")
+        assert isinstance(other, Wait) and other.limit == "concurrency"
+        held.give_back()
+        assert cluster_limits.client().zcard(conc_key) == 0
+        assert cluster_limits.client().hlen(holders_key) == 0
+    assert made.count(cluster_limits._ACQUIRE) == 1
 
 
 # --- across two worker groups ----------------------------------------------------------------

@@ -36,7 +36,7 @@ from redis.exceptions import RedisError
 
 from cognition_app.failures import SourceFailure
 from cognition_app.sources.admission.base import CallRequest, Held, Refused, Wait
-from cognition_app.sources.admission.leases import LEASES, client, lease_seconds
+from cognition_app.sources.admission.leases import LEASES, client, lease_seconds, script
 from cognition_app.sources.admission.priority import WAITING_MS, held_by
 
 logger = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ def take_capacity(
         WAITING_MS,
     ]
     try:
-        taken, limit, retry_ms, holders = client().register_script(_ACQUIRE)(keys=keys, args=args)
+        taken, limit, retry_ms, holders = script(client(), _ACQUIRE)(keys=keys, args=args)
     except (RedisError, OSError) as exc:  # fail closed: unchecked, the call is not sent
         return Refused(
             SourceFailure(
@@ -231,9 +231,11 @@ def _renew_slot(key: str, token: str, pipe: Any, now_ms: int, lease: int) -> obj
 
 def _give_back(key: str, token: str) -> None:
     LEASES.drop(token)
-    try:
-        client().zrem(key, token)
-        client().hdel(key.removesuffix(":concurrency") + ":holders", token)
+    try:  # one round trip
+        pipe = client().pipeline(transaction=False)
+        pipe.zrem(key, token)
+        pipe.hdel(key.removesuffix(":concurrency") + ":holders", token)
+        pipe.execute()
     except (RedisError, OSError) as exc:  # the lease runs out by itself
         logger.warning("limit slot not given back, Redis unavailable (%s)", exc)
 
@@ -278,7 +280,7 @@ def pause_for(source_hash: str, seconds: float) -> None:
     if millis <= 0:
         return
     try:
-        client().register_script(_PAUSE)(keys=[_keys(source_hash)[3]], args=[millis])
+        script(client(), _PAUSE)(keys=[_keys(source_hash)[3]], args=[millis])
     except (RedisError, OSError) as exc:  # the endpoint's own 429s still slow us down
         logger.warning("source %s not paused, Redis unavailable (%s)", source_hash[:12], exc)
 

@@ -6,6 +6,7 @@ nothing. Every lease is scored on Redis's own clock (``redis_now_ms``), never a 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -35,6 +36,13 @@ def client() -> Any:
             url = settings.REDIS_URL.replace("redis+socket://", "unix://")
             _client = redis.Redis.from_url(url, socket_timeout=10)
         return _client
+
+
+@functools.cache
+def script(on: Any, text: str) -> Any:
+    """``text`` as a redis-py ``Script`` of client ``on``, made once per process: a ``Script``
+    hashes its text when made, and runs as ``EVALSHA`` (loaded again if Redis lost it)."""
+    return on.register_script(text)
 
 
 def lease_seconds() -> float:

@@ -24,6 +24,8 @@ from typing import Any
 from django.conf import settings
 from redis.exceptions import RedisError
 
+from cognition_app.sources.admission.leases import script
+
 logger = logging.getLogger(__name__)
 
 WAITING_MS = 3000
@@ -59,7 +61,7 @@ def lane_gate(client: Any, key: str, token: str, interactive: bool, waiting: boo
     another: whether an interactive call waits for the limit (it must then wait too). Redis
     unavailable: no order is kept (logged), the limit itself still holds."""
     try:
-        answer = client.register_script(_LANE)(
+        answer = script(client, _LANE)(
             keys=[key], args=[token, int(interactive), int(waiting), WAITING_MS]
         )
     except (RedisError, OSError) as exc:
