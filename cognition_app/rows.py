@@ -35,10 +35,9 @@ import orjson
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.backends.utils import CursorDebugWrapper
-from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
-from scenarios_app.sql_rows import prepared_cursor
+from scenarios_app.sql_rows import fetch_tuples
 
 # One SQL statement and its parameters.
 Statement = tuple[str, list[Any]]
@@ -548,12 +547,7 @@ def send_one(statement: Statement) -> list[tuple[Any, ...]]:
     time for a one-statement batch). Its own transaction, or the caller's if one is open.
     Returns its rows ([] when it returns none)."""
     sql, params = statement
-    with prepared_cursor(tuple_row) as cursor:
-        cursor.execute(sql, params)
-        # what ``description`` looks at, without the column objects it builds on each read
-        result = cursor.cursor.pgresult
-        returned = result is not None and result.status == psycopg.pq.ExecStatus.TUPLES_OK
-        return cursor.fetchall() if returned else []
+    return fetch_tuples(sql, params)
 
 
 def send_combined(

@@ -102,8 +102,13 @@ def fetch_dict(
 
 def fetch_tuples(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     """Every row of ``sql`` as a tuple, in the result's column order (bound server-side, so
-    prepared on a connection that runs it often, as every read here)."""
+    prepared on a connection that runs it often, as every read here); [] for a statement that
+    returns no rows (a write without ``RETURNING``)."""
     with prepared_cursor(tuple_row) as cursor:
         cursor.execute(sql, params)
+        # what ``description`` looks at, without the column objects it builds on each read
+        result = cursor.cursor.pgresult
+        if result is None or result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+            return []
         rows: list[tuple[Any, ...]] = cursor.fetchall()
     return rows

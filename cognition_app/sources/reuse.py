@@ -88,7 +88,8 @@ FROM {quoted(SourceInvocation._meta.db_table)} i
 CROSS JOIN LATERAL (
     SELECT * FROM {quoted(LlmCall._meta.db_table)} WHERE invocation_id = i.id OFFSET 0
 ) c
-WHERE i.reuse_key = %s AND i.reuse_key <> '' AND i.status = '{InvocationStatus.SUCCEEDED.value}' AND i.failure_class = ''
+WHERE i.reuse_key = %s AND i.reuse_key <> ''
+    AND i.status = '{InvocationStatus.SUCCEEDED.value}' AND i.failure_class = ''
     AND c.status = '{InvocationStatus.SUCCEEDED.value}'
     AND i.validation_status <> 'invalid' AND i.model_output_kind <> 'invalid'
 ORDER BY i.started_at, i.id LIMIT 1"""  # noqa: S608

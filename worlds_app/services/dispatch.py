@@ -251,14 +251,14 @@ MEASURE_DEFER_SECONDS = 1.0
 
 @dataclass
 class _DeferredMeasures:
-    """The measuring a task's quick commits left to send: world ids by experiment, in order."""
+    """The measuring a task's quick commits left to send: world ids by experiment, in order
+    (a dict's keys: each once, in the order first left)."""
 
-    worlds: dict[int, list[int]] = field(default_factory=dict)
+    worlds: dict[int, dict[int, None]] = field(default_factory=dict)
     since: float | None = None  # when the oldest was left
 
     def add(self, experiment_id: int, worlds: list[int]) -> None:
-        waiting = self.worlds.setdefault(experiment_id, [])
-        waiting.extend(w for w in worlds if w not in waiting)
+        self.worlds.setdefault(experiment_id, {}).update(dict.fromkeys(worlds))
         if self.since is None:
             self.since = time.monotonic()
 
@@ -267,7 +267,8 @@ class _DeferredMeasures:
 
     def flush(self) -> None:
         worlds, self.worlds, self.since = self.worlds, {}, None
-        for experiment_id, ids in worlds.items():
+        for experiment_id, waiting in worlds.items():
+            ids = list(waiting)
             try:
                 _send_measures(ids, experiment_id)
             except (OperationalError, InterfaceError) as exc:  # re-driven once they are idle
