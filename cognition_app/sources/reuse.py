@@ -35,7 +35,7 @@ from chukwa_core.hashing import canonical_json_bytes
 from cognition_app.failures import SourceFailure
 from cognition_app.model_rows import columns, concrete_fields, instance, quoted, split
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
-from cognition_app.sources.admission.leases import LEASES, client, lease_ms
+from cognition_app.sources.admission.leases import LEASES, client, lease_ms, script
 from cognition_app.sources.context import CallContext
 from scenarios_app.sql_rows import fetch_tuples
 
@@ -124,7 +124,7 @@ class Flight:
             self._held = False
         LEASES.drop(self.token)
         try:
-            client().eval(_RELEASE, 1, self.name, self.token)
+            script(client(), _RELEASE)(keys=[self.name], args=[self.token])
         except RedisError:
             pass  # it expires on its own; a waiter then sends (never a wrong reply)
 
@@ -143,22 +143,24 @@ def reused_or_claimed(
     key: str, *, ctx: CallContext, what: str
 ) -> tuple[SourceInvocation | None, Flight | None]:
     """The recorded call that answers ``key``, or the claim under which to send it. While an
-    identical request is in flight elsewhere, waits for it (cancellable)."""
-    found = recorded(key)
-    if found is not None:
-        return found, None
+    identical request is in flight elsewhere, waits for it (cancellable). The claim is tried
+    first and the record looked up after it, once: a call that finished before the claim was
+    settled is found then, and a call to send costs one lookup, not two. With Redis
+    unavailable a recorded call is still reused; one to send fails (``reuse_unavailable``)."""
     name, token = _claim_name(key), uuid.uuid4().hex
     redis: Any = client()
     while True:
         try:
             claimed = redis.set(name, token, nx=True, px=lease_ms())
         except RedisError as exc:
+            found = recorded(key)
+            if found is not None:
+                return found, None
             raise SourceFailure(
                 "reuse_unavailable",
                 f"reuse: the single-flight claim of request {key[:12]} could not be taken in "
                 f"Redis ({type(exc).__name__}: {exc})",
             ) from None
-        # Looked up after the claim is settled: a call that finished in between is found now.
         found = recorded(key)
         if claimed:
             flight = Flight(name, token)

@@ -1,6 +1,7 @@
 """Reuse's record lookup (``cognition_app.sources.reuse.recorded``): its precompiled statement
 finds the same call as the queryset that states the rule (docs/costs.md, "Reuse"), whatever the
-states of the calls recorded under a key."""
+states of the calls recorded under a key; a call to send is claimed and looked up once, and a
+recorded call is still reused while Redis is unavailable."""
 
 from __future__ import annotations
 
@@ -11,8 +12,13 @@ import pytest
 from django.db import connection
 from django.forms.models import model_to_dict
 from django.utils import timezone
+from redis.exceptions import ConnectionError as RedisConnectionError
 
+from cognition_app.failures import SourceFailure
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
+from cognition_app.sources import reuse
+from cognition_app.sources.admission.leases import client
+from cognition_app.sources.context import CallContext
 from cognition_app.sources.reuse import _RECORDED, recorded
 
 # Every combination of the states the rule looks at, and two start times (the oldest first).
@@ -146,3 +152,51 @@ def test_the_lookup_reads_one_key_whatever_the_statistics_say() -> None:
         assert "status_idx" not in plan and "status_started_idx" not in plan, plan
     got = recorded(key)
     assert got is not None and got.pk == invocations[7].pk  # the oldest of the key's ten
+
+
+def _context() -> CallContext:
+    return CallContext(
+        attempt_id=None, world_id=None, world_slug="", attempted_turn=1, next_seq=lambda: 1
+    )
+
+
+@pytest.mark.django_db
+def test_a_call_to_send_is_looked_up_once_and_claimed_and_a_recorded_one_leaves_no_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lookups: list[str] = []
+
+    def counting(key: str) -> SourceInvocation | None:
+        lookups.append(key)
+        return recorded(key)
+
+    monkeypatch.setattr(reuse, "recorded", counting)
+    new_key, old_key = "1" * 64, "2" * 64
+    client().delete(reuse._claim_name(new_key), reuse._claim_name(old_key))
+    _call(old_key, 1, STATES[0], "recorded")
+    found, flight = reuse.reused_or_claimed(new_key, ctx=_context(), what="call")
+    assert found is None and flight is not None and lookups == [new_key]
+    assert client().get(reuse._claim_name(new_key)) == flight.token.encode()
+    flight.done()
+    assert client().get(reuse._claim_name(new_key)) is None
+    found, flight = reuse.reused_or_claimed(old_key, ctx=_context(), what="call")
+    assert found is not None and found.llm_call.raw_text == "recorded" and flight is None
+    assert lookups == [new_key, old_key]
+    assert client().get(reuse._claim_name(old_key)) is None  # claimed, found, given back
+
+
+@pytest.mark.django_db
+def test_with_redis_unavailable_a_recorded_call_is_reused_and_one_to_send_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def down(*args: object, **kwargs: object) -> None:
+        raise RedisConnectionError("Connection refused")
+
+    monkeypatch.setattr(client(), "set", down)
+    _call("3" * 64, 1, STATES[0], "recorded")
+    found, flight = reuse.reused_or_claimed("3" * 64, ctx=_context(), what="call")
+    assert found is not None and found.llm_call.raw_text == "recorded" and flight is None
+    with pytest.raises(SourceFailure) as failure:
+        reuse.reused_or_claimed("4" * 64, ctx=_context(), what="call")
+    assert failure.value.failure_class == "reuse_unavailable"
+    assert "could not be taken in Redis (ConnectionError" in str(failure.value)
