@@ -168,13 +168,21 @@ def check(
     judge_calls = calls.filter(invocation__kind=InvocationKind.JUDGE).exclude(
         usage_source="not_sent"
     )
-    asked_twice = (
-        judge_calls.filter(Q(status="succeeded"))
-        .values("invocation__world_id", "invocation__attempted_turn", "invocation__source_hash")
-        .annotate(n=Count("id"))
-        .filter(n__gt=1)
-        .count()
-    )
+
+    def asked_twice(asked: Any) -> int:
+        return int(
+            asked.filter(Q(status="succeeded"))
+            .values("invocation__world_id", "invocation__attempted_turn", "invocation__source_hash")
+            .annotate(n=Count("id"))
+            .filter(n__gt=1)
+            .count()
+        )
+
+    # A measure task killed after its judge answered but before its measurement was written
+    # leaves the turn unmeasured: the re-drive asks again, answered from the record (reuse
+    # "exact") if the first call's rows were finished, sent to the model again otherwise.
+    judge_again = asked_twice(judge_calls)
+    judge_sent_again = asked_twice(judge_calls.exclude(usage_source="reused"))
     time.sleep(lease_seconds + 1)  # a dead worker's slot comes back when its lease runs out
     redis = client()
     now_ms = int(time.time() * 1000)
@@ -186,7 +194,8 @@ def check(
         "experiment worlds": calls.values("invocation__world_id").distinct().count(),
         "experiment calls (world and judge)": calls.count(),
         "measurements missing (lost measure messages)": missing,
-        "judge asked again for a measured turn": asked_twice,
+        "judge asked again for a measured turn": judge_again,
+        "of them, sent to the model again (not answered from the record)": judge_sent_again,
         "its calls killed mid-call (each leaving its reservation to the reaper)": calls.filter(
             status="interrupted"
         ).count(),
