@@ -37,6 +37,7 @@ Targets are reported as met or not; the exit status is 0 unless something errors
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import shutil
@@ -189,7 +190,7 @@ def _design(
 
 def _treated(scenario: dict[str, Any], goal: str) -> dict[str, Any]:
     """``scenario`` with another slug and its agents' goal replaced by ``goal``."""
-    treated = json.loads(json.dumps(scenario))
+    treated = copy.deepcopy(scenario)
     treated["scenario_slug"] = f"{scenario['scenario_slug']}_treated"
     for entity in treated["entities"]:
         kind = entity["inline"]["kind"]

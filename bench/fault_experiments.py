@@ -139,7 +139,7 @@ def check(
     from django.utils import timezone
 
     from cognition_app.models import InvocationKind, LlmCall
-    from cognition_app.sources.admission.cluster import client
+    from cognition_app.sources.admission.leases import client, redis_key
     from worlds_app.models import BudgetReservation, Experiment, ExperimentLedger
     from worlds_app.services import turn_attempt_reap
 
@@ -186,10 +186,8 @@ def check(
     time.sleep(lease_seconds + 1)  # a dead worker's slot comes back when its lease runs out
     redis = client()
     now_ms = int(time.time() * 1000)
-    prefix = f"chukwa:{settings.DATABASES['default']['NAME']}:limits:"
-    held_slots = sum(
-        int(redis.zcount(key, now_ms, "+inf")) for key in redis.scan_iter(f"{prefix}*:concurrency")
-    )
+    slots = redis_key("limits", "*", "concurrency")
+    held_slots = sum(int(redis.zcount(key, now_ms, "+inf")) for key in redis.scan_iter(slots))
     figures = {
         "experiment worlds": calls.values("invocation__world_id").distinct().count(),
         "experiment calls (world and judge)": calls.count(),

@@ -28,14 +28,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from django.conf import settings
 from redis.exceptions import RedisError
 
 from chukwa_core.hashing import canonical_json_bytes
 from cognition_app.failures import SourceFailure
 from cognition_app.model_rows import columns, concrete_fields, instance, quoted, split
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
-from cognition_app.sources.admission.leases import LEASES, client, lease_ms, script
+from cognition_app.sources.admission.leases import LEASES, client, lease_ms, redis_key, script
 from cognition_app.sources.context import CallContext
 from scenarios_app.sql_rows import fetch_tuples
 
@@ -135,8 +134,7 @@ def _renew_claim(name: str, token: str, pipe: Any, _now_ms: int, lease: int) -> 
 
 
 def _claim_name(key: str) -> str:
-    # one deployment's keys (its database's name), as the limits' are
-    return f"chukwa:{settings.DATABASES['default']['NAME']}:reuse:{key}"
+    return redis_key("reuse", key)
 
 
 def reused_or_claimed(

@@ -362,3 +362,16 @@ def test_a_shorter_pause_never_cuts_a_longer_one() -> None:
     cluster_limits.pause_for(source, 50.0)
     assert cluster_limits.client().pttl(pause_key) > 45_000
     cluster_limits.client().delete(pause_key, cluster_limits._keys(other)[3])
+
+
+def test_the_deployments_redis_keys_keep_their_names() -> None:
+    """Every Redis key is named by one function (``leases.redis_key``); the names are those a
+    running deployment already holds, so an upgrade finds its slots and claims."""
+    from cognition_app.sources import reuse
+    from cognition_app.sources.admission.leases import redis_key
+
+    db = connection.settings_dict["NAME"]
+    assert cluster_limits._keys("a" * 64)[0] == f"chukwa:{db}:limits:{'a' * 64}:concurrency"
+    assert cluster_limits._keys("a" * 64)[5] == f"chukwa:{db}:limits:{'a' * 64}:holders"
+    assert reuse._claim_name("k" * 64) == f"chukwa:{db}:reuse:{'k' * 64}"
+    assert redis_key("endpoint", "URL_ENV", "holders") == f"chukwa:{db}:endpoint:URL_ENV:holders"

@@ -59,7 +59,9 @@ def test_killed_workers_and_restarted_services_leave_a_consistent_history(tmp_pa
     assert experiment["experiment worlds"] == 2, output
     assert experiment["measurements missing (lost measure messages)"] == 0, output
     assert experiment["judge asked again for a measured turn"] == 0, output
-    assert experiment["of them, sent to the model again (not answered from the record)"] == 0
+    assert experiment["of them, sent to the model again (not answered from the record)"] == 0, (
+        output
+    )
     # each kill landed where it was aimed: a stream in flight, a tool call in flight, a reply in
     assert figures["kills_by_moment"] == {"generation": 1, "tool": 1, "commit": 1}, output
     assert (figures["redis_restarts"], figures["pg_restarts"]) == (1, 2)

@@ -36,7 +36,13 @@ from redis.exceptions import RedisError
 
 from cognition_app.failures import SourceFailure
 from cognition_app.sources.admission.base import CallRequest, Held, Refused, Wait
-from cognition_app.sources.admission.leases import LEASES, client, lease_seconds, script
+from cognition_app.sources.admission.leases import (
+    LEASES,
+    client,
+    lease_seconds,
+    redis_key,
+    script,
+)
 from cognition_app.sources.admission.priority import WAITING_MS, held_by
 
 logger = logging.getLogger(__name__)
@@ -136,10 +142,8 @@ _WAITING_FOR = {
 
 
 def _keys(source_hash: str) -> list[str]:
-    # one deployment's keys (its database's name): stacks sharing a Redis never share limits
-    prefix = f"chukwa:{settings.DATABASES['default']['NAME']}:limits:{source_hash}"
     names = ("concurrency", "requests", "tokens", "pause", "interactive", "holders")
-    return [f"{prefix}:{name}" for name in names]
+    return [redis_key("limits", source_hash, name) for name in names]
 
 
 class ClusterLimits:

@@ -29,12 +29,8 @@ from chukwa_core.source_validation import MAX_SOURCE_CONCURRENCY
 from cognition_app.failures import SourceFailure
 from cognition_app.sources.admission.base import CallRequest, Held, Refused, Wait
 from cognition_app.sources.admission.cluster import client as redis_client
-from cognition_app.sources.admission.priority import (
-    INTERACTIVE_FIRST,
-    held_by,
-    lane_gate,
-    redis_key,
-)
+from cognition_app.sources.admission.leases import redis_key
+from cognition_app.sources.admission.priority import INTERACTIVE_FIRST, held_by, lane_gate
 
 
 def endpoint_limit(url_env: str) -> int | None:

@@ -38,6 +38,11 @@ def client() -> Any:
         return _client
 
 
+def redis_key(*parts: str) -> str:
+    """A key of this deployment's (its database's name): stacks sharing a Redis never mix."""
+    return ":".join(("chukwa", settings.DATABASES["default"]["NAME"], *parts))
+
+
 @functools.cache
 def script(on: Any, text: str) -> Any:
     """``text`` as a redis-py ``Script`` of client ``on``, made once per process: a ``Script``

@@ -21,7 +21,6 @@ import logging
 import threading
 from typing import Any
 
-from django.conf import settings
 from redis.exceptions import RedisError
 
 from cognition_app.sources.admission.leases import script
@@ -49,11 +48,6 @@ end
 if redis.call('ZCARD', KEYS[1]) > 0 then return 1 end
 return 0
 """
-
-
-def redis_key(*parts: str) -> str:
-    """A key of this deployment's (its database's name): stacks sharing a Redis never mix."""
-    return ":".join(("chukwa", settings.DATABASES["default"]["NAME"], *parts))
 
 
 def lane_gate(client: Any, key: str, token: str, interactive: bool, waiting: bool) -> bool:
