@@ -398,6 +398,8 @@ class Figures:
     enqueue_refused_database_down: int = 0
     dispatches_deferred: int = 0
     attempts: dict[str, int] = field(default_factory=dict)
+    # failed attempts by their reason's first words (none expected: a restart is waited out)
+    failures: Counter[str] = field(default_factory=Counter)
     turns_committed: int = 0
     requests_sent: int = 0  # generation requests the scripted model received
     settled: bool = False
@@ -707,10 +709,15 @@ def collect(figures: Figures, requests: list[dict[str, Any]]) -> None:
     from django.db.models import Count
 
     from tests.support.invariants import check_invariants
-    from worlds_app.models import Turn, TurnAttempt
+    from worlds_app.models import AttemptStatus, Turn, TurnAttempt
 
     figures.attempts = dict(
         TurnAttempt.objects.values_list("status").annotate(n=Count("id")).order_by("status")
+    )
+    failed = TurnAttempt.objects.filter(status=AttemptStatus.FAILED)
+    figures.failures = Counter(
+        f"{step}: {reason[:90]}"
+        for step, reason in failed.values_list("failure_step", "failure_reason")
     )
     figures.turns_committed = Turn.objects.filter(number__gt=0).count()
     figures.requests_sent = len(requests)
@@ -733,6 +740,7 @@ def report(figures: Figures) -> None:
         f"refused while PostgreSQL was down: {figures.enqueue_refused_database_down}; "
         f"dispatches deferred to the re-drive: {figures.dispatches_deferred})",
         f"attempts:              {figures.attempts}",
+        *[f"  failed, {n}: {why}" for why, n in figures.failures.most_common()],
         f"turns committed:       {figures.turns_committed}",
         f"model requests:        {figures.requests_sent} (each must have its invocation row)",
         f"settled:               {figures.settled}",

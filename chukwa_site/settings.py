@@ -291,6 +291,11 @@ CHUKWA_REAPER_PERIOD_SECONDS = env.float("CHUKWA_REAPER_PERIOD_SECONDS", 15)
 # count over (60 s; shorter only in tests).
 CHUKWA_LIMIT_LEASE_SECONDS = env.float("CHUKWA_LIMIT_LEASE_SECONDS", 15.0)
 CHUKWA_LIMIT_WINDOW_SECONDS = env.float("CHUKWA_LIMIT_WINDOW_SECONDS", 60.0)
+# How long an LLM call waits for Redis to come back (a restart, a failover) when its cluster
+# limits or reuse's single-flight claim cannot be checked, before its try fails; 0 fails at once.
+CHUKWA_REDIS_WAIT_SECONDS = env.float(
+    "CHUKWA_REDIS_WAIT_SECONDS", 30.0, validate=Range(min=0, max=3600)
+)
 # How often pending provider batches are sent and polled (interface.batch sources).
 CHUKWA_BATCH_POLL_SECONDS = env.float("CHUKWA_BATCH_POLL_SECONDS", 10)
 CELERY_BEAT_SCHEDULE = {

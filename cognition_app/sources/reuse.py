@@ -16,6 +16,11 @@ the record is there when the first succeeded; when the first failed there is non
 the key and sends its own. A claim is a **lease** (``CHUKWA_LIMIT_LEASE_SECONDS``, as the
 concurrency slots'), renewed by one daemon thread of the process while its call is in flight: a
 killed worker's claim runs out within a lease, and the identical requests waiting on it go on.
+
+**Redis unavailable.** A recorded call is still reused (its record is in PostgreSQL). A call to
+send waits for Redis to come back (a restart, a failover), looking for a record meanwhile, for
+``CHUKWA_REDIS_WAIT_SECONDS``; then its try fails (``reuse_unavailable``): sent unclaimed, it
+could be sent twice.
 """
 
 from __future__ import annotations
@@ -34,7 +39,15 @@ from chukwa_core.hashing import canonical_json_bytes
 from cognition_app.failures import SourceFailure
 from cognition_app.model_rows import columns, concrete_fields, instance, quoted, split
 from cognition_app.models import InvocationStatus, LlmCall, SourceInvocation
-from cognition_app.sources.admission.leases import LEASES, client, lease_ms, redis_key, script
+from cognition_app.sources.admission.leases import (
+    LEASES,
+    REDIS_RETRY_SECONDS,
+    client,
+    lease_ms,
+    redis_key,
+    redis_wait_seconds,
+    script,
+)
 from cognition_app.sources.context import CallContext
 from scenarios_app.sql_rows import fetch_tuples
 
@@ -144,30 +157,65 @@ def reused_or_claimed(
     identical request is in flight elsewhere, waits for it (cancellable). The claim is tried
     first and the record looked up after it, once: a call that finished before the claim was
     settled is found then, and a call to send costs one lookup, not two. With Redis
-    unavailable a recorded call is still reused; one to send fails (``reuse_unavailable``)."""
+    unavailable a recorded call is still reused; one to send waits for Redis (told to
+    ``ctx.on_wait``) and fails (``reuse_unavailable``) if it has not come back in time."""
     name, token = _claim_name(key), uuid.uuid4().hex
     redis: Any = client()
+    down_since: float | None = None  # since when Redis has been found unavailable
+    told = False  # the attempt was told that the call waits for Redis
     while True:
         try:
             claimed = redis.set(name, token, nx=True, px=lease_ms())
         except RedisError as exc:
             found = recorded(key)
+            now = time.monotonic()
+            down_since = now if down_since is None else down_since
+            if found is None and now - down_since >= redis_wait_seconds():
+                _untell(ctx, told)
+                raise SourceFailure(
+                    "reuse_unavailable",
+                    f"reuse: the single-flight claim of request {key[:12]} could not be taken "
+                    f"in Redis (unavailable for {redis_wait_seconds():g} s: "
+                    f"{type(exc).__name__}: {exc})",
+                ) from None
             if found is not None:
+                _untell(ctx, told)
                 return found, None
-            raise SourceFailure(
-                "reuse_unavailable",
-                f"reuse: the single-flight claim of request {key[:12]} could not be taken in "
-                f"Redis ({type(exc).__name__}: {exc})",
-            ) from None
-        found = recorded(key)
+            if not told and ctx.on_wait is not None:
+                ctx.on_wait("Redis, to claim the request for reuse (unavailable)")
+                told = True
+            _pause(ctx, what, REDIS_RETRY_SECONDS)
+            continue
+        _untell(ctx, told)
+        down_since, told = None, False
         if claimed:
             flight = Flight(name, token)
             LEASES.hold(token, partial(_renew_claim, name, token))
+            try:
+                found = recorded(key)
+            except BaseException:
+                flight.done()  # not left for the identical calls to wait out its lease
+                raise
             if found is not None:
                 flight.done()
                 return found, None
             return None, flight
+        found = recorded(key)
         if found is not None:
             return found, None
-        ctx.check_cancelled(what)
-        time.sleep(WAIT_POLL_SECONDS)
+        _pause(ctx, what, WAIT_POLL_SECONDS)
+
+
+def _untell(ctx: CallContext, told: bool) -> None:
+    """The wait for Redis is over: the attempt no longer says it waits."""
+    if told and ctx.on_wait is not None:
+        ctx.on_wait("")
+
+
+def _pause(ctx: CallContext, what: str, seconds: float) -> None:
+    """Sleep ``seconds``, woken by a stop of the attempt (which then raises)."""
+    if ctx.cancel is not None:
+        ctx.cancel.wait(seconds)
+    else:
+        time.sleep(seconds)
+    ctx.check_cancelled(what)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import itertools
 from datetime import timedelta
+from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.forms.models import model_to_dict
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -186,9 +187,25 @@ def test_a_call_to_send_is_looked_up_once_and_claimed_and_a_recorded_one_leaves_
 
 
 @pytest.mark.django_db
+def test_a_claim_whose_lookup_fails_is_given_back_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(key: str) -> SourceInvocation | None:
+        raise DatabaseError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(reuse, "recorded", failing)
+    key = "6" * 64
+    client().delete(reuse._claim_name(key))
+    with pytest.raises(DatabaseError):
+        reuse.reused_or_claimed(key, ctx=_context(), what="call")
+    # not held for a lease (15 s) while identical calls wait on it
+    assert client().get(reuse._claim_name(key)) is None
+
+
+@pytest.mark.django_db
 def test_with_redis_unavailable_a_recorded_call_is_reused_and_one_to_send_fails(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
+    settings.CHUKWA_REDIS_WAIT_SECONDS = 0  # waiting for Redis: tests/.../test_redis_outage.py
+
     def down(*args: object, **kwargs: object) -> None:
         raise RedisConnectionError("Connection refused")
 
@@ -199,4 +216,4 @@ def test_with_redis_unavailable_a_recorded_call_is_reused_and_one_to_send_fails(
     with pytest.raises(SourceFailure) as failure:
         reuse.reused_or_claimed("4" * 64, ctx=_context(), what="call")
     assert failure.value.failure_class == "reuse_unavailable"
-    assert "could not be taken in Redis (ConnectionError" in str(failure.value)
+    assert "could not be taken in Redis (unavailable for 0 s: ConnectionError" in str(failure.value)

@@ -8,13 +8,16 @@ its cost like any call's). The texts go into a new version of the population
 (``content.biographies``: the source, the prompt and one text per agent), so its hash changes
 once and is stable afterwards, and assembly reads the texts without asking any model. All calls
 are made before anything is stored: a source failure stores nothing (the calls made until then
-stay traced, as every call does).
+stay traced, as every call does). The agents are asked one after another, or as many at once
+as the source's ``limits.concurrency`` allows (up to ``BIOGRAPHY_THREADS``), each on a thread
+of its own (``think_concurrently``); the first failure stops the calls still out.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -34,12 +37,15 @@ from chukwa_core.population import (
 )
 from cognition_app.budgets import BudgetLedger, BudgetLimits, Reservation
 from cognition_app.models import InvocationKind, LlmCall
-from cognition_app.sources import CallContext, SourceFailure, invoke_llm
+from cognition_app.sources import CallContext, CancelScope, SourceFailure, invoke_llm
 from scenarios_app.models import ComponentKind, ResponseSource
 from scenarios_app.selectors import component_get
 from scenarios_app.services import population_put
+from worlds_app.services.subject_threads import think_concurrently
 
 CODE = "invalid_biographies"
+# the most agents asked at once (the source's limits.concurrency, up to this)
+BIOGRAPHY_THREADS = 16
 LLM = "llm_chat_completions"
 SYSTEM = (
     "You write short biographies of people in a simulation, in the third person, as plain "
@@ -205,58 +211,29 @@ def population_biographies_write(*, hash: str, data: Any) -> dict[str, Any]:
         ) from None
     _, rows = draw(content)
     counter = itertools.count(1)
-    texts: list[str] = []
-    calls: list[str] = []
-    for index, values in enumerate(rows, start=1):
-        agent = render(content["entity_template"], index, values)["id"]
-        ctx = CallContext(
-            attempt_id=None,
-            world_id=None,
-            world_slug="",
-            attempted_turn=0,
-            next_seq=lambda: next(counter),
-            node_id=f"biography:{content['label']}"[:64],
-            subject_id=agent[:200],
-            who=f"population {content['label']}'s biography of agent {index}",
-            budget=ledger,
-        )
-        user = render({**dict.fromkeys(TEMPLATE_FIELDS, ""), "id": prompt}, index, values)["id"]
-        try:
-            gen = invoke_llm(
-                source_hash=source_hash,
-                messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
-                ctx=ctx,
-                response_schema=None,
-                kind=InvocationKind.BIOGRAPHY,
-            )
-        except SourceFailure as exc:
-            if exc.failure_class == "budget_exhausted":
-                raise ChukwaError(
-                    "budget_exhausted",
-                    f"budget: agent {index}'s biography was not asked: {exc.message[:500]}; "
-                    "nothing was stored",
-                    {"field": "budget", "agent": index},
-                    status_code=409,
-                ) from None
-            raise ChukwaError(
-                "biography_failed",
-                f"source: the source failed writing agent {index}'s biography "
-                f"({exc.failure_class}): {exc.message[:500]}; nothing was stored",
-                {"field": "source", "agent": index, "failure_class": exc.failure_class},
-                status_code=502,
-            ) from None
-        text = gen.text.strip()
-        if not text or len(text) > MAX_BIOGRAPHY:
-            raise ChukwaError(
-                "biography_failed",
-                f"source: agent {index}'s biography is "
-                f"{'empty' if not text else f'longer than {MAX_BIOGRAPHY} characters'}; "
-                "nothing was stored",
-                {"field": "source", "agent": index},
-                status_code=502,
-            )
-        texts.append(text)
-        calls.append(str(gen.call.pk))
+    lock = threading.Lock()
+
+    def next_seq() -> int:
+        with lock:  # the agents' calls may run on several threads
+            return next(counter)
+
+    template = content["entity_template"]
+    asks = [
+        {"id": render(template, index, values)["id"], "index": index, "values": values}
+        for index, values in enumerate(rows, start=1)
+    ]
+    scope = CancelScope()
+
+    def ask(agent: dict[str, Any]) -> tuple[str, str]:
+        return _biography(agent, content, prompt, source_hash, ledger, next_seq, scope)
+
+    bound = _concurrency(source_hash)
+    if bound == 1:  # one after another, on the request's own thread and connection
+        answers = [ask(agent) for agent in asks]
+    else:
+        answers = think_concurrently(asks, ask, cancel=scope, bound=bound)
+    texts = [text for text, _ in answers]
+    calls = [call for _, call in answers]
     made = population_put(
         content={**draft, "biographies": {**draft["biographies"], "texts": texts}}
     )
@@ -271,3 +248,73 @@ def population_biographies_write(*, hash: str, data: Any) -> dict[str, Any]:
         "llm_calls": calls,
         "cost": str(sum(known)) if len(known) == len(calls) else None,
     }
+
+
+def _concurrency(source_hash: str) -> int:
+    """How many agents are asked at once: the source's own ``limits.concurrency`` (what its
+    provider allows in flight), else one at a time."""
+    content = ResponseSource.objects.get(pk=source_hash).content
+    limits = (content.get("interface") or {}).get("limits") or {}
+    return max(1, min(int(limits.get("concurrency") or 1), BIOGRAPHY_THREADS))
+
+
+def _biography(
+    agent: dict[str, Any],
+    content: dict[str, Any],
+    prompt: str,
+    source_hash: str,
+    ledger: BudgetLedger | None,
+    next_seq: Callable[[], int],
+    cancel: CancelScope,
+) -> tuple[str, str]:
+    """One agent's biography and its call's id (a ``ChukwaError`` naming the agent when the
+    source fails, answers nothing, or the budget refuses)."""
+    index, values = agent["index"], agent["values"]
+    ctx = CallContext(
+        attempt_id=None,
+        world_id=None,
+        world_slug="",
+        attempted_turn=0,
+        next_seq=next_seq,
+        node_id=f"biography:{content['label']}"[:64],
+        subject_id=agent["id"][:200],
+        who=f"population {content['label']}'s biography of agent {index}",
+        budget=ledger,
+        cancel=cancel,
+    )
+    user = render({**dict.fromkeys(TEMPLATE_FIELDS, ""), "id": prompt}, index, values)["id"]
+    try:
+        gen = invoke_llm(
+            source_hash=source_hash,
+            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
+            ctx=ctx,
+            response_schema=None,
+            kind=InvocationKind.BIOGRAPHY,
+        )
+    except SourceFailure as exc:
+        if exc.failure_class == "budget_exhausted":
+            raise ChukwaError(
+                "budget_exhausted",
+                f"budget: agent {index}'s biography was not asked: {exc.message[:500]}; "
+                "nothing was stored",
+                {"field": "budget", "agent": index},
+                status_code=409,
+            ) from None
+        raise ChukwaError(
+            "biography_failed",
+            f"source: the source failed writing agent {index}'s biography "
+            f"({exc.failure_class}): {exc.message[:500]}; nothing was stored",
+            {"field": "source", "agent": index, "failure_class": exc.failure_class},
+            status_code=502,
+        ) from None
+    text = gen.text.strip()
+    if not text or len(text) > MAX_BIOGRAPHY:
+        raise ChukwaError(
+            "biography_failed",
+            f"source: agent {index}'s biography is "
+            f"{'empty' if not text else f'longer than {MAX_BIOGRAPHY} characters'}; "
+            "nothing was stored",
+            {"field": "source", "agent": index},
+            status_code=502,
+        )
+    return text, str(gen.call.pk)

@@ -76,11 +76,16 @@ class Wait:
     """Not now: ``limit`` binds (as the trace names it); capacity may return in ``retry_in``
     seconds (None: unknown, try again after a step; 0: the limit already waited, try at once);
     ``reason``, what the request waits for in words (a slot and who holds it, an interactive
-    turn served first), shown on the waiting attempt."""
+    turn served first), shown on the waiting attempt. A wait that must end (Redis unavailable)
+    says with what the try fails once it has lasted ``give_up_after`` seconds."""
 
     limit: str
     retry_in: float | None = None
     reason: str = ""
+    # what the try fails with once it has waited on ``limit`` for ``give_up_after`` seconds
+    # in all (None: it waits as long as the limit binds)
+    give_up: SourceFailure | None = None
+    give_up_after: float = 0.0
 
     def said(self) -> str:
         return self.reason or f"capacity: the {self.limit} limit"
@@ -126,7 +131,8 @@ def take_waiting(limit: Limit, request: CallRequest, waits: LimitWaits) -> Held 
     """The one wait loop: ask ``limit`` until it holds or refuses, sleeping a step (or until
     it says capacity returns) between asks, each wait added to ``waits`` under the name of what
     bound, and what it waits for told to the call's ``on_wait`` as it changes (then "" once
-    held). A stop of the attempt ends the wait at once."""
+    held). A stop of the attempt ends the wait at once; a wait that gives up (``Wait.give_up``)
+    refuses once it has lasted long enough."""
     cancel = request.ctx.cancel
     told = ""
     while True:
@@ -136,6 +142,12 @@ def take_waiting(limit: Limit, request: CallRequest, waits: LimitWaits) -> Held 
             if told:
                 _tell(request, "")
             return outcome
+        if outcome.give_up is not None and (
+            waits.seconds.get(outcome.limit, 0.0) >= outcome.give_up_after
+        ):
+            if told:
+                _tell(request, "")
+            return Refused(outcome.give_up)
         said = outcome.said()
         if said != told:
             _tell(request, said)

@@ -19,7 +19,8 @@ Checking and taking capacity is one Lua script, atomic in Redis: two workers can
 the last slot. The script answers which of the limits binds (``concurrency``,
 ``requests_per_minute``, ``tokens_per_minute``, or ``rate_limited`` while the endpoint's pause
 lasts) and when it may free up; admission (``cognition_app.sources.admission``) waits and records
-the wait like any other limit's.
+the wait like any other limit's. Redis unavailable, a call is not sent unchecked: it waits for
+Redis (as the limit ``redis``) for ``CHUKWA_REDIS_WAIT_SECONDS``, then its try fails.
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ from cognition_app.failures import SourceFailure
 from cognition_app.sources.admission.base import CallRequest, Held, Refused, Wait
 from cognition_app.sources.admission.leases import (
     LEASES,
+    REDIS_RETRY_SECONDS,
     client,
     lease_seconds,
     redis_key,
+    redis_wait_seconds,
     script,
 )
 from cognition_app.sources.admission.priority import WAITING_MS, held_by
@@ -204,13 +207,20 @@ def take_capacity(
     ]
     try:
         taken, limit, retry_ms, holders = script(client(), _ACQUIRE)(keys=keys, args=args)
-    except (RedisError, OSError) as exc:  # fail closed: unchecked, the call is not sent
-        return Refused(
-            SourceFailure(
+    except (RedisError, OSError) as exc:
+        # Fail closed: unchecked, the call is not sent. It waits for Redis to come back (a
+        # restart, a failover) for CHUKWA_REDIS_WAIT_SECONDS, then its try fails.
+        wait = redis_wait_seconds()
+        return Wait(
+            "redis",
+            retry_in=REDIS_RETRY_SECONDS,
+            reason="Redis, to check the source's limits (unavailable)",
+            give_up=SourceFailure(
                 "transport",
-                f"the source's limits could not be checked (Redis unavailable: "
+                f"the source's limits could not be checked (Redis unavailable for {wait:g} s: "
                 f"{type(exc).__name__}); it was not sent",
-            )
+            ),
+            give_up_after=wait,
         )
     if int(taken) != 1:
         limit = limit.decode() if isinstance(limit, bytes) else str(limit)

@@ -59,6 +59,16 @@ def lease_ms() -> int:
     return max(int(lease_seconds() * 1000), 1000)
 
 
+# How often a call waiting for Redis to come back tries again.
+REDIS_RETRY_SECONDS = 0.5
+
+
+def redis_wait_seconds() -> float:
+    """How long a call waits for Redis to come back before its try fails
+    (``CHUKWA_REDIS_WAIT_SECONDS``; 0: at once)."""
+    return float(settings.CHUKWA_REDIS_WAIT_SECONDS)
+
+
 def redis_now_ms() -> int:
     """Redis's clock (the one every lease and window is scored on), in milliseconds."""
     seconds, micros = client().time()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import re
 from typing import Any
+from uuid import UUID
 
 import pytest
 from django.contrib.auth.models import User
@@ -358,3 +359,73 @@ def test_the_admin_lists_and_shows_a_population_with_biographies(
     shown = admin.get(f"/admin/scenarios_app/population/{made}/change/")
     assert shown.status_code == 200
     assert _biography(scripted_llm.requests[0]) in shown.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_source_with_a_concurrency_limit_is_asked_that_many_at_once_in_order(
+    operator_client: APIClient, scripted_llm: ScriptedLLM
+) -> None:
+    limited = {
+        **LLM_SOURCE,
+        "label": "chat_four",
+        "interface": {**LLM_SOURCE["interface"], "limits": {"concurrency": 4}},
+    }
+    response_source_put(content=limited)
+    h = _put(operator_client, _population(size=10))
+    scripted_llm.route(lambda body: Reply(text=_biography(body), delay_s=0.3))
+    answer = operator_client.post(
+        f"/api/populations/{h}/biographies/",
+        {"source": {"label": "chat_four"}, "prompt": PROMPT, "entity_template": TEMPLATE},
+        format="json",
+    )
+    assert answer.status_code == 201, answer.json()
+    made = answer.json()
+    # four at once, never more (the source's limit holds)
+    assert scripted_llm.max_in_flight == 4
+    # each agent's text is its own, in the agents' order, whatever order they came back in
+    texts = operator_client.get(f"/api/populations/{made['hash']}/").json()["content"]
+    assert texts["biographies"]["texts"] == [
+        f"Born {a['values']['age']} years ago, visitor {a['index']} likes parks."
+        for a in operator_client.get(f"/api/populations/{h}/coverage/").json()["agents"]
+    ]
+    calls = LlmCall.objects.select_related("invocation").in_bulk(made["llm_calls"])
+    assert [calls[UUID(c)].invocation.subject_id for c in made["llm_calls"]] == [
+        f"visitor_{i}" for i in range(1, 11)
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failure_among_concurrent_calls_stops_the_rest_and_stores_nothing(
+    operator_client: APIClient, scripted_llm: ScriptedLLM
+) -> None:
+    limited = {
+        **LLM_SOURCE,
+        "label": "chat_four",
+        "interface": {**LLM_SOURCE["interface"], "limits": {"concurrency": 4}},
+    }
+    response_source_put(content=limited)
+    h = _put(operator_client, _population(size=10))
+    populations = Population.objects.count()
+
+    def third_fails(body: dict[str, Any]) -> Reply:
+        if "visitor 3," in body["messages"][-1]["content"]:
+            return Reply(status=400, error_body={"error": {"message": "no"}})
+        return Reply(text=_biography(body), delay_s=1.0)
+
+    scripted_llm.route(third_fails)
+    answer = operator_client.post(
+        f"/api/populations/{h}/biographies/",
+        {"source": {"label": "chat_four"}, "prompt": PROMPT, "entity_template": TEMPLATE},
+        format="json",
+    )
+    assert answer.status_code == 502, answer.json()
+    error = answer.json()["error"]
+    assert (error["code"], error["details"]["agent"]) == ("biography_failed", 3)
+    assert Population.objects.count() == populations  # nothing stored
+    # the calls out when agent 3 failed were stopped, and no agent after them was asked
+    statuses = dict(
+        SourceInvocation.objects.values_list("subject_id", "status").order_by("subject_id")
+    )
+    assert statuses["visitor_3"] == "failed"
+    assert {statuses[f"visitor_{i}"] for i in (1, 2, 4)} == {"cancelled"}
+    assert len(statuses) == 4 and len(scripted_llm.requests) == 4
