@@ -210,6 +210,7 @@ SPECTACULAR_SETTINGS = {
         "ExperimentStatusEnum": "surfaces.api.experiments.STATUSES",
         "ExperimentModeEnum": "chukwa_core.experiment_design.EXPERIMENT_MODES",
         "ReplayModeEnum": "cognition_app.sources.REPLAY_MODES",
+        "BiographyRunStatusEnum": "surfaces.api.populations.RUN_STATUSES",
     },
 }
 

@@ -654,6 +654,8 @@ class Measurement(models.Model):
 
 # Models kept in their own module for size, imported here so Django registers them with the app.
 from worlds_app.research_models import (  # noqa: E402, F401
+    BiographyRun,
+    BiographyText,
     BudgetReservation,
     ExperimentLedger,
     Interview,

@@ -139,3 +139,65 @@ class PendingJudging(models.Model):
 
     def __str__(self) -> str:
         return f"judging of world {self.world_id}, turn {self.turn_number}, waiting on a batch"
+
+
+class BiographyRun(models.Model):
+    """A population's biographies being written by a worker (docs/populations.md, "Biographies
+    written by a model"): accepted ``queued`` by the request once everything is checked, run on
+    the measure queue, ``completed`` with the new version's hash or ``failed`` with the error
+    the request would have answered (code, message, details, HTTP status). Each agent's text is
+    kept as it arrives (``BiographyText``): a try after a killed worker asks only the agents
+    still without one. A running row whose lease expired is queued again by the reaper, or
+    failed once tried ``MAX_BIOGRAPHY_TRIES`` times; none is left running."""
+
+    population = models.CharField(max_length=64)  # the version the biographies are written for
+    label = models.CharField(max_length=64)  # the population's label, for lists
+    source_hash = models.CharField(max_length=64)
+    prompt = models.TextField()
+    entity_template = models.JSONField()
+    budget = models.JSONField(null=True, blank=True)  # the request's ``budget``, as given
+    agents = models.IntegerField()
+    done = models.IntegerField(default=0)  # agents with their text
+    status = models.CharField(max_length=16)  # queued | running | completed | failed
+    tries = models.IntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)  # the new version: hash, calls, cost…
+    error_code = models.CharField(max_length=40, blank=True)
+    error_message = models.TextField(blank=True)
+    error_details = models.JSONField(default=dict, blank=True)
+    error_status = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(
+                fields=["status", "created_at"],
+                name="biographyrun_open",
+                condition=Q(status__in=["queued", "running"]),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"biographies of {self.label} {self.population[:12]} ({self.status})"
+
+
+class BiographyText(models.Model):
+    """One agent's biography in a run, written as soon as the source answered it."""
+
+    run = models.ForeignKey(BiographyRun, on_delete=models.CASCADE, related_name="texts")
+    index = models.IntegerField()  # the agent, 1…size
+    text = models.TextField()
+    call = models.UUIDField()  # its traced LLM call
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "index"], name="biographytext_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"agent {self.index} of run {self.run_id}"

@@ -57,6 +57,7 @@ def reap_expired_attempts() -> dict[str, Any]:
     every idle experiment world whose measure message was lost."""
     from worlds_app.services import turn_attempt_reap, turn_attempt_redrive
     from worlds_app.services.batch_mode import batch_resume
+    from worlds_app.services.biography_runs import biography_reap
     from worlds_app.services.interview_runs import interview_reap
     from worlds_app.services.measure_redrive import batch_answers_redrive, measure_redrive
 
@@ -67,12 +68,14 @@ def reap_expired_attempts() -> dict[str, Any]:
         redriven = turn_attempt_redrive()
         measures = measure_redrive() + batch_answers_redrive()
         interviews = interview_reap()
+        biographies = biography_reap()
         return {
             "reaped": reaped,
             "resumed": resumed,
             "redriven": redriven,
             "measures": measures,
             "interviews": interviews,
+            "biographies": biographies,
         }
     except (OperationalError, InterfaceError) as exc:
         # The database is down: nothing to reap or re-drive until it is back, and the next
@@ -85,6 +88,7 @@ def reap_expired_attempts() -> dict[str, Any]:
             "redriven": [],
             "measures": [],
             "interviews": {},
+            "biographies": {},
             "skipped": "database unavailable",
         }
 
@@ -169,3 +173,18 @@ def run_interview(self: Task, interview_id: int) -> str | None:
         return interview_run(interview_id=interview_id, owner=self.request.hostname or "worker")
     finally:
         settle_flush()  # its calls' budget settles written before the task ends
+
+
+@shared_task(
+    bind=True,
+    name="worlds.write_biographies",  # = services.dispatch.WRITE_BIOGRAPHIES_TASK
+    # A worker killed mid-run leaves the row running; the reaper queues it again (or fails it)
+    # when its lease expires, and the next try asks only the agents still without a text.
+    **CLAIMED_TASK,
+    time_limit=settings.CHUKWA_ATTEMPT_TIME_LIMIT,
+)
+def write_biographies(self: Task, run_id: int) -> str | None:
+    """Write a queued biographies run's texts (docs/populations.md)."""
+    from worlds_app.services.biography_runs import biography_run_execute
+
+    return biography_run_execute(run_id=run_id, owner=self.request.hostname or "worker")

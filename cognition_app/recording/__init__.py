@@ -12,6 +12,7 @@ from cognition_app.recording.calls import CallOwner, CallRecord, log_finished
 from cognition_app.recording.closing import (
     finish_running,
     interrupt_running,
+    interrupt_running_of,
     interrupt_stale_judges,
 )
 from cognition_app.recording.generations import CheckRecord, GenerationRecord, Verdict
@@ -31,6 +32,7 @@ __all__ = [
     "Verdict",
     "finish_running",
     "interrupt_running",
+    "interrupt_running_of",
     "interrupt_stale_judges",
     "log_finished",
     "trace_batch",

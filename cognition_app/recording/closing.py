@@ -47,18 +47,35 @@ def finish_running(*, attempt_id: UUID, reason: str) -> int:
     return _close_running(attempt_id, InvocationStatus.FAILED, "attempt_ended", reason)
 
 
+# calls made outside any attempt, by a task of their own (a judge, an interview, a biography)
+_OUTSIDE_ATTEMPTS = (InvocationKind.JUDGE, InvocationKind.INTERVIEW, InvocationKind.BIOGRAPHY)
+
+
 def interrupt_stale_judges(*, started_before: datetime) -> int:
-    """The reaper's part for calls outside any attempt: a judge's rows still ``running`` though
-    started before ``started_before`` (longer ago than its task may run: its worker died)
-    become ``interrupted``."""
+    """The reaper's part for calls outside any attempt: a judge's, an interview's or a
+    biography's rows still ``running`` though started before ``started_before`` (longer ago
+    than its task may run: its worker died) become ``interrupted``."""
     return _close(
         SourceInvocation.objects.filter(
             attempt__isnull=True,
-            kind=InvocationKind.JUDGE,
+            kind__in=_OUTSIDE_ATTEMPTS,
             status=InvocationStatus.RUNNING,
             started_at__lt=started_before,
         ),
         InvocationStatus.INTERRUPTED,
         "interrupted",
-        "the judge's worker stopped before the call ended",
+        "the worker stopped before the call ended",
+    )
+
+
+def interrupt_running_of(*, node_id: str, reason: str) -> int:
+    """Rows outside any attempt, of the node ``node_id`` (a biographies run's), still
+    ``running`` once their worker is known dead, become ``interrupted``."""
+    return _close(
+        SourceInvocation.objects.filter(
+            attempt__isnull=True, node_id=node_id, status=InvocationStatus.RUNNING
+        ),
+        InvocationStatus.INTERRUPTED,
+        "interrupted",
+        reason,
     )

@@ -3,7 +3,7 @@ marginal against its target, and its first agents as the template renders them."
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,7 +16,6 @@ from surfaces.api.contract import (
     HASH_SCHEMA,
     READ_ERRORS,
     WRITE_ERRORS,
-    ErrorSerializer,
     HashOutField,
     JSONObjectField,
     LabelOutField,
@@ -25,7 +24,11 @@ from surfaces.api.contract import (
     path_parameter,
     validate_body,
 )
-from worlds_app.services.population_biographies import population_biographies_write
+from worlds_app.services.biography_runs import (
+    biography_run_create,
+    biography_run_get,
+    biography_run_read,
+)
 
 
 class CoverageSerializer(serializers.Serializer):
@@ -152,28 +155,77 @@ class BiographiesOutputSerializer(serializers.Serializer):
         ref_name = "PopulationBiographiesOutput"
 
 
+RUN_STATUSES = ["queued", "running", "completed", "failed"]
+
+
+class BiographyErrorSerializer(serializers.Serializer):
+    code = serializers.CharField(
+        help_text="biography_failed, budget_exhausted, worker_lost, or a check's code"
+    )
+    message = serializers.CharField()
+    details = JSONObjectField(help_text="field, agent (1…size), failure_class…")
+
+    class Meta:
+        ref_name = "BiographyRunError"
+
+
+class BiographyRunSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    url = serializers.CharField(help_text="where to read the run (poll until it has ended)")
+    population = HashOutField(help_text="the population the biographies are written for")
+    label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
+    source = JSONObjectField(help_text='{"hash": H}: the source asked')  # type: ignore[assignment]  # the API's field name shadows a Field attribute
+    status = serializers.ChoiceField(choices=RUN_STATUSES)
+    agents = serializers.IntegerField(help_text="one call and one biography per agent")
+    done = serializers.IntegerField(help_text="agents with their biography so far")
+    tries = serializers.IntegerField(help_text="tasks that have run it (a killed worker's: again)")
+    result = BiographiesOutputSerializer(
+        allow_null=True, help_text="the new version, once completed"
+    )
+    error = BiographyErrorSerializer(
+        allow_null=True, help_text="why it failed (nothing stored); null otherwise"
+    )
+    note = serializers.CharField(help_text="why an open run was tried again, if it was")
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    created_by = serializers.CharField()
+
+    class Meta:
+        ref_name = "BiographyRun"
+
+
 class PopulationBiographiesApi(APIView):
-    """POST (operators) asks an LLM source for one biography per agent of the population and
-    stores the version holding them (docs/populations.md, "Biographies written by a model")."""
+    """POST (operators) asks an LLM source for one biography per agent of the population: the
+    request is checked whole (400 naming the field, no call made), then accepted (202) and run
+    by a worker, which stores the version holding them (docs/populations.md, "Biographies
+    written by a model"); read the run at its ``url`` until it has ended."""
 
     @extend_schema(
         operation_id="populations_biographies",
         parameters=[path_parameter("hash", HASH_SCHEMA, "population hash")],
         request=BiographiesInputSerializer,
-        responses={
-            201: BiographiesOutputSerializer,
-            **WRITE_ERRORS,
-            502: OpenApiResponse(
-                ErrorSerializer,
-                description="The source failed or wrote nothing for an agent "
-                "(biography_failed, naming the agent); nothing was stored.",
-            ),
-        },
+        responses={202: BiographyRunSerializer, **WRITE_ERRORS},
     )
     def post(self, request: Request, hash: str) -> Response:
         body = validate_body(BiographiesInputSerializer, request)
-        made = population_biographies_write(hash=hash, data=body)
+        run = biography_run_create(hash=hash, data=body, created_by=request.user.get_username())
+        read = biography_run_read(run)
         return Response(
-            BiographiesOutputSerializer(made).data,
-            status=status.HTTP_201_CREATED if made["was_new"] else status.HTTP_200_OK,
+            BiographyRunSerializer(read).data,
+            status=status.HTTP_202_ACCEPTED,
+            headers={"Location": read["url"]},
         )
+
+
+class BiographyRunApi(APIView):
+    """GET a biographies run: its status, its agents done so far, then the new version it
+    stored or why it failed."""
+
+    @extend_schema(
+        operation_id="biography_run_read",
+        parameters=[path_parameter("id", {"type": "integer", "minimum": 1}, "run id")],
+        responses={200: BiographyRunSerializer, **READ_ERRORS},
+    )
+    def get(self, request: Request, id: int) -> Response:
+        return Response(BiographyRunSerializer(biography_run_read(biography_run_get(id))).data)

@@ -2,7 +2,11 @@ from django.urls import path
 
 from surfaces.api import store as api
 from surfaces.api.metric_try import MetricTryApi
-from surfaces.api.populations import PopulationBiographiesApi, PopulationCoverageApi
+from surfaces.api.populations import (
+    BiographyRunApi,
+    PopulationBiographiesApi,
+    PopulationCoverageApi,
+)
 
 # Before the metric routes: "try" is no hash.
 urlpatterns = [
@@ -17,6 +21,7 @@ urlpatterns = [
         PopulationBiographiesApi.as_view(),
         name="api-population-biographies",
     ),
+    path("biography-runs/<int:id>/", BiographyRunApi.as_view(), name="api-biography-run"),
 ]
 for segment, kind in api.COLLECTIONS.items():
     views = api.COMPONENT_VIEWS[segment]

@@ -144,10 +144,16 @@ def _component_descriptions() -> dict[str, str]:
         "Have an LLM source write one biography per agent of a population (by hash): source "
         '({"hash": H} or {"label": L} of a stored llm_chat_completions source), prompt (asked '
         "once per agent, with {{index}} and {{axes.<name>}}), optional entity_template for the "
-        "new version (it may use {{biography}}). Each call is traced (kind biography, no "
-        "world); the texts are stored in a new version of the population, returned as {hash, "
-        "derived_from, agents, llm_calls, cost}; scenarios that include that version render "
-        "{{biography}} from the stored texts. Operators only; a source failure stores nothing."
+        "new version (it may use {{biography}}), optional budget. Checked whole first (an "
+        "error names the field), then queued for a worker: returns the run {id, status, done, "
+        "agents}; read it with biography_run_read until its status is completed (result: "
+        "{hash, derived_from, agents, llm_calls, cost}, the new version, whose {{biography}} "
+        "scenarios render from the stored texts) or failed (error, nothing stored). Each call "
+        "is traced (kind biography, no world). Operators only."
+    )
+    texts["biography_run_read"] = (
+        "A biographies run by id: status (queued, running, completed, failed), done of agents "
+        "so far, then result (the new population version) or error."
     )
     return texts
 

@@ -2,7 +2,8 @@
 "Biographies written by a model"): the same action as ``POST /api/populations/<hash>/
 biographies/`` — a stored LLM source asked once per agent with a prompt over its axes, the texts
 stored in a new version whose template may use ``{{biography}}`` — with its errors shown beside
-the field they name. Success opens the new version's page."""
+the field they name. Success queues the run and opens its page, which follows it (every second
+while a worker writes the texts) and then links the new version."""
 
 from __future__ import annotations
 
@@ -17,9 +18,15 @@ from scenarios_app.pickers import component_choices
 from scenarios_app.selectors import ComponentKind, component_get
 from surfaces.pages.authoring.common import error_dict, forbidden_unless_operator
 from surfaces.pages.rendering import page, respond
-from worlds_app.services.population_biographies import LLM, population_biographies_write
+from worlds_app.services.biography_runs import (
+    biography_run_create,
+    biography_run_get,
+    biography_run_read,
+)
+from worlds_app.services.population_biographies import LLM
 
 PAGE = "scenarios_app/population_biographies.html"
+RUN_PAGE = "scenarios_app/biography_run.html"
 DEFAULT_PROMPT = "Write a short biography of a person with these traits: {traits}."
 
 
@@ -83,11 +90,25 @@ def population_biographies_page(request: HttpRequest, hash: str) -> HttpResponse
     }
     if request.method == "POST":
         try:
-            made = population_biographies_write(hash=hash, data=_body(form))
+            run = biography_run_create(
+                hash=hash, data=_body(form), created_by=request.user.get_username()
+            )
         except ChukwaError as exc:
             context["error"] = _error(exc)
             response = respond(request, PAGE, context, {"error": context["error"]})
             response.status_code = exc.status_code
             return response
-        return HttpResponseRedirect(f"/store/populations/{made['hash']}/")
+        return HttpResponseRedirect(f"/biography-runs/{run.pk}/")
     return respond(request, PAGE, context, {"form": form})
+
+
+@require_http_methods(["GET", "HEAD"])
+@page
+def biography_run_page(request: HttpRequest, id: int) -> HttpResponse:
+    """A biographies run: its progress while a worker writes the texts, then the new version or
+    why nothing was stored."""
+    run = biography_run_read(biography_run_get(id))
+    live = run["status"] in ("queued", "running")
+    percent = round(100 * run["done"] / run["agents"]) if run["agents"] else 0
+    context = {"run": run, "live": live, "percent": percent}
+    return respond(request, RUN_PAGE, context, run)

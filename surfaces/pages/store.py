@@ -23,6 +23,7 @@ from surfaces.pages.layout import query_url
 from surfaces.pages.lineage_svg import lineage_svg
 from surfaces.pages.rendering import page, respond
 from worlds_app import measurement_selectors
+from worlds_app.services.biography_runs import biography_runs_of
 
 SEGMENTS: dict[str, ComponentKind] = COLLECTION_SEGMENTS
 SEGMENT_BY_KIND: dict[str, str] = {kind.value: segment for segment, kind in SEGMENTS.items()}
@@ -265,6 +266,8 @@ def component_detail_page(request: HttpRequest, segment: str, hash: str) -> Http
         for agent in population["agents"]:
             agent["cells"] = [agent["values"][name] for name in population["axes"]]
         component["population"] = population
+        # the latest biographies runs asked for this version (a run goes on without its page)
+        component["biography_runs"] = biography_runs_of(population=hash)
         links["scenarios"] = ""  # its use is listed under "Where is this used?"
     data = {**component, "links": links}
     if workflow is not None:

@@ -4,7 +4,7 @@ from django.urls import URLPattern, path
 
 from surfaces.pages import store as views
 from surfaces.pages.metric_form import metric_new_page
-from surfaces.pages.population_biographies import population_biographies_page
+from surfaces.pages.population_biographies import biography_run_page, population_biographies_page
 from surfaces.pages.population_form import population_new_page
 
 # <str:…> rather than a hash converter: a malformed hash must reach the selector and become a
@@ -18,6 +18,7 @@ urlpatterns: list[URLPattern] = [
         population_biographies_page,
         name="page-population-biographies",
     ),
+    path("biography-runs/<int:id>/", biography_run_page, name="page-biography-run"),
     path("store/<str:segment>/", views.component_list_page, name="page-component-list"),
     path(
         "store/<str:segment>/<str:hash>/",

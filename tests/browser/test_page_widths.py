@@ -25,7 +25,7 @@ from tests.surfaces.pages.test_experiment_pages import (
     run_experiment,
     stored_scenario,
 )
-from worlds_app.models import TurnAttempt
+from worlds_app.models import BiographyRun, TurnAttempt
 from worlds_app.services import turn_attempt_enqueue
 from worlds_app.services.experiments import experiment_create
 from worlds_app.services.references import references_upload
@@ -57,6 +57,22 @@ def _pages() -> list[str]:
     population = population_put(
         content=load_fixture("park_visitors_rules")["populations"][0]["ref"]["inline"]
     )["hash"]
+    # a biographies run that failed, with a long reason: its page at every width
+    run = BiographyRun.objects.create(
+        population=population,
+        label="park_visitors",
+        source_hash="a" * 64,
+        prompt="Write a life.",
+        entity_template={},
+        agents=24,
+        done=11,
+        status="failed",
+        tries=2,
+        error_code="biography_failed",
+        error_message="source: the source failed writing agent 12's biography (http_error): "
+        f"{'y' * 300}; nothing was stored",
+        error_details={"field": "source", "agent": 12},
+    )
     treated, control = "widths--treated--1", "widths--control--1"
     attempt = TurnAttempt.objects.filter(world__slug=treated, status="committed").first()
     assert attempt is not None
@@ -94,6 +110,7 @@ def _pages() -> list[str]:
         f"/store/populations/{population}/",
         "/populations/new/",
         f"/populations/{population}/biographies/",
+        f"/biography-runs/{run.pk}/",
         "/store/cognition-workflows/",
         f"/store/cognition-workflows/{workflow_hash}/",
         "/scenarios/",

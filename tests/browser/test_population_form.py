@@ -1,15 +1,18 @@
 """An operator makes a population through the author page in headless Chromium: fills in two
 axes (one added with the button), sees the live check name a bad weight beside its axis, then the
 preview (hash, coverage, marginals, agents), stores it and lands on its page; then has the
-scripted model write its biographies through the biographies page (one request per agent).
+scripted model write its biographies through the biographies page (one request per agent, by a
+real worker, the run's page counting them as they come, then linking the new version).
 At 1400 and 390 px; screenshots in test-artifacts/ (population-*.png)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.db import connection
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 
@@ -17,7 +20,8 @@ from scenarios_app.models import Population
 from scenarios_app.services import response_source_put
 from tests.conftest import LLM_SOURCE
 from tests.support.chromium import full_page_shot, sideways_overflow, sign_in, wait_for
-from tests.support.scripted_llm import ScriptedLLM
+from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.worker import routed_to, worker_process
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 PASSWORD = "a-long-password-1"
@@ -99,17 +103,34 @@ def test_an_operator_makes_a_population_through_the_form(
     assert population.content["axes"][1]["marginal"][0] == {"low": 0, "high": 0.5, "share": 0.7}
     assert browser.find_element(By.ID, "coverage").is_displayed()
 
-    # biographies written by the scripted model, through the page: one call per agent
-    scripted_llm.route(lambda body: "A life of " + body["messages"][-1]["content"][-40:])
+    # biographies written by the scripted model, through the page: one call per agent, by a
+    # real worker while the run's page follows it
+    scripted_llm.route(
+        lambda body: Reply(text="A life of " + body["messages"][-1]["content"][-40:], delay_s=0.05)
+    )
     browser.find_element(By.ID, "write-biographies").click()
     wait_for(lambda: "/biographies/" in browser.current_url, 5, "the biographies page")
     browser.find_element(By.CSS_SELECTOR, f"#bf-source option[value='{source}']").click()
     _type(browser, "pf-tpl-memory", "{{biography}}")
     full_page_shot(browser, "population-biographies-1400", 1400)
     browser.set_window_size(1400, 1000)
-    browser.find_element(By.ID, "write-biographies").click()
+    queue = f"population-form-{os.getpid()}"
+    env = {"CHUKWA_DB_NAME": str(connection.settings_dict["NAME"])}
+    with worker_process(queue, env=env, queue=queue), routed_to(queue):
+        browser.find_element(By.ID, "write-biographies").click()
+        wait_for(lambda: "/biography-runs/" in browser.current_url, 5, "the run's page")
+        wait_for(
+            lambda: 0 < int(browser.find_element(By.ID, "run-done").text) < 64,
+            30,
+            "the run's page counting the agents written",
+        )
+        full_page_shot(browser, "population-biographies-run-1400", 1400)
+        wait_for(lambda: browser.find_elements(By.ID, "run-result"), 60, "the run's new version")
+    assert browser.find_element(By.ID, "run").get_attribute("data-status") == "completed"
+    full_page_shot(browser, "population-biographies-done-1400", 1400)
+    browser.find_element(By.CSS_SELECTOR, "#run-result a").click()
     wait_for(
-        lambda: browser.find_elements(By.ID, "biographies"), 30, "the new version with biographies"
+        lambda: browser.find_elements(By.ID, "biographies"), 10, "the new version with biographies"
     )
     assert len(scripted_llm.requests) == 64
     newest = Population.objects.exclude(pk=population.pk).get()

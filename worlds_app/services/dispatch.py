@@ -43,6 +43,7 @@ RUN_TURN_ATTEMPT_TASK = "worlds.run_turn_attempt"
 EXPORT_ATTEMPT_TRACE_TASK = "worlds.export_attempt_trace"
 MEASURE_WORLD_TASK = "worlds.measure_world"  # = tasks.measure_world
 RUN_INTERVIEW_TASK = "worlds.run_interview"  # = tasks.run_interview
+WRITE_BIOGRAPHIES_TASK = "worlds.write_biographies"  # = tasks.write_biographies
 # A new experiment's worlds are measured at their first turn by one message per this many
 # worlds (10,000 worlds: 200 messages, not 10,000 sent in the creation's request).
 MEASURE_WORLDS_PER_MESSAGE = 50
@@ -590,6 +591,37 @@ def interview_send_on_commit(interview_id: int) -> None:
             logger.warning(
                 "interview %s: not sent now, broker unavailable (%s); the re-drive will send it",
                 interview_id,
+                type(exc).__name__,
+            )
+
+    transaction.on_commit(send)
+
+
+# --- biographies (services.biography_runs) ------------------------------------------------
+
+
+def biography_send(run_id: int) -> None:
+    """Hand a biographies run to the measure queue (where judges' and interviews' calls run);
+    a broker error propagates."""
+    from celery import current_app
+
+    current_app.send_task(
+        WRITE_BIOGRAPHIES_TASK, args=[run_id], queue=settings.CHUKWA_MEASURE_QUEUE
+    )
+
+
+def biography_send_on_commit(run_id: int) -> None:
+    """After commit, wake a worker; a broker that cannot take the message is logged and the
+    run stays queued for the re-drive."""
+
+    def send() -> None:
+        try:
+            biography_send(run_id)
+        except BROKER_ERRORS as exc:
+            logger.warning(
+                "biographies run %s: not sent now, broker unavailable (%s); the re-drive will "
+                "send it",
+                run_id,
                 type(exc).__name__,
             )
 

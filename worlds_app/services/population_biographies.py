@@ -16,7 +16,9 @@ of its own (``think_concurrently``); the first failure stops the calls still out
 from __future__ import annotations
 
 import itertools
+import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -105,7 +107,7 @@ class RequestBudget:
             self.spent_cost += cost
 
 
-def _budget(raw: Any) -> BudgetLedger | None:
+def _budget(raw: Any) -> tuple[int | None, Decimal | None] | None:
     """The request's ``budget``, if given: at least one of its limits, each positive."""
     if raw is None:
         return None
@@ -131,7 +133,19 @@ def _budget(raw: Any) -> BudgetLedger | None:
             cost = None
         if cost is None or not cost.is_finite() or cost <= 0:
             raise invalid(CODE, "budget.max_cost_total", "must be a positive number (USD)")
-    return BudgetLedger(limits=BudgetLimits(), shared=RequestBudget(tokens, cost))
+    return tokens, cost
+
+
+def ledger_of(
+    raw: Any, *, spent_tokens: int = 0, spent_cost: Decimal = Decimal(0)
+) -> BudgetLedger | None:
+    """The ledger of a request's checked ``budget`` (None: no budget), counting what its calls
+    already spent (a run's earlier tries)."""
+    limits = _budget(raw)
+    if limits is None:
+        return None
+    shared = RequestBudget(*limits, spent_tokens=spent_tokens, spent_cost=spent_cost)
+    return BudgetLedger(limits=BudgetLimits(), shared=shared)
 
 
 def _source(raw: Any) -> str:
@@ -163,9 +177,22 @@ def _source(raw: Any) -> str:
     return str(hashes[0])
 
 
-def _checked(
-    content: dict[str, Any], data: Any
-) -> tuple[str, str, dict[str, str], BudgetLedger | None]:
+@dataclass(frozen=True)
+class Asked:
+    """A checked biographies request: what every try of its run asks."""
+
+    population: str  # the version the biographies are written for
+    content: dict[str, Any]  # its content, without biographies
+    source_hash: str
+    prompt: str
+    template: dict[str, str]  # the new version's entity template
+    budget: Any  # the request's ``budget``, as given (checked)
+
+
+def biographies_checked(*, hash: str, data: Any) -> Asked:
+    """The request for population ``hash``'s biographies, checked before any call (a 400
+    naming the field): the body, the source, the prompt's placeholders, the new version."""
+    content = dict(component_get(kind=ComponentKind.POPULATION, hash=hash)["content"])
     body = require_object(data, "body", CODE)
     check_keys(
         body,
@@ -183,25 +210,14 @@ def _checked(
     if problem is not None:
         raise invalid(CODE, "prompt", problem)
     template = body.get("entity_template", content["entity_template"])
-    return _source(body["source"]), prompt, template, _budget(body.get("budget"))
-
-
-def population_biographies_write(*, hash: str, data: Any) -> dict[str, Any]:
-    """Ask the source for one biography per agent of population ``hash`` and store the version
-    holding them (a 400 naming the field before any call; a 502 ``biography_failed`` naming the
-    agent when the source fails or answers nothing, with nothing stored)."""
-    content = dict(component_get(kind=ComponentKind.POPULATION, hash=hash)["content"])
-    source_hash, prompt, template, ledger = _checked(content, data)
+    source_hash = _source(body["source"])
+    _budget(body.get("budget"))
     content.pop("biographies", None)
     # the new version is checked before any call: a bad template costs nothing
-    draft = {**content, "entity_template": template}
-    draft["biographies"] = {
-        "source": {"hash": source_hash},
-        "prompt": prompt,
-        "texts": ["…"] * content["size"],
-    }
     try:
-        validate_population(draft)
+        validate_population(
+            _version(content, template, source_hash, prompt, ["…"] * content["size"])
+        )
     except ChukwaError as exc:
         field = str(exc.details.get("field", ""))
         if not field.startswith("content.entity_template"):
@@ -209,6 +225,31 @@ def population_biographies_write(*, hash: str, data: Any) -> dict[str, Any]:
         raise invalid(
             exc.code, field.removeprefix("content."), exc.message.removeprefix(f"{field}: ")
         ) from None
+    return Asked(hash, content, source_hash, prompt, template, body.get("budget"))
+
+
+def _version(
+    content: dict[str, Any], template: Any, source_hash: str, prompt: str, texts: list[str]
+) -> dict[str, Any]:
+    biographies = {"source": {"hash": source_hash}, "prompt": prompt, "texts": texts}
+    return {**content, "entity_template": template, "biographies": biographies}
+
+
+def biographies_ask(
+    asked: Asked,
+    *,
+    indexes: list[int],
+    ledger: BudgetLedger | None,
+    node_id: str,
+    on_text: Callable[[int, str, str], None],
+    until: float = math.inf,
+) -> None:
+    """Ask the source for the biographies of the agents ``indexes`` (1…size), ``on_text``
+    (index, text, call id) told of each as it arrives: one after another, or as many at once
+    as the source's ``limits.concurrency`` (up to ``BIOGRAPHY_THREADS``), the first failure
+    stopping the calls still out; an agent not yet asked at ``until`` (``time.monotonic()``) is
+    left for later. A ``ChukwaError`` names the agent that failed."""
+    content = asked.content
     _, rows = draw(content)
     counter = itertools.count(1)
     lock = threading.Lock()
@@ -217,33 +258,40 @@ def population_biographies_write(*, hash: str, data: Any) -> dict[str, Any]:
         with lock:  # the agents' calls may run on several threads
             return next(counter)
 
+    wanted = set(indexes)
     template = content["entity_template"]
     asks = [
         {"id": render(template, index, values)["id"], "index": index, "values": values}
         for index, values in enumerate(rows, start=1)
+        if index in wanted
     ]
     scope = CancelScope()
 
-    def ask(agent: dict[str, Any]) -> tuple[str, str]:
-        return _biography(agent, content, prompt, source_hash, ledger, next_seq, scope)
+    def ask(agent: dict[str, Any]) -> None:
+        if time.monotonic() >= until:
+            return  # the try's time is up: the next try asks it
+        text, call = _biography(agent, asked, node_id, ledger, next_seq, scope)
+        on_text(agent["index"], text, call)
 
-    bound = _concurrency(source_hash)
-    if bound == 1:  # one after another, on the request's own thread and connection
-        answers = [ask(agent) for agent in asks]
+    bound = _concurrency(asked.source_hash)
+    if bound == 1 or len(asks) <= 1:  # one after another, on the caller's own connection
+        for agent in asks:
+            ask(agent)
     else:
-        answers = think_concurrently(asks, ask, cancel=scope, bound=bound)
-    texts = [text for text, _ in answers]
-    calls = [call for _, call in answers]
-    made = population_put(
-        content={**draft, "biographies": {**draft["biographies"], "texts": texts}}
-    )
+        think_concurrently(asks, ask, cancel=scope, bound=bound)
+
+
+def biographies_store(asked: Asked, texts: list[str], calls: list[str]) -> dict[str, Any]:
+    """Store the version holding ``texts`` (one per agent, in order); what it made."""
+    version = _version(asked.content, asked.template, asked.source_hash, asked.prompt, texts)
+    made = population_put(content=version)
     costs = LlmCall.objects.filter(pk__in=calls).values_list("cost", flat=True)
     known = [c for c in costs if c is not None]
     return {
         "hash": made["hash"],
         "was_new": made["was_new"],
-        "derived_from": hash,
-        "source": {"hash": source_hash},
+        "derived_from": asked.population,
+        "source": {"hash": asked.source_hash},
         "agents": len(texts),
         "llm_calls": calls,
         "cost": str(sum(known)) if len(known) == len(calls) else None,
@@ -260,9 +308,8 @@ def _concurrency(source_hash: str) -> int:
 
 def _biography(
     agent: dict[str, Any],
-    content: dict[str, Any],
-    prompt: str,
-    source_hash: str,
+    asked: Asked,
+    node_id: str,
     ledger: BudgetLedger | None,
     next_seq: Callable[[], int],
     cancel: CancelScope,
@@ -276,17 +323,20 @@ def _biography(
         world_slug="",
         attempted_turn=0,
         next_seq=next_seq,
-        node_id=f"biography:{content['label']}"[:64],
+        node_id=node_id,
         subject_id=agent["id"][:200],
-        who=f"population {content['label']}'s biography of agent {index}",
+        who=f"population {asked.content['label']}'s biography of agent {index}",
         budget=ledger,
         cancel=cancel,
     )
-    user = render({**dict.fromkeys(TEMPLATE_FIELDS, ""), "id": prompt}, index, values)["id"]
+    user = render({**dict.fromkeys(TEMPLATE_FIELDS, ""), "id": asked.prompt}, index, values)
     try:
         gen = invoke_llm(
-            source_hash=source_hash,
-            messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}],
+            source_hash=asked.source_hash,
+            messages=[
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": user["id"]},
+            ],
             ctx=ctx,
             response_schema=None,
             kind=InvocationKind.BIOGRAPHY,

@@ -1,12 +1,16 @@
 """Biographies written by an LLM source (docs/populations.md, "Biographies written by a model")
-over real HTTP against the scripted model: one request per drawn agent, each a traced call of
-kind ``biography`` outside any world; the texts go into a new version of the population whose
-hash is stable on re-read and whose agents assembly renders with them; a source failure is a
-clear error storing nothing; bad input is a 400 naming the field before any call."""
+against the scripted model over real HTTP: the request is checked whole (bad input is a 400
+naming the field, nothing queued, no call), then accepted (202) as a run that a worker carries
+out (here run in-process, as the worker's task does; tests/worlds_app/test_biography_runs.py
+runs it on real workers): one request per drawn agent, each a traced call of kind
+``biography`` outside any world; the texts go into a new version of the population whose hash
+is stable on re-read and whose agents assembly renders with them; a source failure fails the
+run with a clear error, storing no version."""
 
 from __future__ import annotations
 
 import copy
+import os
 import re
 from typing import Any
 from uuid import UUID
@@ -23,7 +27,10 @@ from surfaces.mcp.calls import Caller, call
 from surfaces.mcp.catalog import api_tools
 from tests.conftest import LLM_SOURCE
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.support.worker import unread_queue
 from tests.support.worlds import fixture_body
+from worlds_app.models import BiographyRun
+from worlds_app.services.biography_runs import biography_run_execute
 
 pytestmark = pytest.mark.django_db
 FIXTURE = "park_visitors_rules"
@@ -56,19 +63,33 @@ def _put(client: APIClient, content: dict[str, Any]) -> str:
     return str(made.json()["hash"])
 
 
+def _ran(client: APIClient, hash: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST the request (202: queued, nothing asked yet), run it here as a worker would
+    (``biography_run_execute``), and read the run as the API shows it."""
+    accepted = client.post(f"/api/populations/{hash}/biographies/", body, format="json")
+    assert accepted.status_code == 202, accepted.json()
+    queued = accepted.json()
+    assert (queued["status"], queued["done"], queued["result"]) == ("queued", 0, None)
+    assert accepted["Location"] == queued["url"] == f"/api/biography-runs/{queued['id']}/"
+    assert biography_run_execute(run_id=queued["id"], owner="test") in ("completed", "failed")
+    read = client.get(queued["url"])
+    assert read.status_code == 200, read.json()
+    return dict(read.json())
+
+
 def test_one_traced_call_per_agent_makes_a_stable_version_assembly_uses(
     operator_client: APIClient, operator_user: User, scripted_llm: ScriptedLLM
 ) -> None:
     source = response_source_put(content=LLM_SOURCE)["hash"]
     h = _put(operator_client, _population())
     scripted_llm.route(_biography)
-    answer = operator_client.post(
-        f"/api/populations/{h}/biographies/",
+    run = _ran(
+        operator_client,
+        h,
         {"source": {"label": "chat"}, "prompt": PROMPT, "entity_template": TEMPLATE},
-        format="json",
     )
-    assert answer.status_code == 201, answer.json()
-    made = answer.json()
+    assert (run["status"], run["done"], run["agents"], run["error"]) == ("completed", 6, 6, None)
+    made = run["result"]
     assert (made["derived_from"], made["agents"], made["source"]) == (h, 6, {"hash": source})
     assert made["hash"] != h
 
@@ -141,13 +162,9 @@ def test_a_source_failure_stores_nothing_and_names_the_agent(
     populations = Population.objects.count()
     replies = iter(["One life.", "Two lives.", Reply(status=400)])
     scripted_llm.route(lambda body: next(replies))
-    answer = operator_client.post(
-        f"/api/populations/{h}/biographies/",
-        {"source": {"label": "chat"}, "prompt": PROMPT},
-        format="json",
-    )
-    assert answer.status_code == 502, answer.json()
-    error = answer.json()["error"]
+    run = _ran(operator_client, h, {"source": {"label": "chat"}, "prompt": PROMPT})
+    assert (run["status"], run["result"], run["done"]) == ("failed", None, 2)
+    error = run["error"]
     assert error["code"] == "biography_failed"
     assert (error["details"]["field"], error["details"]["agent"]) == ("source", 3)
     assert "nothing was stored" in error["message"]
@@ -161,12 +178,9 @@ def test_an_empty_biography_stores_nothing(
     response_source_put(content=LLM_SOURCE)
     h = _put(operator_client, _population(size=2))
     scripted_llm.script("A life.", "   ")
-    answer = operator_client.post(
-        f"/api/populations/{h}/biographies/",
-        {"source": {"label": "chat"}, "prompt": PROMPT},
-        format="json",
-    )
-    assert answer.status_code == 502 and answer.json()["error"]["details"]["agent"] == 2
+    run = _ran(operator_client, h, {"source": {"label": "chat"}, "prompt": PROMPT})
+    assert run["status"] == "failed" and run["error"]["details"]["agent"] == 2
+    assert "biography is empty" in run["error"]["message"]
     assert Population.objects.count() == 1
 
 
@@ -201,6 +215,7 @@ def test_bad_input_names_the_field_before_any_call(
     error = answer.json()["error"]
     assert (error["code"], error["details"]["field"]) == (code, field), error
     assert scripted_llm.requests == [] and Population.objects.count() == 1
+    assert not BiographyRun.objects.exists()  # nothing queued
 
 
 def test_readers_may_not_write_and_biography_needs_biographies(
@@ -214,6 +229,7 @@ def test_readers_may_not_write_and_biography_needs_biographies(
         format="json",
     )
     assert refused.status_code == 403 and scripted_llm.requests == []
+    assert not BiographyRun.objects.exists()
     plain = operator_client.post(
         "/api/populations/",
         {"content": {**_population(), "entity_template": TEMPLATE}},
@@ -248,9 +264,17 @@ def test_the_mcp_tool_writes_them_as_the_api_does(
         {"hash": h, "source": {"label": "chat"}, "prompt": PROMPT, "entity_template": TEMPLATE},
         Caller(user=operator_user, token=None),
     )
-    assert answer.status == 201, answer.body
-    assert answer.body["agents"] == 3 and len(scripted_llm.requests) == 3
-    stored = operator_client.get(f"/api/populations/{answer.body['hash']}/").json()
+    assert answer.status == 202, answer.body
+    assert (answer.body["status"], answer.body["agents"]) == ("queued", 3)
+    biography_run_execute(run_id=answer.body["id"], owner="test")
+    read = call(
+        api_tools()["biography_run_read"],
+        {"id": answer.body["id"]},
+        Caller(user=operator_user, token=None),
+    )
+    assert read.status == 200 and read.body["status"] == "completed", read.body
+    assert read.body["done"] == 3 and len(scripted_llm.requests) == 3
+    stored = operator_client.get(f"/api/populations/{read.body['result']['hash']}/").json()
     assert stored["content"]["biographies"]["texts"] == [
         _biography(r) for r in scripted_llm.requests
     ]
@@ -266,13 +290,10 @@ def test_the_requests_budget_refuses_a_call_that_could_pass_it(
     h = _put(operator_client, _population(size=3))
     scripted_llm.route(_biography)
     body = {"source": {"label": "chat"}, "prompt": PROMPT}
-    tight = operator_client.post(
-        f"/api/populations/{h}/biographies/",
-        {**body, "budget": {"max_tokens_total": 500}},
-        format="json",
-    )
-    assert tight.status_code == 409, tight.json()
-    error = tight.json()["error"]
+    tight = _ran(operator_client, h, {**body, "budget": {"max_tokens_total": 500}})
+    assert tight["status"] == "failed"
+    assert BiographyRun.objects.get(pk=tight["id"]).error_status == 409
+    error = tight["error"]
     assert (error["code"], error["details"]["field"], error["details"]["agent"]) == (
         "budget_exhausted",
         "budget",
@@ -284,12 +305,8 @@ def test_the_requests_budget_refuses_a_call_that_could_pass_it(
     refused = list(SourceInvocation.objects.values_list("status", "failure_class", "subject_id"))
     assert refused == [("failed", "budget_exhausted", "visitor_1")]
 
-    roomy = operator_client.post(
-        f"/api/populations/{h}/biographies/",
-        {**body, "budget": {"max_tokens_total": 100_000}},
-        format="json",
-    )
-    assert roomy.status_code == 201, roomy.json()
+    roomy = _ran(operator_client, h, {**body, "budget": {"max_tokens_total": 100_000}})
+    assert roomy["status"] == "completed", roomy
     assert len(scripted_llm.requests) == 3
     bad = operator_client.post(
         f"/api/populations/{h}/biographies/", {**body, "budget": {}}, format="json"
@@ -335,10 +352,23 @@ def test_the_biographies_page_writes_them_and_names_a_bad_field(
     scripted_llm.route(_biography)
     done = browser.post(url, fields)
     assert done.status_code == 302, done.content.decode()[:2000]
+    run = BiographyRun.objects.get()
+    assert done["Location"] == f"/biography-runs/{run.pk}/"
+    waiting = browser.get(done["Location"]).content.decode()
+    assert 'id="run-status">queued<' in waiting and 'hx-trigger="every 1s"' in waiting
+    assert '<span id="run-done">0</span><span class="of">/4</span>' in waiting
+    biography_run_execute(run_id=run.pk, owner="test")
     made = Population.objects.exclude(pk=h).get()
-    assert done["Location"] == f"/store/populations/{made.pk}/"
     assert made.content["biographies"]["texts"] == [_biography(r) for r in scripted_llm.requests]
     assert len(scripted_llm.requests) == 4
+    shown = browser.get(done["Location"]).content.decode()
+    assert 'id="run-status">completed<' in shown and "hx-trigger" not in shown
+    assert f'href="/store/populations/{made.pk}/"' in shown
+    assert reader.get(done["Location"]).status_code == 200  # readers may follow it
+    # the population's page lists its runs, so a run left alone is found again
+    listed = browser.get(f"/store/populations/{h}/").content.decode()
+    assert f'<a href="/biography-runs/{run.pk}/">run {run.pk}</a>' in listed
+    assert browser.get("/biography-runs/999999/").status_code == 404
 
 
 def test_the_admin_lists_and_shows_a_population_with_biographies(
@@ -347,11 +377,8 @@ def test_the_admin_lists_and_shows_a_population_with_biographies(
     response_source_put(content=LLM_SOURCE)
     h = _put(operator_client, _population(size=2))
     scripted_llm.route(_biography)
-    made = operator_client.post(
-        f"/api/populations/{h}/biographies/",
-        {"source": {"label": "chat"}, "prompt": PROMPT, "entity_template": TEMPLATE},
-        format="json",
-    ).json()["hash"]
+    body = {"source": {"label": "chat"}, "prompt": PROMPT, "entity_template": TEMPLATE}
+    made = _ran(operator_client, h, body)["result"]["hash"]
     admin = Client()
     admin.force_login(User.objects.create_superuser("root", password="a-long-password-1"))
     listed = admin.get("/admin/scenarios_app/population/")
@@ -373,13 +400,13 @@ def test_a_source_with_a_concurrency_limit_is_asked_that_many_at_once_in_order(
     response_source_put(content=limited)
     h = _put(operator_client, _population(size=10))
     scripted_llm.route(lambda body: Reply(text=_biography(body), delay_s=0.3))
-    answer = operator_client.post(
-        f"/api/populations/{h}/biographies/",
-        {"source": {"label": "chat_four"}, "prompt": PROMPT, "entity_template": TEMPLATE},
-        format="json",
-    )
-    assert answer.status_code == 201, answer.json()
-    made = answer.json()
+    with unread_queue(f"biographies-{os.getpid()}"):
+        run = _ran(
+            operator_client,
+            h,
+            {"source": {"label": "chat_four"}, "prompt": PROMPT, "entity_template": TEMPLATE},
+        )
+    made = run["result"]
     # four at once, never more (the source's limit holds)
     assert scripted_llm.max_in_flight == 4
     # each agent's text is its own, in the agents' order, whatever order they came back in
@@ -413,13 +440,14 @@ def test_a_failure_among_concurrent_calls_stops_the_rest_and_stores_nothing(
         return Reply(text=_biography(body), delay_s=1.0)
 
     scripted_llm.route(third_fails)
-    answer = operator_client.post(
-        f"/api/populations/{h}/biographies/",
-        {"source": {"label": "chat_four"}, "prompt": PROMPT, "entity_template": TEMPLATE},
-        format="json",
-    )
-    assert answer.status_code == 502, answer.json()
-    error = answer.json()["error"]
+    with unread_queue(f"biographies-{os.getpid()}"):
+        run = _ran(
+            operator_client,
+            h,
+            {"source": {"label": "chat_four"}, "prompt": PROMPT, "entity_template": TEMPLATE},
+        )
+    assert run["status"] == "failed"
+    error = run["error"]
     assert (error["code"], error["details"]["agent"]) == ("biography_failed", 3)
     assert Population.objects.count() == populations  # nothing stored
     # the calls out when agent 3 failed were stopped, and no agent after them was asked
