@@ -164,14 +164,19 @@ def test_a_strictly_replayed_world_is_judged_without_a_request(
     assert served.count() == 2 and all(s.replayed_from for s in served)
 
 
-def test_the_reaper_interrupts_a_judge_left_running(toy_sources: str) -> None:
-    world = buyers_world("buyers", 1)
+@pytest.mark.parametrize("kind", ["judge", "interview", "biography"])
+def test_the_reaper_interrupts_a_call_outside_attempts_left_running(
+    toy_sources: str, kind: str
+) -> None:
+    """A judge's, an interview's or a biography's call (no attempt: their tasks' own) left
+    running by a dead worker, longer ago than a task may run, is interrupted."""
+    world = buyers_world("buyers", 1) if kind != "biography" else None
     stale = SourceInvocation.objects.create(
         attempt=None,
         world=world,
         attempted_turn=1,
         seq=1,
-        kind="judge",
+        kind=kind,
         source_hash="0" * 64,
         started_at=timezone.now() - timedelta(hours=3),
         request={},
@@ -182,7 +187,7 @@ def test_the_reaper_interrupts_a_judge_left_running(toy_sources: str) -> None:
         world=world,
         attempted_turn=1,
         seq=2,
-        kind="judge",
+        kind=kind,
         source_hash="0" * 64,
         started_at=timezone.now(),
         request={},
