@@ -13,7 +13,7 @@ from cognition_app.recording.closing import (
     finish_running,
     interrupt_running,
     interrupt_running_of,
-    interrupt_stale_judges,
+    interrupt_stale_unattached,
 )
 from cognition_app.recording.generations import CheckRecord, GenerationRecord, Verdict
 from cognition_app.recording.port import DIRECT, DirectRecorder, Recorder, trace_batch
@@ -33,7 +33,7 @@ __all__ = [
     "finish_running",
     "interrupt_running",
     "interrupt_running_of",
-    "interrupt_stale_judges",
+    "interrupt_stale_unattached",
     "log_finished",
     "trace_batch",
 ]

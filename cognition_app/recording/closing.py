@@ -51,7 +51,7 @@ def finish_running(*, attempt_id: UUID, reason: str) -> int:
 _OUTSIDE_ATTEMPTS = (InvocationKind.JUDGE, InvocationKind.INTERVIEW, InvocationKind.BIOGRAPHY)
 
 
-def interrupt_stale_judges(*, started_before: datetime) -> int:
+def interrupt_stale_unattached(*, started_before: datetime) -> int:
     """The reaper's part for calls outside any attempt: a judge's, an interview's or a
     biography's rows still ``running`` though started before ``started_before`` (longer ago
     than its task may run: its worker died) become ``interrupted``."""

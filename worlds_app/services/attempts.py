@@ -26,7 +26,7 @@ from chukwa_core import log_context
 from chukwa_core.errors import ConflictError, NotFoundError, invalid
 from chukwa_core.json_values import storable_text
 from cognition_app.batches import BatchPending
-from cognition_app.recording import interrupt_running, interrupt_stale_judges
+from cognition_app.recording import interrupt_running, interrupt_stale_unattached
 from cognition_app.sources import scrub
 from cognition_app.subject_run import AttemptFailure, StagedEvent
 from worlds_app.models import (
@@ -442,7 +442,7 @@ def turn_attempt_reap(*, now: datetime | None = None) -> list[str]:
     left running longer than its task may run is interrupted too."""
     now = now or _now()
     stale = now - timedelta(seconds=settings.CHUKWA_ATTEMPT_TIME_LIMIT)
-    interrupt_stale_judges(started_before=stale)
+    interrupt_stale_unattached(started_before=stale)
     settle_leaked(created_before=stale)
     expired = list(
         TurnAttempt.objects.filter(

@@ -1,16 +1,17 @@
 """Biographies for a population's agents, written by an LLM source (docs/populations.md,
-"Biographies written by a model").
+"Biographies written by a model"): checking a request, asking the source, storing the version;
+``worlds_app.services.biography_runs`` runs them on a worker.
 
 An explicit action, never part of assembly: the source is asked once per drawn agent (its
 prompt rendered from the agent's axis values), each call a traced generation of kind
 ``biography`` outside any world (its rows carry no world, the agent's id as their subject, and
 its cost like any call's). The texts go into a new version of the population
 (``content.biographies``: the source, the prompt and one text per agent), so its hash changes
-once and is stable afterwards, and assembly reads the texts without asking any model. All calls
-are made before anything is stored: a source failure stores nothing (the calls made until then
-stay traced, as every call does). The agents are asked one after another, or as many at once
-as the source's ``limits.concurrency`` allows (up to ``BIOGRAPHY_THREADS``), each on a thread
-of its own (``think_concurrently``); the first failure stops the calls still out.
+once and is stable afterwards, and assembly reads the texts without asking any model. Every
+agent has its text before the version is stored: a source failure stores no version (the calls
+made until then stay traced, as every call does). The agents are asked one after another, or as
+many at once as the source's ``limits.concurrency`` allows (up to ``BIOGRAPHY_THREADS``), each on
+a thread of its own (``think_concurrently``); the first failure stops the calls still out.
 """
 
 from __future__ import annotations
