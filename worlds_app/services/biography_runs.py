@@ -34,11 +34,8 @@ from cognition_app.recording import interrupt_running_of
 from scenarios_app.models import ResponseSource
 from worlds_app.models import BiographyRun, BiographyText
 from worlds_app.services.claims import Heartbeat, LeaseLost, lease_seconds
-from worlds_app.services.dispatch import (
-    BROKER_ERRORS,
-    biography_send,
-    biography_send_on_commit,
-)
+from worlds_app.services.dispatch import biography_send, biography_send_on_commit
+from worlds_app.services.leased_rows import reap_leased, renew_row_lease
 from worlds_app.services.population_biographies import (
     Asked,
     biographies_ask,
@@ -50,8 +47,6 @@ from worlds_app.services.population_biographies import (
 logger = logging.getLogger(__name__)
 
 MAX_BIOGRAPHY_TRIES = 3
-# A queued run older than this with no worker on it is re-sent by the reaper.
-REDRIVE_AFTER_SECONDS = 30
 
 
 def biography_run_create(*, hash: str, data: Any, created_by: str = "") -> BiographyRun:
@@ -99,11 +94,7 @@ def _asked(run: BiographyRun) -> Asked:
 
 
 def _renew(run: BiographyRun) -> None:
-    renewed = BiographyRun.objects.filter(
-        pk=run.pk, status="running", lease_owner=run.lease_owner
-    ).update(lease_expires_at=timezone.now() + timedelta(seconds=lease_seconds()))
-    if not renewed:
-        raise LeaseLost(f"biography run {run.pk}")
+    renew_row_lease(BiographyRun, run)
 
 
 def _claim(run_id: int, owner: str) -> BiographyRun | None:
@@ -190,57 +181,22 @@ def biography_run_execute(*, run_id: int, owner: str) -> str | None:
 
 def biography_reap(*, now: datetime | None = None) -> dict[str, list[int]]:
     """Settle runs left by killed workers and re-send lost ones: a running run whose lease
-    expired is queued again (and sent), or failed once tried :data:`MAX_BIOGRAPHY_TRIES` times;
-    a queued run older than :data:`REDRIVE_AFTER_SECONDS` is sent again (a duplicate message
-    finds it claimed and does nothing)."""
-    now = now or timezone.now()
-    requeued: list[int] = []
-    failed: list[int] = []
-    expired = BiographyRun.objects.filter(status="running", lease_expires_at__lt=now)
-    for run_id in list(expired.values_list("pk", flat=True)):
-        with transaction.atomic():
-            run = (
-                BiographyRun.objects.select_for_update()
-                .filter(pk=run_id, status="running", lease_expires_at__lt=now)
-                .first()
-            )
-            if run is None:
-                continue
-            reason = (
-                f"worker {run.lease_owner or '?'} stopped answering (lease expired at "
-                f"{run.lease_expires_at.isoformat() if run.lease_expires_at else '?'})"
-            )
-            # the calls it had out are finished, never left running
-            interrupt_running_of(node_id=node_id(run), reason=reason)
-            if run.tries >= MAX_BIOGRAPHY_TRIES:
-                run.status, run.error_code, run.error_status = "failed", "worker_lost", 503
-                run.error_message = f"{reason}; tried {run.tries} times; nothing was stored"
-                run.finished_at = now
-                failed.append(run.pk)
-            else:
-                run.status, run.error_code, run.error_message = "queued", "", reason
-                requeued.append(run.pk)
-            run.lease_expires_at = None
-            run.save(
-                update_fields=[
-                    "status",
-                    "error_code",
-                    "error_message",
-                    "error_status",
-                    "finished_at",
-                    "lease_expires_at",
-                ]
-            )
-    old = now - timedelta(seconds=REDRIVE_AFTER_SECONDS)
-    lost = BiographyRun.objects.filter(status="queued", created_at__lt=old).exclude(pk__in=requeued)
-    sent: list[int] = []
-    for run_id in [*requeued, *lost.order_by("pk").values_list("pk", flat=True)[:500]]:
-        try:
-            biography_send(run_id)
-        except BROKER_ERRORS:
-            break  # still queued: the next period sends it
-        sent.append(run_id)
-    return {"requeued": requeued, "failed": failed, "sent": sent}
+    expired has the calls it had out traced ``interrupted`` and is queued again (and sent), or
+    failed once tried :data:`MAX_BIOGRAPHY_TRIES` times; a queued run whose message was lost is
+    sent again (a duplicate message finds it claimed and does nothing)."""
+
+    def calls_interrupted(run: BiographyRun, reason: str) -> None:
+        interrupt_running_of(node_id=node_id(run), reason=reason)
+
+    return reap_leased(
+        BiographyRun,
+        now=now,
+        max_tries=MAX_BIOGRAPHY_TRIES,
+        send=biography_send,
+        on_expired=calls_interrupted,
+        failed_fields={"error_status": 503},
+        failed_note="; nothing was stored",
+    )
 
 
 def biography_run_get(run_id: int) -> BiographyRun:

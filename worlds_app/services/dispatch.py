@@ -567,62 +567,46 @@ def turn_attempt_redrive(*, limit: int | None = None) -> list[str]:
     return sent
 
 
-# --- interviews (services.interview_runs) ------------------------------------------------
+# --- interviews and biographies runs (services.interview_runs, services.biography_runs) ---
 
 
-def interview_send(interview_id: int) -> None:
-    """Hand an interview to the measure queue (where judges' and surveys' calls run; read at
-    send time, so tests route it to their worker); a broker error propagates."""
+def _send_measure_task(task: str, row_id: int) -> None:
+    """Hand a leased row's task to the measure queue (where judges' calls run; read at send
+    time, so tests route it to their worker); a broker error propagates."""
     from celery import current_app
 
-    current_app.send_task(
-        RUN_INTERVIEW_TASK, args=[interview_id], queue=settings.CHUKWA_MEASURE_QUEUE
-    )
+    current_app.send_task(task, args=[row_id], queue=settings.CHUKWA_MEASURE_QUEUE)
 
 
-def interview_send_on_commit(interview_id: int) -> None:
+def _send_measure_task_on_commit(task: str, row_id: int, what: str) -> None:
     """After commit, wake a worker; a broker that cannot take the message is logged and the
     row stays queued for the re-drive."""
 
     def send() -> None:
         try:
-            interview_send(interview_id)
+            _send_measure_task(task, row_id)
         except BROKER_ERRORS as exc:
             logger.warning(
-                "interview %s: not sent now, broker unavailable (%s); the re-drive will send it",
-                interview_id,
+                "%s %s: not sent now, broker unavailable (%s); the re-drive will send it",
+                what,
+                row_id,
                 type(exc).__name__,
             )
 
     transaction.on_commit(send)
 
 
-# --- biographies (services.biography_runs) ------------------------------------------------
+def interview_send(interview_id: int) -> None:
+    _send_measure_task(RUN_INTERVIEW_TASK, interview_id)
+
+
+def interview_send_on_commit(interview_id: int) -> None:
+    _send_measure_task_on_commit(RUN_INTERVIEW_TASK, interview_id, "interview")
 
 
 def biography_send(run_id: int) -> None:
-    """Hand a biographies run to the measure queue (where judges' and interviews' calls run);
-    a broker error propagates."""
-    from celery import current_app
-
-    current_app.send_task(
-        WRITE_BIOGRAPHIES_TASK, args=[run_id], queue=settings.CHUKWA_MEASURE_QUEUE
-    )
+    _send_measure_task(WRITE_BIOGRAPHIES_TASK, run_id)
 
 
 def biography_send_on_commit(run_id: int) -> None:
-    """After commit, wake a worker; a broker that cannot take the message is logged and the
-    run stays queued for the re-drive."""
-
-    def send() -> None:
-        try:
-            biography_send(run_id)
-        except BROKER_ERRORS as exc:
-            logger.warning(
-                "biographies run %s: not sent now, broker unavailable (%s); the re-drive will "
-                "send it",
-                run_id,
-                type(exc).__name__,
-            )
-
-    transaction.on_commit(send)
+    _send_measure_task_on_commit(WRITE_BIOGRAPHIES_TASK, run_id, "biographies run")

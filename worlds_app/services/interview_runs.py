@@ -26,25 +26,20 @@ from django.utils import timezone
 from chukwa_core.errors import ChukwaError
 from worlds_app.models import Interview
 from worlds_app.services.branches import branch_point
-from worlds_app.services.claims import Heartbeat, LeaseLost, lease_seconds
-from worlds_app.services.dispatch import BROKER_ERRORS, interview_send
+from worlds_app.services.claims import Heartbeat, lease_seconds
+from worlds_app.services.dispatch import interview_send
 from worlds_app.services.interviews import interview_answers, latest_hash
+from worlds_app.services.leased_rows import reap_leased, renew_row_lease
 from worlds_app.turn_view import turn_states
 
 logger = logging.getLogger(__name__)
 
 MAX_INTERVIEW_TRIES = 2
-# A queued row older than this with no worker on it is re-sent by the reaper.
-REDRIVE_AFTER_SECONDS = 30
 
 
 def _renew(row: Interview) -> None:
     """The heartbeat's renewal of a running interview's lease (``claims.Heartbeat``)."""
-    renewed = Interview.objects.filter(
-        pk=row.pk, status="running", lease_owner=row.lease_owner
-    ).update(lease_expires_at=timezone.now() + timedelta(seconds=lease_seconds()))
-    if not renewed:
-        raise LeaseLost(f"interview {row.pk}")
+    renew_row_lease(Interview, row)
 
 
 def _claim(interview_id: int, owner: str) -> Interview | None:
@@ -130,50 +125,6 @@ def interview_run(*, interview_id: int, owner: str) -> str | None:
 def interview_reap(*, now: datetime | None = None) -> dict[str, list[int]]:
     """Settle interviews left by killed workers and re-send lost ones: a running row whose lease
     expired is queued again (and sent), or failed with the reason once tried
-    :data:`MAX_INTERVIEW_TRIES` times; a queued row older than :data:`REDRIVE_AFTER_SECONDS`
-    is sent again (a duplicate message finds it claimed and does nothing)."""
-    now = now or timezone.now()
-    requeued: list[int] = []
-    failed: list[int] = []
-    expired = Interview.objects.filter(status="running", lease_expires_at__lt=now)
-    for interview_id in list(expired.values_list("pk", flat=True)):
-        with transaction.atomic():
-            row = (
-                Interview.objects.select_for_update()
-                .filter(pk=interview_id, status="running", lease_expires_at__lt=now)
-                .first()
-            )
-            if row is None:
-                continue
-            reason = (
-                f"worker {row.lease_owner or '?'} stopped answering (lease expired at "
-                f"{row.lease_expires_at.isoformat() if row.lease_expires_at else '?'})"
-            )
-            if row.tries >= MAX_INTERVIEW_TRIES:
-                row.status, row.error_code = "failed", "worker_lost"
-                row.error_message = f"{reason}; tried {row.tries} times"
-                row.finished_at = now
-                failed.append(row.pk)
-            else:
-                row.status, row.error_code, row.error_message = "queued", "", reason
-                requeued.append(row.pk)
-            row.lease_expires_at = None
-            row.save(
-                update_fields=[
-                    "status",
-                    "error_code",
-                    "error_message",
-                    "finished_at",
-                    "lease_expires_at",
-                ]
-            )
-    old = now - timedelta(seconds=REDRIVE_AFTER_SECONDS)
-    lost = Interview.objects.filter(status="queued", created_at__lt=old).exclude(pk__in=requeued)
-    sent: list[int] = []
-    for interview_id in [*requeued, *lost.order_by("pk").values_list("pk", flat=True)[:500]]:
-        try:
-            interview_send(interview_id)
-        except BROKER_ERRORS:
-            break  # still queued: the next period sends it
-        sent.append(interview_id)
-    return {"requeued": requeued, "failed": failed, "sent": sent}
+    :data:`MAX_INTERVIEW_TRIES` times; a queued row older than a while is sent again (a
+    duplicate message finds it claimed and does nothing)."""
+    return reap_leased(Interview, now=now, max_tries=MAX_INTERVIEW_TRIES, send=interview_send)

@@ -44,6 +44,14 @@ TEMPLATE = {
 }
 
 
+# the chat source, declaring that its provider takes 4 requests at once
+LIMITED_SOURCE = {
+    **LLM_SOURCE,
+    "label": "chat_four",
+    "interface": {**LLM_SOURCE["interface"], "limits": {"concurrency": 4}},
+}
+
+
 def _population(size: int = 6) -> dict[str, Any]:
     content = copy.deepcopy(fixture_body(FIXTURE)["populations"][0]["ref"]["inline"])
     return {**content, "size": size}
@@ -392,12 +400,7 @@ def test_the_admin_lists_and_shows_a_population_with_biographies(
 def test_a_source_with_a_concurrency_limit_is_asked_that_many_at_once_in_order(
     operator_client: APIClient, scripted_llm: ScriptedLLM
 ) -> None:
-    limited = {
-        **LLM_SOURCE,
-        "label": "chat_four",
-        "interface": {**LLM_SOURCE["interface"], "limits": {"concurrency": 4}},
-    }
-    response_source_put(content=limited)
+    response_source_put(content=LIMITED_SOURCE)
     h = _put(operator_client, _population(size=10))
     scripted_llm.route(lambda body: Reply(text=_biography(body), delay_s=0.3))
     with unread_queue(f"biographies-{os.getpid()}"):
@@ -425,12 +428,7 @@ def test_a_source_with_a_concurrency_limit_is_asked_that_many_at_once_in_order(
 def test_a_failure_among_concurrent_calls_stops_the_rest_and_stores_nothing(
     operator_client: APIClient, scripted_llm: ScriptedLLM
 ) -> None:
-    limited = {
-        **LLM_SOURCE,
-        "label": "chat_four",
-        "interface": {**LLM_SOURCE["interface"], "limits": {"concurrency": 4}},
-    }
-    response_source_put(content=limited)
+    response_source_put(content=LIMITED_SOURCE)
     h = _put(operator_client, _population(size=10))
     populations = Population.objects.count()
 
