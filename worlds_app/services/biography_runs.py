@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -33,9 +33,9 @@ from cognition_app.models import LlmCall
 from cognition_app.recording import interrupt_running_of
 from scenarios_app.models import ResponseSource
 from worlds_app.models import BiographyRun, BiographyText
-from worlds_app.services.claims import Heartbeat, LeaseLost, lease_seconds
+from worlds_app.services.claims import Heartbeat, LeaseLost
 from worlds_app.services.dispatch import biography_send, biography_send_on_commit
-from worlds_app.services.leased_rows import reap_leased, renew_row_lease
+from worlds_app.services.leased_rows import claim_leased, reap_leased, renew_row_lease
 from worlds_app.services.population_biographies import (
     Asked,
     biographies_ask,
@@ -98,18 +98,9 @@ def _renew(run: BiographyRun) -> None:
 
 
 def _claim(run_id: int, owner: str) -> BiographyRun | None:
-    now = timezone.now()
-    with transaction.atomic():
-        run = BiographyRun.objects.select_for_update().filter(pk=run_id).first()
-        if run is None or run.status != "queued":
-            return None  # finished, or another worker has it: a duplicate message
-        run.status = "running"
-        run.tries += 1
-        run.lease_owner = owner[:200]
-        run.lease_expires_at = now + timedelta(seconds=lease_seconds())
-        run.started_at = run.started_at or now
-        run.save(update_fields=["status", "tries", "lease_owner", "lease_expires_at", "started_at"])
-        return run
+    # a later try keeps the texts written, and the run its first start
+    run: BiographyRun | None = claim_leased(BiographyRun, run_id, owner, keep_start=True)
+    return run
 
 
 def _ours(run: BiographyRun) -> Any:

@@ -17,19 +17,18 @@ from __future__ import annotations
 
 import copy
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from chukwa_core.errors import ChukwaError
 from worlds_app.models import Interview
 from worlds_app.services.branches import branch_point
-from worlds_app.services.claims import Heartbeat, lease_seconds
+from worlds_app.services.claims import Heartbeat
 from worlds_app.services.dispatch import interview_send
 from worlds_app.services.interviews import interview_answers, latest_hash
-from worlds_app.services.leased_rows import reap_leased, renew_row_lease
+from worlds_app.services.leased_rows import claim_leased, reap_leased, renew_row_lease
 from worlds_app.turn_view import turn_states
 
 logger = logging.getLogger(__name__)
@@ -43,28 +42,11 @@ def _renew(row: Interview) -> None:
 
 
 def _claim(interview_id: int, owner: str) -> Interview | None:
-    now = timezone.now()
-    with transaction.atomic():
-        row = Interview.objects.select_for_update().filter(pk=interview_id).first()
-        if row is None or row.status != "queued":
-            return None  # finished, or another worker has it: a duplicate message
-        row.status = "running"
-        row.tries += 1
-        row.lease_owner = owner[:200]
-        row.lease_expires_at = now + timedelta(seconds=lease_seconds())
-        row.started_at = now
-        row.answers = []  # a retry asks again from the start
-        row.save(
-            update_fields=[
-                "status",
-                "tries",
-                "lease_owner",
-                "lease_expires_at",
-                "started_at",
-                "answers",
-            ]
-        )
-        return row
+    # a retry asks again from the start
+    row: Interview | None = claim_leased(
+        Interview, interview_id, owner, keep_start=False, answers=[]
+    )
+    return row
 
 
 def _finish(row: Interview, *, error: tuple[str, str] | None, after: str) -> None:

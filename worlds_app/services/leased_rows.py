@@ -22,6 +22,29 @@ from worlds_app.services.dispatch import BROKER_ERRORS
 REDRIVE_AFTER_SECONDS = 30
 
 
+def claim_leased(
+    model: type[models.Model], row_id: int, owner: str, *, keep_start: bool, **fields: Any
+) -> Any | None:
+    """Claim a queued row for this worker (``running``, a try more, a lease), setting
+    ``fields`` too; its ``started_at`` now, or its first try's if ``keep_start``. None when it
+    is not queued (finished, or another worker has it: a duplicate message)."""
+    now = timezone.now()
+    with transaction.atomic():
+        row: Any = model._default_manager.select_for_update().filter(pk=row_id).first()
+        if row is None or row.status != "queued":
+            return None
+        row.status = "running"
+        row.tries += 1
+        row.lease_owner = owner[:200]
+        row.lease_expires_at = now + timedelta(seconds=lease_seconds())
+        row.started_at = (row.started_at if keep_start else None) or now
+        for name, value in fields.items():
+            setattr(row, name, value)
+        claimed = ["status", "tries", "lease_owner", "lease_expires_at", "started_at"]
+        row.save(update_fields=[*claimed, *fields])
+        return row
+
+
 def renew_row_lease(model: type[models.Model], row: Any) -> None:
     """The heartbeat's renewal of a running row's lease (``claims.Heartbeat``); LeaseLost once
     the row is no longer this worker's."""
