@@ -174,7 +174,7 @@ class BiographyRunSerializer(serializers.Serializer):
     url = serializers.CharField(help_text="where to read the run (poll until it has ended)")
     population = HashOutField(help_text="the population the biographies are written for")
     label = LabelOutField()  # type: ignore[assignment]  # the API's field name shadows a Field attribute
-    source = JSONObjectField(help_text='{"hash": H}: the source asked')  # type: ignore[assignment]  # the API's field name shadows a Field attribute
+    source = JSONObjectField(help_text='{"hash": H, "label": L}: the source asked')  # type: ignore[assignment]  # the API's field name shadows a Field attribute
     status = serializers.ChoiceField(choices=RUN_STATUSES)
     agents = serializers.IntegerField(help_text="one call and one biography per agent")
     done = serializers.IntegerField(help_text="agents with their biography so far")
