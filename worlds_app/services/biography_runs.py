@@ -118,8 +118,8 @@ def _spent(run: BiographyRun) -> tuple[int, Decimal]:
 
 
 def biography_run_execute(*, run_id: int, owner: str) -> str | None:
-    """Claim and run one queued run; its final status, or None when there was nothing to
-    claim."""
+    """Claim and run one queued run; its final status ("lease_lost" when the reaper had taken
+    it meanwhile), or None when there was nothing to claim."""
     run = _claim(run_id, owner)
     if run is None:
         return None
@@ -154,7 +154,7 @@ def biography_run_execute(*, run_id: int, owner: str) -> str | None:
             kept = list(rows.values_list("text", "call"))
             made = biographies_store(asked, [t for t, _ in kept], [str(c) for _, c in kept])
         except ChukwaError as exc:
-            _ours(run).update(
+            ended = _ours(run).update(
                 status="failed",
                 error_code=exc.code[:40],
                 error_message=exc.message,
@@ -163,11 +163,23 @@ def biography_run_execute(*, run_id: int, owner: str) -> str | None:
                 finished_at=timezone.now(),
                 lease_expires_at=None,
             )
-            return "failed"
-    _ours(run).update(
+            return "failed" if ended else _lost(run, "failed")
+    ended = _ours(run).update(
         status="completed", result=made, finished_at=timezone.now(), lease_expires_at=None
     )
-    return "completed"
+    return "completed" if ended else _lost(run, "completed")
+
+
+def _lost(run: BiographyRun, outcome: str) -> str:
+    """The run ended here after the reaper had taken it away (its lease ran out): the reaper's
+    state stands (queued again, or failed), and the next try ends it again (a version already
+    stored is stored again with the same hash). Logged, not hidden."""
+    logger.warning(
+        "biographies run %s: %s here, but its lease was lost; the reaper's state stands",
+        run.pk,
+        outcome,
+    )
+    return "lease_lost"
 
 
 def biography_reap(*, now: datetime | None = None) -> dict[str, list[int]]:

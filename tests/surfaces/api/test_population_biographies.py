@@ -30,6 +30,7 @@ from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worker import unread_queue
 from tests.support.worlds import fixture_body
 from worlds_app.models import BiographyRun
+from worlds_app.services import biography_runs
 from worlds_app.services.biography_runs import biography_run_execute
 
 pytestmark = pytest.mark.django_db
@@ -455,3 +456,26 @@ def test_a_failure_among_concurrent_calls_stops_the_rest_and_stores_nothing(
     assert statuses["visitor_3"] == "failed"
     assert {statuses[f"visitor_{i}"] for i in (1, 2, 4)} == {"cancelled"}
     assert len(statuses) == 4 and len(scripted_llm.requests) == 4
+
+
+def test_a_run_whose_lease_was_taken_meanwhile_says_so_and_keeps_the_reapers_state(
+    operator_client: APIClient, scripted_llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    response_source_put(content=LLM_SOURCE)
+    h = _put(operator_client, _population(size=2))
+    scripted_llm.route(_biography)
+    run_id = operator_client.post(
+        f"/api/populations/{h}/biographies/",
+        {"source": {"label": "chat"}, "prompt": PROMPT},
+        format="json",
+    ).json()["id"]
+    store = biography_runs.biographies_store
+
+    def reaped_meanwhile(*args: Any) -> dict[str, Any]:
+        # the reaper queued it again while this try stored the version
+        BiographyRun.objects.filter(pk=run_id).update(status="queued", lease_owner="")
+        return store(*args)
+
+    monkeypatch.setattr(biography_runs, "biographies_store", reaped_meanwhile)
+    assert biography_run_execute(run_id=run_id, owner="test") == "lease_lost"
+    assert BiographyRun.objects.get(pk=run_id).status == "queued"  # not marked completed
