@@ -566,6 +566,7 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
         f"waited for a slot: {sum(1 for w in waits if w)} of {calls} calls, "
         f"{statistics.median(waits):.0f} ms median, {max(waits)} ms max"
     )
+    print(f"   slots busy by tenth of the wall: {_by_tenth(generations, start, wall)}")
     print(
         f"   attempt claim → commit: {statistics.median(turns):.0f} ms median "
         f"({min(turns):.0f}–{max(turns):.0f})"
@@ -586,6 +587,22 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
     workers.stop()
     _set_in_flight(default_in_flight)
     return summary, with_creation
+
+
+def _by_tenth(generations: list[Any], start: float, wall: float) -> str:
+    """How many generation rows stood open on average in each tenth of the wall: where the
+    model's slots stood idle (the ramp as the first worlds start, the tail as the last end)."""
+    tenth = wall / 10
+    busy = [0.0] * 10
+    for began, ended, _ in generations:
+        if ended is None:
+            continue
+        lo, hi = _seconds(began) - start, _seconds(ended) - start
+        for index in range(10):
+            overlap = min(hi, (index + 1) * tenth) - max(lo, index * tenth)
+            if overlap > 0:
+                busy[index] += overlap
+    return " ".join(f"{b / tenth:.1f}" for b in busy)
 
 
 def _spy_on(workers: Workers, py_spy: str | None) -> list[subprocess.Popen[bytes]]:

@@ -193,6 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
             self._drop()
             return
+        self._uncount()
         self.wfile.write(body)
         self.wfile.flush()
 
@@ -268,13 +269,22 @@ class _Handler(BaseHTTPRequestHandler):
             return
         headers = {key.lower(): value for key, value in self.headers.items()}
         probe = _is_probe(body)
-        if not probe:
+        self._counted = not probe
+        if self._counted:
             llm._enter()
         try:
             self._answer(llm, body, headers)
         finally:
-            if not probe:
-                llm._leave()
+            self._uncount()
+
+    def _uncount(self) -> None:
+        """The request is no longer in flight: called as its last bytes are about to be
+        written (the client cannot have read its end before), or when its handler ends. Counted
+        only after the write, a client that read the end, gave its slot back and sent its next
+        request could be seen before this thread ran again: a peak the client never caused."""
+        if getattr(self, "_counted", False):
+            self._counted = False
+            self.server.llm._leave()
 
     def _answer(self, llm: ScriptedLLM, body: dict[str, Any], headers: dict[str, str]) -> None:
         try:
@@ -425,6 +435,7 @@ class _Handler(BaseHTTPRequestHandler):
                 }
             )
         event("[DONE]")
+        self._uncount()
         self._write_chunk(b"")  # terminating zero-length chunk: "0\r\n\r\n"
 
 

@@ -20,6 +20,9 @@ from cognition_app.sources.context import INTERACTIVE, CallContext
 # when the limit cannot say when capacity returns; the longest it sleeps when it can.
 WAIT_STEP_SECONDS = 0.05
 MAX_STEP_SECONDS = 1.0
+# How long a request waiting for a limit that announces freed capacity (``Wait.wake``) blocks
+# on that announcement before it asks again anyway (and looks at its attempt's cancel flag).
+WAKE_STEP_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,9 @@ class Wait:
     seconds (None: unknown, try again after a step; 0: the limit already waited, try at once);
     ``reason``, what the request waits for in words (a slot and who holds it, an interactive
     turn served first), shown on the waiting attempt. A wait that must end (Redis unavailable)
-    says with what the try fails once it has lasted ``give_up_after`` seconds."""
+    says with what the try fails once it has lasted ``give_up_after`` seconds. A limit that
+    announces capacity given back (``wake``) lets the request block until then (at most the
+    seconds it is given) instead of asking again after a fixed step."""
 
     limit: str
     retry_in: float | None = None
@@ -86,6 +91,8 @@ class Wait:
     # in all (None: it waits as long as the limit binds)
     give_up: SourceFailure | None = None
     give_up_after: float = 0.0
+    # blocks until the limit announces capacity given back, or for at most the given seconds
+    wake: Callable[[float], None] | None = field(default=None, compare=False)
 
     def said(self) -> str:
         return self.reason or f"capacity: the {self.limit} limit"
@@ -132,7 +139,8 @@ def take_waiting(limit: Limit, request: CallRequest, waits: LimitWaits) -> Held 
     it says capacity returns) between asks, each wait added to ``waits`` under the name of what
     bound, and what it waits for told to the call's ``on_wait`` as it changes (then "" once
     held). A stop of the attempt ends the wait at once; a wait that gives up (``Wait.give_up``)
-    refuses once it has lasted long enough."""
+    refuses once it has lasted long enough. A limit that announces freed capacity
+    (``Wait.wake``) is asked again as soon as it does."""
     cancel = request.ctx.cancel
     told = ""
     while True:
@@ -152,6 +160,12 @@ def take_waiting(limit: Limit, request: CallRequest, waits: LimitWaits) -> Held 
         if said != told:
             _tell(request, said)
             told = said
+        if outcome.wake is not None and outcome.retry_in is None:
+            outcome.wake(WAKE_STEP_SECONDS)  # woken as soon as a slot is given back
+            if cancel is not None:
+                cancel.check(request.what)
+            waits.add(outcome.limit, time.monotonic() - before)
+            continue
         if outcome.retry_in is None:
             step = WAIT_STEP_SECONDS
         elif outcome.retry_in <= 0:

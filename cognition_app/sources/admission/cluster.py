@@ -21,12 +21,20 @@ the last slot. The script answers which of the limits binds (``concurrency``,
 lasts) and when it may free up; admission (``cognition_app.sources.admission``) waits and records
 the wait like any other limit's. Redis unavailable, a call is not sent unchecked: it waits for
 Redis (as the limit ``redis``) for ``CHUKWA_REDIS_WAIT_SECONDS``, then its try fails.
+
+A slot given back is announced: a call waiting for a concurrency slot registers itself while it
+waits and blocks on a Redis list (``BLPOP``); giving a slot back pushes one wake-up there when
+someone waits (an interactive call's list first), so the first waiter asks again at once
+instead of at its next step. Redis wakes its blocked clients first come, first served. A wait
+still asks again every ``WAKE_STEP_SECONDS`` (a killed worker's slot comes back by its lease
+running out, which nobody announces).
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
 import uuid
 from collections.abc import Mapping
 from functools import partial
@@ -36,7 +44,13 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 from cognition_app.failures import SourceFailure
-from cognition_app.sources.admission.base import CallRequest, Held, Refused, Wait
+from cognition_app.sources.admission.base import (
+    WAIT_STEP_SECONDS,
+    CallRequest,
+    Held,
+    Refused,
+    Wait,
+)
 from cognition_app.sources.admission.leases import (
     LEASES,
     REDIS_RETRY_SECONDS,
@@ -50,13 +64,15 @@ from cognition_app.sources.admission.priority import WAITING_MS, held_by
 
 logger = logging.getLogger(__name__)
 
-# KEYS: concurrency, requests, tokens, pause, interactive waiting, holders. ARGV: token,
+# KEYS: concurrency, requests, tokens, pause, interactive waiting, holders, others waiting for
+# a slot (``_wake_keys``). ARGV: token,
 # lease_ms, concurrency, requests_per_minute, tokens_per_minute, tokens, window_ms, interactive
 # (1/0), who, waiting_ms. Returns {1, "", 0, ""} when taken, else {0, <the limit that binds>,
 # <ms until it may free up, 0 if unknown>, <who holds the concurrency slots>}. The time is
 # Redis's own (``TIME``), never a worker's: a worker whose clock is off cannot stretch or cut a
 # window or a lease. An interactive call that must wait registers itself (``priority``); a call
-# of another lane waits while one is registered.
+# of another lane waits while one is registered, and registers itself among the others waiting
+# when it waits for a slot (what ``_RELEASE`` counts to announce a slot given back).
 _ACQUIRE = """
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -88,6 +104,10 @@ if conc > 0 then
       local name = redis.call('HGET', KEYS[6], holding[i])
       if name then names[#names + 1] = name end
     end
+    if not interactive then
+      redis.call('ZADD', KEYS[7], now + tonumber(ARGV[10]), ARGV[1])
+      redis.call('PEXPIRE', KEYS[7], 60000)
+    end
     return wait('concurrency', 0, table.concat(names, '; '))
   end
 end
@@ -116,7 +136,7 @@ if tpm > 0 then
     return wait('tokens_per_minute', 0)
   end
 end
-if interactive then redis.call('ZREM', KEYS[5], ARGV[1]) end
+if interactive then redis.call('ZREM', KEYS[5], ARGV[1]) else redis.call('ZREM', KEYS[7], ARGV[1]) end
 if conc > 0 then
   redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
   redis.call('PEXPIRE', KEYS[1], 3600000)
@@ -134,6 +154,29 @@ end
 return {1, '', 0, ''}
 """
 
+# KEYS: concurrency, holders, interactive waiting, interactive wake-ups, others waiting, their
+# wake-ups. ARGV: token, waiting_ms. The slot and its holder's name go; if a call waits for a
+# slot (an interactive one first), one wake-up is pushed for it, never more wake-ups queued than
+# calls waiting (a waiter that took a slot without being woken leaves at most one behind).
+_RELEASE = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+local function announce(waiting, woken)
+  redis.call('ZREMRANGEBYSCORE', waiting, '-inf', now)
+  local count = redis.call('ZCARD', waiting)
+  if count == 0 then return false end
+  if redis.call('LLEN', woken) < count then
+    redis.call('RPUSH', woken, '1')
+    redis.call('PEXPIRE', woken, tonumber(ARGV[2]))
+  end
+  return true
+end
+if not announce(KEYS[3], KEYS[4]) then announce(KEYS[5], KEYS[6]) end
+return 1
+"""
+
 # What a wait on each limit is, in words (the waiting attempt shows it).
 _WAITING_FOR = {
     "interactive_first": "the source's limits: an interactive turn's call, served first",
@@ -146,6 +189,13 @@ _WAITING_FOR = {
 
 def _keys(source_hash: str) -> list[str]:
     names = ("concurrency", "requests", "tokens", "pause", "interactive", "holders")
+    return [redis_key("limits", source_hash, name) for name in names]
+
+
+def _wake_keys(source_hash: str) -> list[str]:
+    """The keys of a slot's announcement: the calls of other lanes waiting for a slot, and the
+    wake-up lists of interactive calls and of the others."""
+    names = ("waiting", "woken:interactive", "woken")
     return [redis_key("limits", source_hash, name) for name in names]
 
 
@@ -191,6 +241,7 @@ def take_capacity(
             )
         )
     keys = _keys(source_hash)
+    waiting, woken_interactive, woken = _wake_keys(source_hash)
     token = token or uuid.uuid4().hex
     conc = int(limits.get("concurrency", 0))
     args = [
@@ -206,7 +257,9 @@ def take_capacity(
         WAITING_MS,
     ]
     try:
-        taken, limit, retry_ms, holders = script(client(), _ACQUIRE)(keys=keys, args=args)
+        taken, limit, retry_ms, holders = script(client(), _ACQUIRE)(
+            keys=[*keys, waiting], args=args
+        )
     except (RedisError, OSError) as exc:
         # Fail closed: unchecked, the call is not sent. It waits for Redis to come back (a
         # restart, a failover) for CHUKWA_REDIS_WAIT_SECONDS, then its try fails.
@@ -226,32 +279,41 @@ def take_capacity(
         limit = limit.decode() if isinstance(limit, bytes) else str(limit)
         holders = holders.decode() if isinstance(holders, bytes) else str(holders)
         reason = _WAITING_FOR.get(limit, limit)
+        wake = None
         if limit == "concurrency":
             reason = f"{reason}: {held_by(holders.split('; '))}"
+            wake = partial(_await_slot, woken_interactive if interactive else woken)
         return Wait(
             "concurrency" if limit == "interactive_first" else limit,
             retry_in=int(retry_ms) / 1000 if int(retry_ms) > 0 else None,
             reason=reason,
+            wake=wake,
         )
     if not conc:
         return Held()
     LEASES.hold(token, partial(_renew_slot, keys[0], token))
-    return Held(give_back=partial(_give_back, keys[0], token))
+    release = [keys[0], keys[5], keys[4], woken_interactive, waiting, woken]
+    return Held(give_back=partial(_give_back, release, token))
 
 
 def _renew_slot(key: str, token: str, pipe: Any, now_ms: int, lease: int) -> object:
     return pipe.zadd(key, {token: now_ms + lease}, xx=True)
 
 
-def _give_back(key: str, token: str) -> None:
+def _give_back(keys: list[str], token: str) -> None:
     LEASES.drop(token)
-    try:  # one round trip
-        pipe = client().pipeline(transaction=False)
-        pipe.zrem(key, token)
-        pipe.hdel(key.removesuffix(":concurrency") + ":holders", token)
-        pipe.execute()
+    try:  # one round trip: the slot, its holder's name, and a waiter woken
+        script(client(), _RELEASE)(keys=keys, args=[token, WAITING_MS])
     except (RedisError, OSError) as exc:  # the lease runs out by itself
         logger.warning("limit slot not given back, Redis unavailable (%s)", exc)
+
+
+def _await_slot(woken: str, seconds: float) -> None:
+    """Block until a slot given back is announced on ``woken``, or ``seconds`` pass."""
+    try:
+        client().blpop([woken], timeout=seconds)
+    except (RedisError, OSError):  # the next ask says Redis is unavailable, and waits for it
+        time.sleep(WAIT_STEP_SECONDS)
 
 
 _DURATION = re.compile(
