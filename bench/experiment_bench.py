@@ -567,6 +567,14 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
         f"{statistics.median(waits):.0f} ms median, {max(waits)} ms max"
     )
     print(f"   slots busy by tenth of the wall: {_by_tenth(generations, start, wall)}")
+    served = llm.service_seconds
+    print(
+        f"   the scripted model's own time per request (body read → its end written): "
+        f"{statistics.median(served) * 1000:.1f} ms median, "
+        f"{statistics.quantiles(served, n=10)[-1] * 1000:.1f} ms p90 (its delay "
+        f"{MODEL_DELAY_S * 1000:.0f} ms); at its own time, its limit is "
+        f"{sum(served) / MODEL_LIMIT:.2f} s, / wall = {sum(served) / MODEL_LIMIT / wall:.2f}"
+    )
     print(
         f"   attempt claim → commit: {statistics.median(turns):.0f} ms median "
         f"({min(turns):.0f}–{max(turns):.0f})"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -267,7 +268,9 @@ class _Send:
             price=price,
         )
         with admitted(request) as admission:
-            release = _Release(ctx.budget, admission.reservation, flight=self.flight)
+            release = _Release(
+                ctx.budget, admission.reservation, flight=self.flight, slots=admission.give_back
+            )
             sent = dataclasses.replace(self, ctx=admission.traced(ctx))
             try:
                 return sent._open_and_stream(admission.refusal, price, release)
@@ -334,6 +337,10 @@ class _Send:
             )
 
 
+def _nothing() -> None:
+    return None
+
+
 @dataclass
 class _Release:
     """Gives the budget's reservation back, once the call's finished rows are written: its real
@@ -344,6 +351,8 @@ class _Release:
     handed_over: bool = False  # to whoever writes the finished rows
     rows: GenerationRecord | None = None  # once opened: the call's real usage, when it ends
     flight: Flight | None = None  # given back once a succeeded call's rows are written
+    # the capacity the try holds at its limits, given back as soon as the reply is read
+    slots: Callable[[], None] = _nothing
 
     def __call__(self) -> None:
         if self.handed_over and self.flight is not None:
@@ -488,6 +497,9 @@ def _stream(
         if time.monotonic() >= deadline:  # the stream was cut at its deadline
             raise fail("transport", too_slow) from None
         raise fail("transport", f"{type(exc).__name__}: {exc}") from None
+    # The reply is read: the request is no longer in flight at the endpoint, and judging it and
+    # writing its rows need none of the source's slots.
+    release.slots()
     original = "".join(parts)
     if not finish_reason:
         raise fail("transport", "the stream ended without a finish_reason (connection dropped?)")

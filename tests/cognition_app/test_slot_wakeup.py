@@ -1,10 +1,13 @@
 """A concurrency slot given back is announced (``cognition_app.sources.admission.cluster``): the
 call waiting for it is woken at once through the real Redis, not at its next step; an
 interactive call waiting is woken before the others; with nobody waiting nothing is announced,
-and never more wake-ups wait than calls."""
+and never more wake-ups wait than calls. A call gives its slot back as soon as its reply is
+read, before the reply is judged and its rows written."""
 
 from __future__ import annotations
 
+import copy
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +19,12 @@ from cognition_app.sources.admission import base
 from cognition_app.sources.admission import cluster as cluster_limits
 from cognition_app.sources.admission.base import CallRequest, Held, LimitWaits, Wait, take_waiting
 from cognition_app.sources.context import EXPERIMENT, CallContext
+from cognition_app.sources.generation import Judgement
+from cognition_app.sources.llm import invoke_llm
+from scenarios_app.services import response_source_put
+from tests.cognition_app.test_batches import SOURCE as BATCHED
+from tests.support.fixtures import scripted_llm  # noqa: F401  (fixture import)
+from tests.support.scripted_llm import Reply, ScriptedLLM
 
 SOURCE = "7" * 64
 ONE = {"concurrency": 1}
@@ -108,15 +117,8 @@ def test_an_interactive_call_waiting_is_woken_before_the_others() -> None:
     assert _lengths() == (0, 1)
 
 
-@pytest.mark.django_db
-def test_the_wait_loop_asks_again_when_woken_not_at_its_step(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(base, "WAKE_STEP_SECONDS", 60.0)  # polled, the wait would last a minute
-    held = _take("holder")
-    assert isinstance(held, Held)
-    told: list[str] = []
-    request = CallRequest(
+def _request(told: list[str]) -> CallRequest:
+    return CallRequest(
         source_hash=SOURCE,
         interface={"limits": ONE},
         ctx=CallContext(
@@ -133,14 +135,30 @@ def test_the_wait_loop_asks_again_when_woken_not_at_its_step(
         max_completion=None,
         price=None,
     )
-    waits = LimitWaits()
+
+
+def _waiting(told: list[str], waits: LimitWaits) -> tuple[threading.Thread, list[object]]:
+    """A call waiting in the wait loop, on its own thread, for the source's one slot."""
     outcome: list[object] = []
     thread = threading.Thread(
-        target=lambda: outcome.append(take_waiting(cluster_limits.LIMIT, request, waits))
+        target=lambda: outcome.append(take_waiting(cluster_limits.LIMIT, _request(told), waits))
     )
     thread.start()
+    return thread, outcome
+
+
+@pytest.mark.django_db
+def test_the_wait_loop_asks_again_when_woken_not_at_its_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(base, "WAKE_STEP_SECONDS", 60.0)  # polled, the wait would last a minute
+    held = _take("holder")
+    assert isinstance(held, Held)
+    told: list[str] = []
+    waits = LimitWaits()
+    thread, outcome = _waiting(told, waits)
     deadline = time.monotonic() + 20
-    while not told and time.monotonic() < deadline:
+    while not told and time.monotonic() < deadline:  # told once it has lasted 0.2 s
         time.sleep(0.02)
     held.give_back()
     thread.join(30)
@@ -149,3 +167,59 @@ def test_the_wait_loop_asks_again_when_woken_not_at_its_step(
     assert 0 < waits.seconds["concurrency"] < 30
     assert told == ["the source's concurrency slots: held by holder", ""]
     outcome[0].give_back()
+
+
+@pytest.mark.django_db
+def test_a_wait_shorter_than_the_telling_threshold_is_never_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(base, "TELL_AFTER_SECONDS", 60.0)
+    held = _take("holder")
+    assert isinstance(held, Held)
+    told: list[str] = []
+    waits = LimitWaits()
+    thread, outcome = _waiting(told, waits)
+    time.sleep(0.5)  # it waits, untold
+    assert thread.is_alive() and told == []
+    held.give_back()
+    thread.join(30)
+    assert isinstance(outcome[0], Held) and waits.seconds["concurrency"] > 0.4
+    assert told == []  # the attempt's row was never written for it
+    outcome[0].give_back()
+
+
+@pytest.mark.django_db
+def test_a_call_gives_its_slot_back_once_its_reply_is_read_before_judging_it(
+    scripted_llm: ScriptedLLM,  # noqa: F811
+) -> None:
+    content = copy.deepcopy(BATCHED)
+    content["label"] = "limited-judge"
+    del content["interface"]["batch"]
+    content["interface"]["limits"] = ONE
+    source = response_source_put(content=content)["hash"]
+    keys = [*cluster_limits._keys(source), *cluster_limits._wake_keys(source)]
+    cluster_limits.client().delete(*keys)
+    scripted_llm.script(Reply(text="fine"))
+    during: list[object] = []
+
+    def judge(text: str) -> Judgement:
+        # another call asks for the source's only slot while this reply is judged
+        during.append(cluster_limits.take_capacity(source, ONE, 0, token="next", who="next"))
+        return Judgement(output_kind="text", output=text)
+
+    seq = itertools.count()
+    ctx = CallContext(
+        attempt_id=None, world_id=None, world_slug="", attempted_turn=0, next_seq=lambda: next(seq)
+    )
+    generation = invoke_llm(
+        source_hash=source,
+        messages=[{"role": "user", "content": "rate it"}],
+        ctx=ctx,
+        response_schema=None,
+        judge=judge,
+    )
+    assert generation.text == "fine"
+    assert len(during) == 1 and isinstance(during[0], Held)
+    during[0].give_back()
+    assert cluster_limits.client().zcard(keys[0]) == 0
+    cluster_limits.client().delete(*keys)

@@ -270,6 +270,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {key.lower(): value for key, value in self.headers.items()}
         probe = _is_probe(body)
         self._counted = not probe
+        self._entered = time.monotonic()
         if self._counted:
             llm._enter()
         try:
@@ -284,7 +285,7 @@ class _Handler(BaseHTTPRequestHandler):
         request could be seen before this thread ran again: a peak the client never caused."""
         if getattr(self, "_counted", False):
             self._counted = False
-            self.server.llm._leave()
+            self.server.llm._leave(time.monotonic() - self._entered)
 
     def _answer(self, llm: ScriptedLLM, body: dict[str, Any], headers: dict[str, str]) -> None:
         try:
@@ -468,6 +469,7 @@ class ScriptedLLM:
         self._client_disconnects = 0
         self._in_flight = 0
         self._max_in_flight = 0
+        self._service_seconds: list[float] = []
         self._router: ReplyFactory | None = None
         self._request_counter = 0
         self._completion_counter = 0
@@ -609,6 +611,14 @@ class ScriptedLLM:
         with self._lock:
             return self._max_in_flight
 
+    @property
+    def service_seconds(self) -> list[float]:
+        """How long each chat completion request (probes excepted) was in flight here: from
+        its body read to its last bytes about to be written (a reply's delay and the writing of
+        all but its end)."""
+        with self._lock:
+            return list(self._service_seconds)
+
     def reset(self) -> None:
         """Forget every recording, the script, the router and the in-flight maximum (a server
         shared by several tests, e.g. one a Celery worker was started against)."""
@@ -627,6 +637,7 @@ class ScriptedLLM:
             self._queue.clear()
             self._router = None
             self._max_in_flight = self._in_flight
+            self._service_seconds.clear()
 
     def wait_in_flight(self, count: int, timeout: float = 20.0) -> bool:
         """Block until at least ``count`` requests are in flight at once (or were); False on
@@ -768,9 +779,10 @@ class ScriptedLLM:
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
             self._lock.notify_all()
 
-    def _leave(self) -> None:
+    def _leave(self, seconds: float) -> None:
         with self._lock:
             self._in_flight -= 1
+            self._service_seconds.append(seconds)
             self._lock.notify_all()
 
     def _fail(self, message: str) -> None:

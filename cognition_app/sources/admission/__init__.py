@@ -58,6 +58,16 @@ class Admission:
     waits: LimitWaits
     refusal: SourceFailure | None
     reservation: Reservation
+    # the capacity held, last taken last: given back once (``give_back``)
+    held: list[Held] = dataclasses.field(default_factory=list)
+
+    def give_back(self) -> None:
+        """Give back the capacity held, last taken first; at most once. The try gives it back
+        as soon as its exchange with the endpoint is over (its reply read): judging the reply
+        and writing its rows need no slot. Whatever it has not given back goes when the try
+        ends."""
+        while self.held:
+            self.held.pop().give_back()
 
     def traced(self, ctx: CallContext) -> CallContext:
         """The try's context, carrying its waits to the rows it opens (every limit's alike)."""
@@ -71,27 +81,21 @@ class Admission:
 @contextmanager
 def admitted(request: CallRequest) -> Iterator[Admission]:
     """Pass every limit in order, waiting as each asks, and hold what was taken while the
-    request's try runs; given back, last first, when it ends (or when a limit refuses)."""
+    request's try runs; given back, last first, when it ends (or when a limit refuses) unless
+    the try gave it back before (``Admission.give_back``)."""
     waits = LimitWaits()
-    held: list[Held] = []
-    refusal: SourceFailure | None = None
+    admission = Admission(waits, None, Reservation(in_ledger=False))
     try:
         for limit in LIMITS:
             outcome = take_waiting(limit, request, waits)
             if isinstance(outcome, Refused):
-                refusal = outcome.failure
+                # not sent: nothing to settle later, and no slot held while it is traced
+                admission.give_back()
+                admission = dataclasses.replace(admission, refusal=outcome.failure)
                 break
-            held.append(outcome)
-        reservation = next((h.reservation for h in held if h.reservation is not None), None)
-        if refusal is not None:
-            # not sent: nothing to settle later, and no slot held while its refusal is traced
-            _give_back(held)
-            held = []
-        yield Admission(waits, refusal, reservation or Reservation(in_ledger=False))
+            admission.held.append(outcome)
+            if outcome.reservation is not None:
+                admission = dataclasses.replace(admission, reservation=outcome.reservation)
+        yield admission
     finally:
-        _give_back(held)
-
-
-def _give_back(held: list[Held]) -> None:
-    for hold in reversed(held):
-        hold.give_back()
+        admission.give_back()

@@ -23,6 +23,10 @@ MAX_STEP_SECONDS = 1.0
 # How long a request waiting for a limit that announces freed capacity (``Wait.wake``) blocks
 # on that announcement before it asks again anyway (and looks at its attempt's cancel flag).
 WAKE_STEP_SECONDS = 0.2
+# A wait is told to the call's attempt (``CallContext.on_wait``: the attempt's row, what its
+# page shows) once it has lasted this long: a shorter one is over before a page could show it,
+# and telling it would cost the attempt two writes while the call waits and then holds its slot.
+TELL_AFTER_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -137,12 +141,13 @@ class LimitWaits:
 def take_waiting(limit: Limit, request: CallRequest, waits: LimitWaits) -> Held | Refused:
     """The one wait loop: ask ``limit`` until it holds or refuses, sleeping a step (or until
     it says capacity returns) between asks, each wait added to ``waits`` under the name of what
-    bound, and what it waits for told to the call's ``on_wait`` as it changes (then "" once
-    held). A stop of the attempt ends the wait at once; a wait that gives up (``Wait.give_up``)
+    bound, and what it waits for told to the call's ``on_wait`` as it changes once the wait
+    has lasted ``TELL_AFTER_SECONDS`` (then "" once held). A stop of the attempt ends the wait at once; a wait that gives up (``Wait.give_up``)
     refuses once it has lasted long enough. A limit that announces freed capacity
     (``Wait.wake``) is asked again as soon as it does."""
     cancel = request.ctx.cancel
     told = ""
+    tell_at: float | None = None  # when a wait not yet told is told
     while True:
         before = time.monotonic()
         outcome = limit.take(request)
@@ -157,11 +162,17 @@ def take_waiting(limit: Limit, request: CallRequest, waits: LimitWaits) -> Held 
                 _tell(request, "")
             return Refused(outcome.give_up)
         said = outcome.said()
-        if said != told:
+        now = time.monotonic()
+        if tell_at is None:
+            tell_at = before + TELL_AFTER_SECONDS
+        if said != told and (told or now >= tell_at):
             _tell(request, said)
             told = said
+        # not told yet: asked again in time to tell it
+        until_told = MAX_STEP_SECONDS if told else max(tell_at - now, 0.001)
         if outcome.wake is not None and outcome.retry_in is None:
-            outcome.wake(WAKE_STEP_SECONDS)  # woken as soon as a slot is given back
+            # woken as soon as a slot is given back
+            outcome.wake(min(WAKE_STEP_SECONDS, until_told))
             if cancel is not None:
                 cancel.check(request.what)
             waits.add(outcome.limit, time.monotonic() - before)
@@ -171,7 +182,7 @@ def take_waiting(limit: Limit, request: CallRequest, waits: LimitWaits) -> Held 
         elif outcome.retry_in <= 0:
             step = 0.0  # the limit waited itself
         else:
-            step = min(max(outcome.retry_in, WAIT_STEP_SECONDS), MAX_STEP_SECONDS)
+            step = min(max(outcome.retry_in, WAIT_STEP_SECONDS), MAX_STEP_SECONDS, until_told)
         if cancel is not None:
             if step == 0 or cancel.wait(step):
                 cancel.check(request.what)
