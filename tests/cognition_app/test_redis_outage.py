@@ -192,3 +192,47 @@ def test_the_invocation_page_says_a_call_waited_for_redis(reader_user: Any) -> N
         waited("redis")
     )
     assert "1500 ms before it was sent (the concurrency limit)" in waited("concurrency")
+
+
+def test_a_call_blocked_on_its_wake_up_when_redis_stops_waits_for_it_and_takes_a_slot(
+    late_redis: LateRedis, settings: Any
+) -> None:
+    settings.CHUKWA_REDIS_WAIT_SECONDS = 20
+    late_redis.start_in(0)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            late_redis.client.ping()
+            break
+        except redis.RedisError:
+            time.sleep(0.05)
+    one = {"concurrency": 1}
+    holder = cluster.take_capacity("b" * 64, one, 0, token="holder", who="holder")
+    assert isinstance(holder, Held)
+    told: list[str] = []
+    request = CallRequest(
+        source_hash="b" * 64,
+        interface={"limits": one},
+        ctx=_context(told),
+        what="call",
+        prompt_tokens=10,
+        max_completion=None,
+        price=None,
+    )
+    waits = LimitWaits()
+    outcome: list[Any] = []
+    waiter = threading.Thread(
+        target=lambda: outcome.append(take_waiting(cluster.LIMIT, request, waits))
+    )
+    waiter.start()
+    while not told and time.monotonic() < deadline:  # blocked on its wake-up, told so
+        time.sleep(0.02)
+    late_redis.stop()  # the slot and the wake-up list go with it (memory only)
+    time.sleep(0.5)
+    late_redis.start_in(0.5)
+    waiter.join(30)
+    assert not waiter.is_alive() and isinstance(outcome[0], Held)
+    assert told[0] == "the source's concurrency slots: held by holder"
+    assert "Redis, to check the source's limits (unavailable)" in told and told[-1] == ""
+    assert waits.seconds["redis"] > 0 and waits.seconds["concurrency"] > 0
+    outcome[0].give_back()
