@@ -142,9 +142,9 @@ def take_waiting(limit: Limit, request: CallRequest, waits: LimitWaits) -> Held 
     """The one wait loop: ask ``limit`` until it holds or refuses, sleeping a step (or until
     it says capacity returns) between asks, each wait added to ``waits`` under the name of what
     bound, and what it waits for told to the call's ``on_wait`` as it changes once the wait
-    has lasted ``TELL_AFTER_SECONDS`` (then "" once held). A stop of the attempt ends the wait at once; a wait that gives up (``Wait.give_up``)
-    refuses once it has lasted long enough. A limit that announces freed capacity
-    (``Wait.wake``) is asked again as soon as it does."""
+    has lasted ``TELL_AFTER_SECONDS`` (then "" once held). A stop of the attempt ends the wait
+    at once; a wait that gives up (``Wait.give_up``) refuses once it has lasted long enough. A
+    limit that announces freed capacity (``Wait.wake``) is asked again as soon as it does."""
     cancel = request.ctx.cancel
     told = ""
     tell_at: float | None = None  # when a wait not yet told is told
