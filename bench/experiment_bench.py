@@ -567,6 +567,7 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
         f"{statistics.median(waits):.0f} ms median, {max(waits)} ms max"
     )
     print(f"   slots busy by tenth of the wall: {_by_tenth(generations, start, wall)}")
+    print(f"   slot-seconds not serving the model: {_idle_split(generations, start, wall)}")
     served = llm.service_seconds
     print(
         f"   the scripted model's own time per request (body read → its end written): "
@@ -611,6 +612,45 @@ def _by_tenth(generations: list[Any], start: float, wall: float) -> str:
             if overlap > 0:
                 busy[index] += overlap
     return " ".join(f"{b / tenth:.1f}" for b in busy)
+
+
+def _idle_split(generations: list[Any], start: float, wall: float) -> str:
+    """Where the slots' idle time was (slots without an open generation row): before the first
+    moment every slot held an open row (the ramp), after the last such moment (the tail), and
+    between, split by whether calls were waiting for a slot then (a hand-over's time: the
+    give-back, the wake-up, the opening round trip) or not (no world wanted a call)."""
+    edges: list[tuple[float, int, int]] = []  # (time, rows open step, waiting step)
+    for began, ended, waited in generations:
+        if ended is None:
+            continue
+        opened = _seconds(began) - start
+        edges += [(opened, 1, 0), (_seconds(ended) - start, -1, 0)]
+        if waited:
+            edges += [(opened - waited / 1000, 0, 1), (opened, 0, -1)]
+    edges.sort()
+    full, busy = [], 0
+    for t, step, _ in edges:
+        busy += step
+        if busy >= MODEL_LIMIT:
+            full.append(t)
+    first, last = (full[0], full[-1]) if full else (wall, wall)
+    idle = {"ramp": 0.0, "waiting": 0.0, "wanted": 0.0, "tail": 0.0}
+    at, busy, waiting = 0.0, 0, 0
+    for t, step, wait_step in [*edges, (wall, 0, 0)]:
+        t = min(max(t, 0.0), wall)
+        free = (MODEL_LIMIT - busy) * (t - at)
+        if t <= first:
+            idle["ramp"] += free
+        elif at >= last:
+            idle["tail"] += free
+        else:
+            idle["waiting" if waiting else "wanted"] += free
+        at, busy, waiting = t, busy + step, waiting + wait_step
+    return (
+        f"ramp {idle['ramp']:.1f} (to {first:.2f} s); middle {idle['waiting']:.1f} while calls "
+        f"waited for a slot, {idle['wanted']:.1f} while none did; tail {idle['tail']:.1f} (from "
+        f"{last:.2f} s); of {MODEL_LIMIT * wall:.1f} ({MODEL_LIMIT} x the wall)"
+    )
 
 
 def _spy_on(workers: Workers, py_spy: str | None) -> list[subprocess.Popen[bytes]]:
