@@ -77,10 +77,10 @@ def _context(told: list[str]) -> CallContext:
     )
 
 
-def _request(told: list[str]) -> CallRequest:
+def _request(told: list[str], limits: dict[str, int] = LIMITS) -> CallRequest:
     return CallRequest(
         source_hash="b" * 64,
-        interface={"limits": LIMITS},
+        interface={"limits": limits},
         ctx=_context(told),
         what="call",
         prompt_tokens=10,
@@ -210,15 +210,7 @@ def test_a_call_blocked_on_its_wake_up_when_redis_stops_waits_for_it_and_takes_a
     holder = cluster.take_capacity("b" * 64, one, 0, token="holder", who="holder")
     assert isinstance(holder, Held)
     told: list[str] = []
-    request = CallRequest(
-        source_hash="b" * 64,
-        interface={"limits": one},
-        ctx=_context(told),
-        what="call",
-        prompt_tokens=10,
-        max_completion=None,
-        price=None,
-    )
+    request = _request(told, one)
     waits = LimitWaits()
     outcome: list[Any] = []
     waiter = threading.Thread(
