@@ -191,6 +191,43 @@ def test_bad_content_is_refused_naming_the_field(
 
 
 @pytest.mark.django_db
+def test_a_populations_discrepancy_is_computed_once_and_stays_scipys(
+    operator_client: APIClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chukwa_core import population as population_module
+    from scenarios_app.population_selectors import population_preview
+
+    calls: list[int] = []
+    scipys = qmc.discrepancy
+
+    def counted(points: np.ndarray, **kwargs: Any) -> float:
+        calls.append(len(points))
+        return float(scipys(points, **kwargs))
+
+    monkeypatch.setattr(population_module.qmc, "discrepancy", counted)
+    content = _population(size=48, seed=90210)
+    h = operator_client.post("/api/populations/", {"content": content}, format="json").json()[
+        "hash"
+    ]
+    values = [
+        operator_client.get(f"/api/populations/{h}/coverage/").json()["coverage"]["value"]
+        for _ in range(3)
+    ]
+    # the author page's preview of the same content: the same figure, not computed again
+    previewed = population_preview(content=content)
+    assert previewed["hash"] == h
+    assert calls == [48]
+    assert values == [values[0]] * 3 and previewed["coverage"]["value"] == values[0]
+    assert values[0] == pytest.approx(scipys(_scipy_points(content), method="CD"))
+    # another population (another hash) is computed for itself
+    other = operator_client.post(
+        "/api/populations/", {"content": _population(size=48, seed=90211)}, format="json"
+    ).json()["hash"]
+    assert operator_client.get(f"/api/populations/{other}/coverage/").status_code == 200
+    assert calls == [48, 48]
+
+
+@pytest.mark.django_db
 def test_ids_must_come_out_unique(operator_client: APIClient) -> None:
     body = fixture_body(FIXTURE)
     template = body["populations"][0]["ref"]["inline"]["entity_template"]
