@@ -223,3 +223,23 @@ def test_a_call_gives_its_slot_back_once_its_reply_is_read_before_judging_it(
     during[0].give_back()
     assert cluster_limits.client().zcard(keys[0]) == 0
     cluster_limits.client().delete(*keys)
+
+
+def test_a_wake_up_redis_refuses_falls_back_to_asking_again_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from redis.exceptions import ResponseError
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise ResponseError("timeout is not an integer or out of range")
+
+    monkeypatch.setattr(cluster_limits, "_wake_warned_at", None)
+    monkeypatch.setattr(cluster_limits.client(), "blpop", refused)
+    with caplog.at_level("WARNING", logger=cluster_limits.__name__):
+        for _ in range(3):
+            started = time.monotonic()
+            cluster_limits._await_slot("any", 0.2)
+            assert time.monotonic() - started >= base.WAIT_STEP_SECONDS  # a step, no spin
+    warned = [r.getMessage() for r in caplog.records if "wake-up" in r.getMessage()]
+    assert len(warned) == 1  # once, not at every ask
+    assert "ResponseError: timeout is not an integer" in warned[0]

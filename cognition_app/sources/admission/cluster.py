@@ -308,11 +308,29 @@ def _give_back(keys: list[str], token: str) -> None:
         logger.warning("limit slot not given back, Redis unavailable (%s)", exc)
 
 
+# When this process last logged that a wake-up could not be waited for (at most once a minute).
+_wake_warned_at: float | None = None
+WAKE_WARN_EVERY_SECONDS = 60.0
+
+
 def _await_slot(woken: str, seconds: float) -> None:
-    """Block until a slot given back is announced on ``woken``, or ``seconds`` pass."""
+    """Block until a slot given back is announced on ``woken``, or ``seconds`` pass. If Redis
+    refuses the wait, the call asks again after a step (logged: the waits then poll), and an
+    unavailable Redis is reported by that next ask and waited for like any."""
+    global _wake_warned_at
     try:
         client().blpop([woken], timeout=seconds)
-    except (RedisError, OSError):  # the next ask says Redis is unavailable, and waits for it
+    except (RedisError, OSError) as exc:
+        now = time.monotonic()
+        if _wake_warned_at is None or now - _wake_warned_at >= WAKE_WARN_EVERY_SECONDS:
+            _wake_warned_at = now
+            logger.warning(
+                "a freed slot's wake-up could not be waited for (%s: %s); waiting calls ask "
+                "again every %g s",
+                type(exc).__name__,
+                exc,
+                WAIT_STEP_SECONDS,
+            )
         time.sleep(WAIT_STEP_SECONDS)
 
 
