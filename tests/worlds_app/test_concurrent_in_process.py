@@ -19,6 +19,7 @@ from tests.support.scripted_llm import Reply, ScriptedLLM
 from tests.support.worlds import create_world, fixture_body, run_turn
 from tests.worlds_app.test_concurrent import _final, _set, _world, subject_of
 from worlds_app.models import AttemptEvent, AttemptStatus, Turn, TurnAttempt, World
+from worlds_app.services import events as event_log
 from worlds_app.services import world_budget_set, world_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -150,6 +151,31 @@ def test_rule_policies_give_the_same_patch_in_either_mode_for_the_same_world() -
     assert in_order["beta"] == _expected(ordered, "beta", BETA_RULES, mid)
     assert in_concurrent["beta"]["effects"][0]["state"] == "idle"
     assert in_order["beta"]["effects"][0]["state"] == "broken by Beta"
+
+
+@pytest.mark.parametrize("execution", ["concurrent", "per_subject_ordered"])
+def test_applying_the_patches_writes_no_events_of_its_own(
+    execution: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no batching window (every other event written as it happens), the events of
+    applying the subjects' patches still never cause a write: the commit that follows writes
+    them in its own round trip (or, ordered, the next subject's). Every patch is still there."""
+    monkeypatch.setattr(event_log, "EVENT_FLUSH_SECONDS", 0.0)
+    written_after: list[str] = []  # the kind of the event whose append caused each write
+    write = event_log.EventLog._write_locked
+
+    def recording(log: event_log.EventLog) -> None:
+        if log._pending:
+            written_after.append(log._pending[-1].kind)
+        write(log)
+
+    monkeypatch.setattr(event_log.EventLog, "_write_locked", recording)
+    _rules_world("rules-held", execution)
+    attempt = run_turn("rules-held")
+    assert attempt.status == AttemptStatus.COMMITTED
+    assert written_after  # the subjects' own events were written as they happened
+    assert "world_patch_applied" not in written_after
+    assert set(_patches(attempt)) == {"alpha", "beta"}
 
 
 # --- budgets count the calls in flight ----------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Each event gets its sequence number when it happens and is written soon after, readable while
 the attempt runs: by the thread it happened on, in small batches — at once when the last write
-is older than ``EVENT_FLUSH_SECONDS``, and always with the rows the next source call opens, in
+is older than ``EVENT_FLUSH_SECONDS`` (except the events of applying the patches, held for the
+commit that follows), and always with the rows the next source call opens, in
 the same round trip (so a reader never sees a call whose preceding events are missing), at the
 end of each subject, and with the outcome (``turn_committed`` / ``attempt_failed``) in the final
 transaction. ``world_patch_applied`` rows are provisional until ``turn_committed``: their
@@ -114,10 +115,15 @@ class EventLog:
         self._next_seq = 1
         self._last_write = time.monotonic()
 
-    def append(self, event: StagedEvent, /) -> None:
+    def append(self, event: StagedEvent, /, *, hold: bool = False) -> None:
+        """The event, written now if the last write is older than the batching window. With
+        ``hold``, never now: for the events of applying the subjects' patches, which the
+        commit (or the failure) follows within milliseconds and writes in its own round trip,
+        or the next subject's call opens its rows with (a write in between cost each attempt
+        a round trip and the attempt row's lock, for rows readable a few ms earlier)."""
         with self._lock:
             self._pending.append(self._row(event))
-            if time.monotonic() - self._last_write >= EVENT_FLUSH_SECONDS:
+            if not hold and time.monotonic() - self._last_write >= EVENT_FLUSH_SECONDS:
                 self._write_locked()
 
     def write_with(self, statements: Sequence[Statement]) -> BatchResults:

@@ -315,7 +315,8 @@ class _TurnRun:
                     },
                 },
                 patch_seq=seq,
-            )
+            ),
+            hold=True,
         )
         self.staged.extend(
             StagedTransition(seq, "", "", "", t, None, None, intervention.pk) for t in transitions
@@ -397,7 +398,8 @@ class _TurnRun:
                 patch_seq=seq,
                 invocation_id=thought.invocation_id,
                 llm_call_id=thought.llm_call_id,
-            )
+            ),
+            hold=True,
         )
         if setters is not None:
             self._record_contests(thought, seq, transitions, setters)
@@ -453,7 +455,8 @@ class _TurnRun:
                     patch_seq=seq,
                     invocation_id=thought.invocation_id,
                     llm_call_id=thought.llm_call_id,
-                )
+                ),
+                hold=True,
             )
 
 
