@@ -43,6 +43,7 @@ from cognition_app.sources.admission.leases import (
     LEASES,
     REDIS_RETRY_SECONDS,
     client,
+    command,
     lease_ms,
     redis_key,
     redis_wait_seconds,
@@ -160,12 +161,11 @@ def reused_or_claimed(
     unavailable a recorded call is still reused; one to send waits for Redis (told to
     ``ctx.on_wait``) and fails (``reuse_unavailable``) if it has not come back in time."""
     name, token = _claim_name(key), uuid.uuid4().hex
-    redis: Any = client()
     down_since: float | None = None  # since when Redis has been found unavailable
     told = False  # the attempt was told that the call waits for Redis
     while True:
         try:
-            claimed = redis.set(name, token, nx=True, px=lease_ms())
+            claimed = command("SET", name, token, "NX", "PX", lease_ms())
         except RedisError as exc:
             found = recorded(key)
             now = time.monotonic()

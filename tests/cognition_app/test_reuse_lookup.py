@@ -209,7 +209,7 @@ def test_with_redis_unavailable_a_recorded_call_is_reused_and_one_to_send_fails(
     def down(*args: object, **kwargs: object) -> None:
         raise RedisConnectionError("Connection refused")
 
-    monkeypatch.setattr(client(), "set", down)
+    monkeypatch.setattr(reuse, "command", down)  # the claim's SET
     _call("3" * 64, 1, STATES[0], "recorded")
     found, flight = reuse.reused_or_claimed("3" * 64, ctx=_context(), what="call")
     assert found is not None and found.llm_call.raw_text == "recorded" and flight is None

@@ -158,17 +158,15 @@ def turn_messages_waiting() -> bool:
     "something waits" (the next attempt is then kicked as usual).
 
     The queues' lists (one per message priority, named by the transport) are counted in one
-    round trip on the process's Redis client (the broker's server), not through a pooled
-    broker connection, whose acquiring costs more CPU than the count itself, at every commit of
+    round trip on the thread's own connection to the broker's server
+    (``cognition_app.sources.admission.leases.commands``), not through a pooled broker
+    connection, whose acquiring costs more CPU than the count itself, at every commit of
     an experiment's turn."""
-    from cognition_app.sources.admission.leases import client
+    from cognition_app.sources.admission.leases import commands
 
     try:
         keys = _queue_keys((settings.CELERY_TASK_DEFAULT_QUEUE, settings.CHUKWA_EXPERIMENT_QUEUE))
-        with client().pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.llen(key)
-            return any(pipe.execute())
+        return any(commands(*(("LLEN", key) for key in keys)))
     except QUEUE_CHECK_ERRORS:
         return True
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 
 logger = logging.getLogger(__name__)
 
@@ -43,11 +45,79 @@ def redis_key(*parts: str) -> str:
     return ":".join(("chukwa", settings.DATABASES["default"]["NAME"], *parts))
 
 
+# This thread's own connection to the client's server, and the process that made it.
+_own = threading.local()
+
+
+def _own_connection() -> Any:
+    made_by = client()
+    conn = getattr(_own, "conn", None)
+    # a forked child never uses its parent's; a new client (a test's) gets a new one
+    if conn is None or _own.pid != os.getpid() or _own.client is not made_by:
+        conn = made_by.connection_pool.make_connection()
+        _own.conn, _own.pid, _own.client = conn, os.getpid(), made_by
+    return conn
+
+
+def commands(*commands: tuple[Any, ...]) -> list[Any]:
+    """Commands sent together (one round trip) and their replies as Redis gave them (no
+    response callback: ``SET`` answers ``b"OK"``, not True), on this thread's own connection to
+    the client's server: not through the client's command layer and its pool, whose taking and
+    giving back of a connection cost most of a command's CPU (~80 µs a command against ~25 µs,
+    measured; several commands run on every LLM call and turn). A connection found broken
+    (Redis restarted since) is dropped and the commands sent once more on a new one, as the
+    client's own retry would; a second failure, or a timeout, propagates (a ``RedisError``, as
+    the client's would), and so does an error reply, once every reply is read."""
+    conn = _own_connection()
+    for last in (False, True):
+        try:
+            conn.send_packed_command(conn.pack_commands(commands))
+            replies = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except ResponseError as exc:  # a whole error reply: the next one follows
+                    replies.append(exc)
+        except (RedisConnectionError, OSError) as exc:
+            conn.disconnect()
+            if not last:
+                continue
+            if isinstance(exc, RedisError):
+                raise
+            raise RedisConnectionError(str(exc)) from exc
+        except BaseException:
+            conn.disconnect()  # a reply may be left half read
+            raise
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                raise reply
+        return replies
+    raise AssertionError("unreachable")
+
+
+def command(*args: Any) -> Any:
+    """One command by :func:`commands`; its reply."""
+    return commands(args)[0]
+
+
+class _Script:
+    """A Lua script run as ``EVALSHA`` by :func:`command`; when Redis has lost it (a restart,
+    ``SCRIPT FLUSH``), by redis-py's ``Script``, which loads it again."""
+
+    def __init__(self, on: Any, text: str) -> None:
+        self.script = on.register_script(text)  # hashes the text once
+
+    def __call__(self, *, keys: list[Any], args: list[Any]) -> Any:
+        try:
+            return command("EVALSHA", self.script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return self.script(keys=keys, args=args)
+
+
 @functools.cache
-def script(on: Any, text: str) -> Any:
-    """``text`` as a redis-py ``Script`` of client ``on``, made once per process: a ``Script``
-    hashes its text when made, and runs as ``EVALSHA`` (loaded again if Redis lost it)."""
-    return on.register_script(text)
+def script(on: Any, text: str) -> _Script:
+    """``text`` as a script of client ``on``, made once per process (:class:`_Script`)."""
+    return _Script(on, text)
 
 
 def lease_seconds() -> float:
