@@ -37,7 +37,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transac
 from django.db.backends.utils import CursorDebugWrapper
 from psycopg.types.json import Jsonb
 
-from scenarios_app.sql_rows import fetch_tuples
+from scenarios_app.sql_rows import fetch_tuples, plain_connection_ready
 
 # One SQL statement and its parameters.
 Statement = tuple[str, list[Any]]
@@ -532,6 +532,8 @@ def send_pipelined(statements: Sequence[Statement]) -> BatchResults:
             pipeline.sync()  # sends the batch and reads every result (raises the first error)
             return [c.fetchall() if c.description is not None else None for c in cursors]
 
+    if plain_connection_ready():  # no query log, no execute wrapper: Django's wrapper skipped
+        return execute(label, params, False, None)
     with connection.cursor() as wrapper:  # opens the connection if it is not
         run = wrapper._execute_with_wrappers
         if isinstance(wrapper, CursorDebugWrapper):
