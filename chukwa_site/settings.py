@@ -94,6 +94,7 @@ TEMPLATES = [
 _DB_OPTIONS = {"prepare_threshold": 5 if env.bool("CHUKWA_DB_PREPARED_STATEMENTS", True) else None}
 
 # PostgreSQL only. With no DATABASE_URL, the embedded server is found or started.
+POSTGRESQL_ENGINE = "chukwa_site.postgresql"
 if env.str("DATABASE_URL", ""):
     DATABASES = {
         "default": dj_database_url.parse(
@@ -105,7 +106,7 @@ else:
     _pg = embedded.postgres_ensure()
     DATABASES = {
         "default": {
-            "ENGINE": "django.db.backends.postgresql",
+            "ENGINE": POSTGRESQL_ENGINE,
             # CHUKWA_DB_NAME points a process (e.g. a test's Celery worker) at another database.
             "NAME": env.str("CHUKWA_DB_NAME", _pg.database),
             "USER": _pg.user,
@@ -121,8 +122,10 @@ else:
 if env.str("CHUKWA_TEST_DB_NAME", ""):
     # Lets several test runs share one server without sharing a test database.
     DATABASES["default"]["TEST"] = {"NAME": env.str("CHUKWA_TEST_DB_NAME")}
-if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+if DATABASES["default"]["ENGINE"] not in (POSTGRESQL_ENGINE, "django.db.backends.postgresql"):
     raise RuntimeError("Chukwa runs on PostgreSQL only; DATABASE_URL must be postgres://…")
+# Django's own, with a health check that costs no round trip while the server has said nothing
+DATABASES["default"]["ENGINE"] = POSTGRESQL_ENGINE
 
 REDIS_URL = env.str("REDIS_URL", "") or embedded.redis_ensure()
 
