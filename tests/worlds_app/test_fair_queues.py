@@ -8,8 +8,10 @@ re-drive admits and dispatches what the bound held back when a message or an adm
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -158,6 +160,43 @@ def test_admission_skips_worlds_with_nothing_queued_across_chunks(
         assert sorted(sent) == sorted(str(pk) for pk in heads.values_list("pk", flat=True))
         # the done worlds' marks are cleared, the admitted ones marked
         assert sorted(marked.values_list("pk", flat=True)) == [w.pk for w in worlds[6:]]
+
+
+def test_worlds_ending_at_once_never_admit_past_the_bound(
+    rules_scenario: str, settings: Any
+) -> None:
+    """Six callers admitting at the same moment (six worlds ending at once, each on its own
+    connection): the admission lock serializes them, so exactly the bound's free places are
+    filled, each world admitted once, its first attempt sent once."""
+    from django.db import close_old_connections
+
+    from worlds_app.services import dispatch
+
+    settings.CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT = 4
+    with unread_queue(f"fair-race-{os.getpid()}"):
+        experiment = experiment_create(data=_design("race", rules_scenario, 12, 1))
+        first = list(World.objects.filter(experiment=experiment, admitted_at__isnull=False))
+        assert len(first) == 4
+        TurnAttempt.objects.filter(world__in=first).update(status=AttemptStatus.CANCELLED)
+        start = threading.Barrier(6)
+
+        def admit() -> list[str]:
+            try:
+                start.wait(10)
+                return dispatch.experiment_admit(experiment_id=experiment.pk)
+            finally:
+                close_old_connections()
+                connection.close()
+
+        with ThreadPoolExecutor(6) as pool:
+            sent = [a for found in pool.map(lambda _: admit(), range(6)) for a in found]
+        admitted = World.objects.filter(experiment=experiment, admitted_at__isnull=False)
+        assert admitted.count() == 8  # the first four, done, and four more: not one past
+        assert len(sent) == len(set(sent)) == 4
+        heads = TurnAttempt.objects.filter(
+            world__in=admitted.exclude(pk__in=[w.pk for w in first]), status=AttemptStatus.QUEUED
+        )
+        assert sorted(sent) == sorted(str(pk) for pk in heads.values_list("pk", flat=True))
 
 
 @pytest.mark.parametrize("case", ["goes on", "no time to go on", "a turn waits"])

@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cognition_app.rows import send_one
+from scenarios_app.sql_rows import fetch_tuples
 from worlds_app.models import ACTIVE_STATUSES, AttemptStatus, Experiment, TurnAttempt, World
 
 logger = logging.getLogger(__name__)
@@ -362,70 +363,12 @@ def admit_on_commit(experiment_id: int) -> None:
 # Worlds looked at this many at a time (lowest id first) for their attempts' statuses.
 ADMIT_CHUNK = 1000
 
-
-# The worlds marked in flight; the next chunk of an experiment's worlds not admitted yet, lowest
-# id first; then, for some worlds' ids, which have an attempt in the wanted statuses, which one
-# in the excluded ones, and which any active one. Statements written once: admission runs each
-# time a world is done.
-_MARKED = f"SELECT id FROM {_WORLD} WHERE experiment_id = %s AND in_flight ORDER BY id"  # noqa: S608
-_CHUNK = f"""SELECT id FROM {_WORLD} WHERE experiment_id = %s AND admitted_at IS NULL AND id > %s
-ORDER BY id LIMIT %s"""  # noqa: S608
-_STATUSES = f"""SELECT world_id, bool_or(status = ANY(%s)), bool_or(status = ANY(%s))
-FROM {_ATTEMPT} WHERE world_id = ANY(%s) AND status = ANY(%s) GROUP BY world_id"""  # noqa: S608
 # in flight: queued or running; an active attempt besides (parked in a provider batch) holds no
 # worker; a world with no active attempt at all is done
 _IN_FLIGHT = [_QUEUED, AttemptStatus.RUNNING.value]
 _PARKED = [s.value for s in ACTIVE_STATUSES if s.value not in _IN_FLIGHT]
-_UNMARK = f"UPDATE {_WORLD} SET in_flight = false WHERE id = ANY(%s)"  # noqa: S608
-_ADMIT = f"UPDATE {_WORLD} SET admitted_at = %s, in_flight = true WHERE id = ANY(%s)"  # noqa: S608
-_HEADS = f"""SELECT DISTINCT ON (a.world_id) a.id, w.slug FROM {_ATTEMPT} a
-JOIN {_WORLD} w ON w.id = a.world_id
-WHERE a.world_id = ANY(%s) AND a.status = '{_QUEUED}' ORDER BY a.world_id, a.seq"""  # noqa: S608
-
-
-def _statuses(
-    cursor: Any, ids: list[int], wanted: list[str], excluding: list[str]
-) -> dict[int, tuple[bool, bool]]:
-    """For each of ``ids`` with an attempt in ``wanted`` or ``excluding``: (has one in
-    ``wanted``, has one in ``excluding``)."""
-    cursor.execute(_STATUSES, [wanted, excluding, ids, [*wanted, *excluding]])
-    return {world: (has, excluded) for world, has, excluded in cursor.fetchall()}
-
-
-def _in_flight(cursor: Any, experiment_id: int) -> int:
-    """How many of the experiment's admitted worlds have an attempt queued or running (one
-    parked in a provider batch holds no worker: not in flight), counted among the worlds
-    marked in flight; the marks of those with nothing active any more are cleared."""
-    cursor.execute(_MARKED, [experiment_id])
-    marked = [pk for (pk,) in cursor.fetchall()]
-    if not marked:
-        return 0
-    found = _statuses(cursor, marked, _IN_FLIGHT, _PARKED)
-    done = [pk for pk in marked if pk not in found]
-    if done:
-        cursor.execute(_UNMARK, [done])
-    return sum(1 for has, parked in found.values() if has and not parked)
-
-
-def _waiting_worlds(cursor: Any, experiment_id: int, count: int) -> list[int]:
-    """The ``count`` lowest ids of the experiment's worlds not admitted yet that have a queued
-    attempt.
-
-    Looked up a chunk of worlds at a time, their attempts by the chunk's ids: a cost linear in
-    the worlds read whatever the planner's statistics say. (One ``EXISTS`` per world was
-    planned, on tables just filled by an experiment's creation and not analyzed yet, as a
-    bitmap scan of every queued attempt for each world: 10,000 new worlds took minutes.)"""
-    found: list[int] = []
-    after = 0
-    while len(found) < count:
-        cursor.execute(_CHUNK, [experiment_id, after, ADMIT_CHUNK])
-        chunk = [pk for (pk,) in cursor.fetchall()]
-        if not chunk:
-            break
-        queued = _statuses(cursor, chunk, [_QUEUED], [])
-        found += [pk for pk in chunk if pk in queued][: count - len(found)]
-        after = chunk[-1]
-    return found
+# The admission in one round trip: worlds_app_experiment_admit (worlds_app migration 0030).
+_ADMIT = "SELECT attempt_id, slug FROM worlds_app_experiment_admit(%s, %s, %s, %s, %s, %s, %s)"
 
 
 @dataclass
@@ -482,20 +425,10 @@ def experiment_admit(*, experiment_id: int) -> list[str]:
     admitted: turns queued on it later run without waiting (the bound is then exceeded by
     those worlds only, which are not counted once their mark is cleared)."""
     limit = int(settings.CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"experiment-admit:{experiment_id}"]
-        )
-        in_flight = _in_flight(cursor, experiment_id)
-        if in_flight >= limit:
-            return []
-        admitted = _waiting_worlds(cursor, experiment_id, limit - in_flight)
-        if not admitted:
-            return []
-        cursor.execute(_ADMIT, [timezone.now(), admitted])
-    with connection.cursor() as cursor:
-        cursor.execute(_HEADS, [admitted])
-        heads = cursor.fetchall()
+    now = timezone.now()
+    heads = fetch_tuples(
+        _ADMIT, [experiment_id, limit, now, ADMIT_CHUNK, _IN_FLIGHT, _PARKED, _QUEUED]
+    )
     sent: list[str] = []
     holder = _HANDOFF.get()
     if holder is not None and holder.attempt_id is None and heads and not turn_messages_waiting():
