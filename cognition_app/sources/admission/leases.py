@@ -101,13 +101,17 @@ def command(*args: Any) -> Any:
 
 
 class _Script:
-    """A Lua script run as ``EVALSHA`` by :func:`command`; when Redis has lost it (a restart,
-    ``SCRIPT FLUSH``), by redis-py's ``Script``, which loads it again."""
+    """A Lua script run as ``EVALSHA`` by :func:`command` (on the process's client; any other
+    client runs it through redis-py); when Redis has lost it (a restart, ``SCRIPT FLUSH``), by
+    redis-py's ``Script``, which loads it again."""
 
     def __init__(self, on: Any, text: str) -> None:
+        self.on = on
         self.script = on.register_script(text)  # hashes the text once
 
     def __call__(self, *, keys: list[Any], args: list[Any]) -> Any:
+        if self.on is not client():
+            return self.script(keys=keys, args=args)
         try:
             return command("EVALSHA", self.script.sha, len(keys), *keys, *args)
         except NoScriptError:
