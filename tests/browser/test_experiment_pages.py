@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, User
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
@@ -163,14 +164,27 @@ def _section_shots(browser: webdriver.Chrome, name: str) -> None:
 
 
 def _drawn(browser: webdriver.Chrome) -> None:
-    """Every chart drawn as an SVG with marks in it."""
+    """Every chart drawn as an SVG with marks in it. A change of colour scheme draws the charts
+    again (new SVG elements): an element found before that is stale, so the charts are looked
+    at afresh until one look finds them all drawn."""
     areas = browser.find_elements(By.CSS_SELECTOR, ".plot-area[data-plot]")
     assert len(areas) == 4  # two metrics, two charts each
-    wait_for(lambda: all(a.get_attribute("data-drawn") == "true" for a in areas), 30, "the charts")
-    for area in areas:
-        svg = area.find_element(By.CSS_SELECTOR, "svg[class^=plot]")
-        assert svg.find_elements(By.CSS_SELECTOR, "circle, path")
-        assert svg.size["width"] <= area.size["width"] + 1
+
+    def drawn() -> bool:
+        try:
+            for area in browser.find_elements(By.CSS_SELECTOR, ".plot-area[data-plot]"):
+                svg = area.find_element(By.CSS_SELECTOR, "svg[class^=plot]")
+                if area.get_attribute("data-drawn") != "true":
+                    return False
+                if not svg.find_elements(By.CSS_SELECTOR, "circle, path"):
+                    return False
+                if svg.size["width"] > area.size["width"] + 1:
+                    raise AssertionError(f"a chart wider than its area: {svg.size['width']} px")
+        except (StaleElementReferenceException, NoSuchElementException):
+            return False  # drawn again meanwhile: look again
+        return True
+
+    wait_for(drawn, 30, "the charts drawn, with marks, within their areas")
 
 
 def _check_results(browser: webdriver.Chrome, results: ExperimentResults) -> None:
