@@ -67,9 +67,7 @@ def prepared_cursor(row_factory: RowFactory[Any] = dict_row) -> CursorWrapper:
     forgets it on a rollback or a new connection. Dict rows (the default) read the column names
     straight from the result, where the DB-API ``description`` builds a typed object per column;
     ``cognition_app.rows.send_one`` takes tuples."""
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
+    _ready()
     with connection.wrap_database_errors:
         raw = psycopg.Cursor(connection.connection, row_factory=row_factory)
     # what connection.make_debug_cursor / make_cursor wrap Django's own cursors in
@@ -134,7 +132,13 @@ def plain_connection_ready() -> bool:
     times on every LLM call); False, nothing done, when it is needed."""
     if connection.queries_logged or connection.execute_wrappers:
         return False
+    _ready()
+    return True
+
+
+def _ready() -> None:
+    """The connection readied as Django readies it for a cursor: its health checked, opened,
+    this thread's."""
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_thread_sharing()
-    return True
