@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import os
 import shutil
@@ -514,9 +515,11 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
         "llm", scenario_hash, args.llm_replicates, args.llm_turns, metrics, treated_hash
     )
     spies = _spy_on(workers, args.py_spy)
+    pauses = _GcPauses()
     before = _cpu_times()
     try:
-        began, created, attempts = _run_experiment(design, workers, poll_s=0.25)
+        with pauses:
+            began, created, attempts = _run_experiment(design, workers, poll_s=0.25)
     finally:
         cpu = _cpu_by_group(before, workers)
         _spies_stop(spies)
@@ -576,6 +579,7 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
         f"{MODEL_DELAY_S * 1000:.0f} ms); at its own time, its limit is "
         f"{sum(served) / MODEL_LIMIT:.2f} s, / wall = {sum(served) / MODEL_LIMIT / wall:.2f}"
     )
+    print(f"   {pauses}")
     print(
         f"   attempt claim → commit: {statistics.median(turns):.0f} ms median "
         f"({min(turns):.0f}–{max(turns):.0f})"
@@ -596,6 +600,40 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
     workers.stop()
     _set_in_flight(default_in_flight)
     return summary, with_creation
+
+
+class _GcPauses:
+    """The scripted model answers from threads of this process, which also holds the Django
+    objects of every part so far: a full garbage collection here (~100-250 ms once those are
+    many) stops the model mid-request, as no real endpoint stops for a client's bench. So the
+    objects that exist when the run starts are frozen out of collection (``gc.freeze``) for its
+    duration, and the collections that still run here are timed and printed."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._started = 0.0
+
+    def _observe(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._started)
+
+    def __enter__(self) -> None:
+        gc.collect()
+        gc.freeze()
+        gc.callbacks.append(self._observe)
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._observe)
+        gc.unfreeze()
+
+    def __str__(self) -> str:
+        longest = max(self.pauses, default=0.0) * 1000
+        return (
+            f"garbage collections in the bench's process (the scripted model's) during the "
+            f"run: {len(self.pauses)}, the longest {longest:.1f} ms (its older objects frozen)"
+        )
 
 
 def _by_tenth(generations: list[Any], start: float, wall: float) -> str:
