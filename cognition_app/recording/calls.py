@@ -59,6 +59,9 @@ class CallRecord:
     def __init__(self, invocation: SourceInvocation, recorder: Recorder) -> None:
         self.invocation = invocation
         self.recorder = recorder
+        # fields of the row settled after it was opened (:meth:`waited`), written with its
+        # finish
+        self._settled: dict[str, Any] = {}
 
     @classmethod
     def new(
@@ -121,6 +124,18 @@ class CallRecord:
 
     def _opening(self) -> list[Statement]:
         return [insert_statement(self.invocation, checked=self.checked)]
+
+    def waited(self, waited_ms: int | None, limit: str) -> None:
+        """The row was opened before the call's limits were passed (holding no slot
+        meanwhile), and they have answered: the call starts now, with what it waited for.
+        Written with its finish, so that the finished row reads as one opened after the wait."""
+        self.invocation.started_at = timezone.now()
+        self.invocation.limit_wait_ms, self.invocation.limit_wait = waited_ms, limit
+        self._settled = {
+            "started_at": self.invocation.started_at,
+            "limit_wait_ms": waited_ms,
+            "limit_wait": limit,
+        }
 
     def write_finished(
         self, status: str, *, ended_at: datetime | None = None, **fields: Any
@@ -199,6 +214,7 @@ class CallRecord:
         reaper interrupted its attempt leaves the row ``interrupted``, as the attempt is."""
         inv = self.invocation
         now = timezone.now()
+        fields.update(self._settled)
         fields.update(status=status, ended_at=now, duration_ms=_ms_since(inv.started_at, now))
         statement = update_statement(SourceInvocation, inv.pk, fields, while_running=True)
         for key, value in fields.items():

@@ -128,6 +128,42 @@ class GenerationRecord(CallRecord):
         )
         self.call.price = price_from_rows(results[-1])
 
+    def waited(self, waited_ms: int | None, limit: str) -> None:
+        super().waited(waited_ms, limit)
+        self.call.started_at = self.invocation.started_at
+
+    def not_sent(self, failure: SourceFailure, status: str) -> SourceFailure:
+        """The rows were opened before the call's limits were passed, and it was never sent (a
+        limit refused it, or its attempt stopped while it waited): both finished ``status``
+        now, spending nothing (a known zero); returns ``failure`` naming them."""
+        inv, call = self.invocation, self.call
+        message = storable_text(scrub(failure.message))
+        trace_batch(
+            [
+                update_statement(
+                    LlmCall,
+                    call.pk,
+                    {
+                        "status": status,
+                        "started_at": call.started_at,
+                        "ended_at": timezone.now(),
+                        "error": message,
+                        "prompt_tokens": 0,
+                        "completion_tokens": 0,
+                        "cost": Decimal(0),
+                        "usage_source": "not_sent",
+                    },
+                    while_running=True,
+                ),
+                self.finish_statement(
+                    status, failure_class=failure.failure_class, failure_message=message
+                ),
+            ]
+        )
+        log_finished(inv)
+        failure.invocation_id = self.pk
+        return failure
+
     def refused(self, failure: SourceFailure) -> SourceFailure:
         """Nothing was sent: both rows written once, failed; the call spent nothing, a known
         zero (not an unknown cost)."""
@@ -217,6 +253,7 @@ class GenerationRecord(CallRecord):
                     call.pk,
                     {
                         "status": status,
+                        "started_at": call.started_at,
                         "ended_at": timezone.now(),
                         "error": message,
                         "raw_text": text,
@@ -278,6 +315,7 @@ class GenerationRecord(CallRecord):
         call_fields = {
             **call_verdict,
             "status": InvocationStatus.SUCCEEDED,
+            "started_at": call.started_at,
             "ended_at": timezone.now(),
             "ttft_ms": self.ttft_ms,
             "raw_text": text,

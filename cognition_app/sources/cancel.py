@@ -43,8 +43,8 @@ class CancelScope:
             shut(response)
 
     def check(self, what: str) -> None:
-        """Raise before a call is made once the scope is cancelled (no row is opened: nothing
-        was started)."""
+        """Raise before a call is sent once the scope is cancelled: nothing was started (no row
+        is opened; one opened before the call waited for its limits is finished cancelled)."""
         if self._flag.is_set():
             raise SourceFailure(CANCELLED, f"{what} not started: {self.reason}")
 

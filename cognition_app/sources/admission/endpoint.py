@@ -5,7 +5,7 @@ each holding a PostgreSQL session advisory lock.
 A backend that generates one reply at a time (the embedded model) queues the requests it is sent
 meanwhile, and a queued request's wait would count against its caller's ``timeout_ms``: with two
 worker processes sharing it, single generations timed out on their own stack. Bounded here, a
-request waits for a slot before it reserves budget, opens its rows or starts its deadline, so its
+request waits for a slot before it reserves budget, is sent or starts its deadline, so its
 ``timeout_ms`` covers its own generation only. The variable is the deployment's, not the
 source's (authored content is the same in every deployment): the local stack sets it to 1 when it
 serves the embedded model. A slot is its connection's: a worker that dies gives it back. Its

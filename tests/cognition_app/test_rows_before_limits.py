@@ -1,0 +1,160 @@
+"""Without a budget, a generation's rows are opened before its limits are passed
+(``cognition_app.sources.llm``, ``_Send._opened_then_admitted``): the opening's round trip is
+not spent holding one of the model's slots. Over the real Redis and PostgreSQL and the scripted
+model: while a call waits for the source's one slot its rows stand open and nothing has been
+sent; finished, they read as rows opened after the wait (started when sent, the wait on
+``limit_wait_ms``, not in ``duration_ms``); a call stopped while it waits is finished
+``cancelled``, unsent, spending a known zero."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from cognition_app.failures import SourceFailure
+from cognition_app.models import LlmCall, SourceInvocation
+from cognition_app.sources.admission import cluster as cluster_limits
+from cognition_app.sources.cancel import CancelScope
+from cognition_app.sources.context import EXPERIMENT, CallContext
+from cognition_app.sources.llm import invoke_llm
+from scenarios_app.services import response_source_put
+from tests.cognition_app.test_batches import SOURCE as BATCHED
+from tests.support.fixtures import scripted_llm  # noqa: F401  (fixture import)
+from tests.support.scripted_llm import Reply, ScriptedLLM
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ONE = {"concurrency": 1}
+
+
+@pytest.fixture
+def source() -> Iterator[str]:
+    """A source with one slot over the cluster, its Redis keys the test's own."""
+    content = copy.deepcopy(BATCHED)
+    content["label"] = f"one-slot-{time.time_ns()}"
+    del content["interface"]["batch"]
+    content["interface"]["limits"] = ONE
+    source_hash = str(response_source_put(content=content)["hash"])
+    keys = [*cluster_limits._keys(source_hash), *cluster_limits._wake_keys(source_hash)]
+    cluster_limits.client().delete(*keys)
+    yield source_hash
+    cluster_limits.client().delete(*keys)
+
+
+def _call_on_a_thread(
+    source: str, cancel: CancelScope | None = None
+) -> tuple[threading.Thread, list[Any]]:
+    """``invoke_llm`` on a thread of its own (a subject's); its generation or its failure."""
+    ended: list[Any] = []
+    seq = itertools.count()
+    ctx = CallContext(
+        attempt_id=None,
+        world_id=None,
+        world_slug="w",
+        attempted_turn=1,
+        next_seq=lambda: next(seq),
+        lane=EXPERIMENT,
+        cancel=cancel,
+    )
+
+    def call() -> None:
+        try:
+            ended.append(
+                invoke_llm(
+                    source_hash=source,
+                    messages=[{"role": "user", "content": "rate it"}],
+                    ctx=ctx,
+                    response_schema=None,
+                )
+            )
+        except SourceFailure as exc:
+            ended.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    return thread, ended
+
+
+def _open_row(source: str) -> SourceInvocation:
+    """The call's invocation row, once it stands open (``running``)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        row = SourceInvocation.objects.filter(source_hash=source, status="running").first()
+        if row is not None:
+            return row
+        time.sleep(0.02)
+    raise AssertionError("the call's rows were never opened while it waited")
+
+
+def test_a_call_waiting_for_a_slot_has_its_rows_open_and_nothing_sent(
+    scripted_llm: ScriptedLLM,  # noqa: F811
+    source: str,
+) -> None:
+    scripted_llm.script(Reply(text="fine"))
+    holder = cluster_limits.take_capacity(source, ONE, 0, token="holder", who="holder")
+    assert isinstance(holder, cluster_limits.Held)
+    thread, ended = _call_on_a_thread(source)
+    opened = _open_row(source)
+    assert LlmCall.objects.get(invocation=opened).status == "running"
+    time.sleep(1.0)  # it waits for the slot, its rows open
+    assert thread.is_alive() and len(scripted_llm.requests) == 0
+    holder.give_back()
+    thread.join(30)
+    assert not thread.is_alive() and ended and ended[0].text == "fine"
+    assert len(scripted_llm.requests) == 1
+
+    finished = SourceInvocation.objects.get(pk=opened.pk)
+    call = LlmCall.objects.get(invocation=finished)
+    assert (finished.status, call.status) == ("succeeded", "succeeded")
+    assert finished.limit_wait == "concurrency"
+    assert finished.limit_wait_ms is not None and finished.limit_wait_ms >= 900
+    # started when sent, after the wait; the wait is not in its duration
+    assert finished.started_at - opened.started_at >= timedelta(
+        milliseconds=finished.limit_wait_ms - 1
+    )
+    assert call.started_at == finished.started_at
+    assert finished.duration_ms is not None and finished.duration_ms < finished.limit_wait_ms
+    assert finished.ended_at is not None and finished.ended_at >= finished.started_at
+
+
+def test_a_call_stopped_while_it_waits_is_finished_cancelled_and_unsent(
+    scripted_llm: ScriptedLLM,  # noqa: F811
+    source: str,
+) -> None:
+    scripted_llm.script(Reply(text="never asked"))
+    holder = cluster_limits.take_capacity(source, ONE, 0, token="holder", who="holder")
+    assert isinstance(holder, cluster_limits.Held)
+    cancel = CancelScope()
+    thread, ended = _call_on_a_thread(source, cancel)
+    opened = _open_row(source)
+    cancel.cancel("another subject failed")
+    thread.join(30)
+    assert not thread.is_alive()
+    holder.give_back()
+    (failure,) = ended
+    assert isinstance(failure, SourceFailure) and failure.failure_class == "cancelled"
+    assert failure.invocation_id == opened.pk
+    assert len(scripted_llm.requests) == 0
+
+    finished = SourceInvocation.objects.get(pk=opened.pk)
+    call = LlmCall.objects.get(invocation=finished)
+    assert (finished.status, finished.failure_class) == ("cancelled", "cancelled")
+    assert "not started: another subject failed" in finished.failure_message
+    assert (call.status, call.usage_source) == ("cancelled", "not_sent")
+    assert (call.prompt_tokens, call.completion_tokens, call.cost) == (0, 0, Decimal(0))
+    assert call.ended_at is not None
+    # its slot is free: nothing was left held
+    again = cluster_limits.take_capacity(source, ONE, 0, token="after", who="after")
+    assert isinstance(again, cluster_limits.Held)
+    again.give_back()
