@@ -42,6 +42,11 @@ class Recorder(Protocol):
         or not the write succeeded)."""
         ...
 
+    def still_open(self) -> None:
+        """A call whose rows were opened before it waited for its limits is about to be sent:
+        raises as :meth:`open` would, were they opened now."""
+        ...
+
 
 class DirectRecorder:
     """Writes everything at once, on the caller's connection: the recorder of a call made
@@ -56,6 +61,9 @@ class DirectRecorder:
         finally:
             if after is not None:
                 after()
+
+    def still_open(self) -> None:
+        return None  # no lease: an opening is never refused
 
 
 DIRECT = DirectRecorder()

@@ -299,6 +299,9 @@ class _Send:
                     rows.waited(admission.waits.waited_ms, admission.waits.limit)
                     if admission.refusal is not None:
                         raise rows.not_sent(admission.refusal, InvocationStatus.FAILED)
+                    # its attempt interrupted while it waited: not sent (the reaper finished
+                    # the rows); asked of the database only if that could have happened
+                    rows.recorder.still_open()
                     release = _Release(
                         None, admission.reservation, flight=self.flight, slots=admission.give_back
                     )

@@ -6,7 +6,9 @@ It owns what a call's rows must be written with while a turn runs:
   attempt's pending events first (a reader of the timeline never sees a call whose preceding
   events are missing) and that share-locks the attempt's row, still running under this worker's
   lease (``EventLog.write_with``): once the reaper has interrupted the attempt, no call opens
-  and nothing more is written for it;
+  and nothing more is written for it; a call that opened its rows before it waited for its
+  limits asks again before it is sent if its lease could have run out meanwhile
+  (``EventLog.still_leased``);
 - **the writer thread**: a call that succeeded is finished on the process's trace writer while
   its subject goes on (``cognition_app.recording.write_behind``);
 - **the barriers**: the commit writes what the thread has not taken yet in its own transaction
@@ -57,6 +59,9 @@ class AttemptRecorder:
         finally:
             if after is not None:
                 after()
+
+    def still_open(self) -> None:
+        self.events.still_leased()
 
     # --- what the commit and the failure path ask -------------------------------------------
 

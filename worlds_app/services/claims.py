@@ -237,11 +237,15 @@ def _kick_head_if_stuck(attempt_id: str) -> None:
 
 
 def renew_lease(attempt: TurnAttempt) -> None:
+    """Renew the attempt's lease, or raise LeaseLost; the instance keeps the new expiry (what
+    its calls' ``EventLog.still_leased`` goes by)."""
+    expires = _now() + timedelta(seconds=lease_seconds())
     renewed = TurnAttempt.objects.filter(
         pk=attempt.pk, status=AttemptStatus.RUNNING, lease_owner=attempt.lease_owner
-    ).update(lease_expires_at=_now() + timedelta(seconds=lease_seconds()))
+    ).update(lease_expires_at=expires)
     if not renewed:
         raise LeaseLost(str(attempt.pk))
+    attempt.lease_expires_at = expires
 
 
 def _now() -> datetime:

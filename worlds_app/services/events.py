@@ -22,16 +22,25 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
 
 from cognition_app.recording.port import SYNC_COMMIT_OFF
-from cognition_app.rows import BatchResults, RowTable, Statement, insert_rows, send_combined
+from cognition_app.rows import (
+    BatchResults,
+    RowTable,
+    Statement,
+    insert_rows,
+    send_batch,
+    send_combined,
+)
 from cognition_app.subject_run import StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
-from worlds_app.services.claims import LeaseLost, refusal_of
+from worlds_app.services.claims import LeaseLost, lease_seconds, refusal_of
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +117,8 @@ class EventLog:
     def __init__(self, attempt: TurnAttempt) -> None:
         self.attempt_id: UUID = attempt.pk
         self.lease_owner = attempt.lease_owner
+        # its lease_expires_at: as the claim set it, then each renewal (claims.renew_lease)
+        self._attempt = attempt
         self.lease_lost = False  # a write found the attempt no longer ours
         self.failure = ""  # why some events could not be written (the attempt must fail)
         self._lock = threading.Lock()
@@ -144,6 +155,28 @@ class EventLog:
                 return self._open(rows, statements)
         # No event to order them after: other subjects' calls need not wait for this one.
         return self._open([], statements)
+
+    def still_leased(self) -> None:
+        """Before a call whose rows were opened earlier is sent (it waited for its limits with
+        them open): raises ``LeaseLost`` if the reaper has interrupted the attempt since, as
+        the opening would have. The reaper interrupts only an attempt whose lease ran out, so
+        while the lease this worker last set (at the claim, then at each renewal) has more
+        than a third of its length left (the heartbeat renews it at each third), nothing is
+        asked; past that (the worker stalled, or its renewals failed), the guard is asked in
+        a round trip of its own."""
+        if self.lease_lost:
+            raise LeaseLost(str(self.attempt_id))
+        expires = self._attempt.lease_expires_at
+        margin = timedelta(seconds=max(1.0, lease_seconds() / 3))
+        if expires is not None and timezone.now() < expires - margin:
+            return
+        try:
+            send_batch([_lease_statement(self.attempt_id, self.lease_owner, guard=True)])
+        except DatabaseError as exc:
+            if refusal_of(exc) != "lease_lost":
+                raise
+            self.lease_lost = True
+            raise LeaseLost(str(self.attempt_id)) from None
 
     def _open(self, rows: list[AttemptEvent], statements: Sequence[Statement]) -> BatchResults:
         guard = _lease_statement(self.attempt_id, self.lease_owner, guard=True)
