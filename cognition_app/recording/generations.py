@@ -136,24 +136,17 @@ class GenerationRecord(CallRecord):
         """The rows were opened before the call's limits were passed, and it was never sent (a
         limit refused it, or its attempt stopped while it waited): both finished ``status``
         now, spending nothing (a known zero); returns ``failure`` naming them."""
-        inv, call = self.invocation, self.call
+        inv = self.invocation
         message = storable_text(scrub(failure.message))
         trace_batch(
             [
-                update_statement(
-                    LlmCall,
-                    call.pk,
-                    {
-                        "status": status,
-                        "started_at": call.started_at,
-                        "ended_at": timezone.now(),
-                        "error": message,
-                        "prompt_tokens": 0,
-                        "completion_tokens": 0,
-                        "cost": Decimal(0),
-                        "usage_source": "not_sent",
-                    },
-                    while_running=True,
+                self._call_ended(
+                    status,
+                    message,
+                    prompt_tokens=0,
+                    completion_tokens=0,
+                    cost=Decimal(0),
+                    usage_source="not_sent",
                 ),
                 self.finish_statement(
                     status, failure_class=failure.failure_class, failure_message=message
@@ -163,6 +156,18 @@ class GenerationRecord(CallRecord):
         log_finished(inv)
         failure.invocation_id = self.pk
         return failure
+
+    def _call_ended(self, status: str, message: str, **fields: Any) -> Statement:
+        """The UPDATE ending the LLM call row ``status`` with ``message`` and ``fields``, if it
+        is still running (its start as the invocation's: :meth:`waited` may have moved it)."""
+        values = {
+            "status": status,
+            "started_at": self.call.started_at,
+            "ended_at": timezone.now(),
+            "error": message,
+            **fields,
+        }
+        return update_statement(LlmCall, self.call.pk, values, while_running=True)
 
     def refused(self, failure: SourceFailure) -> SourceFailure:
         """Nothing was sent: both rows written once, failed; the call spent nothing, a known
@@ -248,19 +253,8 @@ class GenerationRecord(CallRecord):
         trace_batch(
             [
                 *self._chunk_statements(),
-                update_statement(
-                    LlmCall,
-                    call.pk,
-                    {
-                        "status": status,
-                        "started_at": call.started_at,
-                        "ended_at": timezone.now(),
-                        "error": message,
-                        "raw_text": text,
-                        "ttft_ms": self.ttft_ms,
-                        "price": call.price,
-                    },
-                    while_running=True,
+                self._call_ended(
+                    status, message, raw_text=text, ttft_ms=self.ttft_ms, price=call.price
                 ),
                 self.finish_statement(
                     status,
