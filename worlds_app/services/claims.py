@@ -62,6 +62,12 @@ def lease_seconds() -> int:
     return int(getattr(settings, "CHUKWA_ATTEMPT_LEASE_SECONDS", 60))
 
 
+def renewal_seconds() -> float:
+    """How often a heartbeat renews its lease: at each third of it (at least every second). A
+    lease with more than this left cannot have run out before its next renewal was due."""
+    return max(1.0, lease_seconds() / 3)
+
+
 @dataclass
 class Claim:
     """A claimed attempt (``attempt.world`` set) and what its run starts from."""
@@ -286,7 +292,7 @@ class Heartbeat:
 
     def _beat(self) -> None:
         try:
-            while not self._stop.wait(max(1.0, lease_seconds() / 3)):
+            while not self._stop.wait(renewal_seconds()):
                 with self._lock:
                     attempt = self._attempt
                 try:

@@ -40,7 +40,7 @@ from cognition_app.rows import (
 )
 from cognition_app.subject_run import StagedEvent
 from worlds_app.models import AttemptEvent, AttemptStatus, TurnAttempt
-from worlds_app.services.claims import LeaseLost, lease_seconds, refusal_of
+from worlds_app.services.claims import LeaseLost, refusal_of, renewal_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -167,11 +167,17 @@ class EventLog:
         if self.lease_lost:
             raise LeaseLost(str(self.attempt_id))
         expires = self._attempt.lease_expires_at
-        margin = timedelta(seconds=max(1.0, lease_seconds() / 3))
+        margin = timedelta(seconds=renewal_seconds())
         if expires is not None and timezone.now() < expires - margin:
             return
-        try:
+        with self._lease_refusal():
             send_batch([_lease_statement(self.attempt_id, self.lease_owner, guard=True)])
+
+    @contextmanager
+    def _lease_refusal(self) -> Iterator[None]:
+        """The guard's refusal (the attempt no longer ours) as ``LeaseLost``, remembered."""
+        try:
+            yield
         except DatabaseError as exc:
             if refusal_of(exc) != "lease_lost":
                 raise
@@ -180,7 +186,7 @@ class EventLog:
 
     def _open(self, rows: list[AttemptEvent], statements: Sequence[Statement]) -> BatchResults:
         guard = _lease_statement(self.attempt_id, self.lease_owner, guard=True)
-        try:
+        with self._lease_refusal():
             try:
                 events = list(EVENT_ROWS.statements([_event_tuple(r) for r in rows]))
                 return _opening(guard, events, statements)
@@ -193,11 +199,6 @@ class EventLog:
                 self._pending = rows
                 self._write_locked()
                 return _opening(guard, [], statements)
-        except DatabaseError as exc:
-            if refusal_of(exc) != "lease_lost":
-                raise
-            self.lease_lost = True
-            raise LeaseLost(str(self.attempt_id)) from None
 
     def flush_if_due(self) -> None:
         """Write what is pending if the last write is older than the batching window (at the end
