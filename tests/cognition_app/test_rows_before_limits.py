@@ -86,6 +86,13 @@ def _call_on_a_thread(
     return thread, ended
 
 
+def _hold(source: str, holder: str = "holder") -> Any:
+    """The source's one slot, taken by another caller."""
+    held = cluster_limits.take_capacity(source, ONE, 0, token=holder, who=holder)
+    assert isinstance(held, cluster_limits.Held)
+    return held
+
+
 def _open_row(source: str) -> SourceInvocation:
     """The call's invocation row, once it stands open (``running``)."""
     deadline = time.monotonic() + 30
@@ -102,8 +109,7 @@ def test_a_call_waiting_for_a_slot_has_its_rows_open_and_nothing_sent(
     source: str,
 ) -> None:
     scripted_llm.script(Reply(text="fine"))
-    holder = cluster_limits.take_capacity(source, ONE, 0, token="holder", who="holder")
-    assert isinstance(holder, cluster_limits.Held)
+    holder = _hold(source)
     thread, ended = _call_on_a_thread(source)
     opened = _open_row(source)
     assert LlmCall.objects.get(invocation=opened).status == "running"
@@ -133,8 +139,7 @@ def test_a_call_stopped_while_it_waits_is_finished_cancelled_and_unsent(
     source: str,
 ) -> None:
     scripted_llm.script(Reply(text="never asked"))
-    holder = cluster_limits.take_capacity(source, ONE, 0, token="holder", who="holder")
-    assert isinstance(holder, cluster_limits.Held)
+    holder = _hold(source)
     cancel = CancelScope()
     thread, ended = _call_on_a_thread(source, cancel)
     opened = _open_row(source)
@@ -155,6 +160,4 @@ def test_a_call_stopped_while_it_waits_is_finished_cancelled_and_unsent(
     assert (call.prompt_tokens, call.completion_tokens, call.cost) == (0, 0, Decimal(0))
     assert call.ended_at is not None
     # its slot is free: nothing was left held
-    again = cluster_limits.take_capacity(source, ONE, 0, token="after", who="after")
-    assert isinstance(again, cluster_limits.Held)
-    again.give_back()
+    _hold(source, "after").give_back()
