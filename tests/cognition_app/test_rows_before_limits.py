@@ -3,7 +3,8 @@
 not spent holding one of the model's slots. Over the real Redis and PostgreSQL and the scripted
 model: while a call waits for the source's one slot its rows stand open and nothing has been
 sent; finished, they read as rows opened after the wait (started when sent, the wait on
-``limit_wait_ms``, not in ``duration_ms``); a call stopped while it waits is finished
+``limit_wait_ms``, not in ``duration_ms``), and its ``timeout_ms`` is counted from then, so a
+wait longer than the deadline does not time it out; a call stopped while it waits is finished
 ``cancelled``, unsent, spending a known zero."""
 
 from __future__ import annotations
@@ -36,18 +37,31 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ONE = {"concurrency": 1}
 
 
-@pytest.fixture
-def source() -> Iterator[str]:
-    """A source with one slot over the cluster, its Redis keys the test's own."""
+def _one_slot_source(timeout_ms: int | None = None) -> Iterator[str]:
+    """A source with one slot over the cluster (and ``timeout_ms`` if given), its Redis keys
+    the test's own."""
     content = copy.deepcopy(BATCHED)
     content["label"] = f"one-slot-{time.time_ns()}"
     del content["interface"]["batch"]
     content["interface"]["limits"] = ONE
+    if timeout_ms is not None:
+        content["interface"]["timeout_ms"] = timeout_ms
     source_hash = str(response_source_put(content=content)["hash"])
     keys = [*cluster_limits._keys(source_hash), *cluster_limits._wake_keys(source_hash)]
     cluster_limits.client().delete(*keys)
     yield source_hash
     cluster_limits.client().delete(*keys)
+
+
+@pytest.fixture
+def source() -> Iterator[str]:
+    yield from _one_slot_source()
+
+
+@pytest.fixture
+def short_deadline_source() -> Iterator[str]:
+    """Its ``timeout_ms`` 1.5 s."""
+    yield from _one_slot_source(1500)
 
 
 def _call_on_a_thread(
@@ -161,3 +175,27 @@ def test_a_call_stopped_while_it_waits_is_finished_cancelled_and_unsent(
     assert call.ended_at is not None
     # its slot is free: nothing was left held
     _hold(source, "after").give_back()
+
+
+def test_a_call_s_deadline_starts_when_it_is_sent_not_while_it_waits(
+    scripted_llm: ScriptedLLM,  # noqa: F811
+    short_deadline_source: str,
+) -> None:
+    """Its wait (3 s) is twice its ``timeout_ms`` (1.5 s) and its reply takes 0.3 s: it
+    succeeds only if the deadline starts after the wait, whatever the machine's load (the
+    margin is five times the reply)."""
+    scripted_llm.script(Reply(text="in time", delay_s=0.3))
+    holder = _hold(short_deadline_source)
+    thread, ended = _call_on_a_thread(short_deadline_source)
+    opened = _open_row(short_deadline_source)
+    time.sleep(3.0)
+    holder.give_back()
+    thread.join(30)
+    assert not thread.is_alive()
+    (generation,) = ended
+    assert not isinstance(generation, SourceFailure), generation
+    assert generation.text == "in time"
+    finished = SourceInvocation.objects.get(pk=opened.pk)
+    assert finished.status == "succeeded"
+    assert finished.limit_wait_ms is not None and finished.limit_wait_ms > 1500
+    assert finished.duration_ms is not None and finished.duration_ms < 1500
