@@ -168,6 +168,10 @@ def _metric_hashes(labels: list[str]) -> list[str]:
     ]
 
 
+# part 3's budget with --llm-budget: large enough never to refuse a call
+LLM_BUDGET_TOKENS = 100_000_000
+
+
 def _design(
     slug: str,
     scenario: str,
@@ -514,6 +518,10 @@ def part_3(args: argparse.Namespace, workers: Workers, llm: Any) -> tuple[list[s
     design = _design(
         "llm", scenario_hash, args.llm_replicates, args.llm_turns, metrics, treated_hash
     )
+    if args.llm_budget:
+        # every call reserved in the experiment's ledger and settled (never binding here)
+        design["budget"] = {"max_tokens_total": LLM_BUDGET_TOKENS}
+        print(f"   with a budget: max_tokens_total {LLM_BUDGET_TOKENS:,}")
     spies = _spy_on(workers, args.py_spy)
     pauses = _GcPauses()
     before = _cpu_times()
@@ -920,6 +928,11 @@ def main() -> int:
         default=None,
         help="part 3: CHUKWA_EXPERIMENT_WORLDS_IN_FLIGHT (default: its worker children, "
         "--llm-workers x --llm-concurrency); the other parts keep the setting's",
+    )
+    parser.add_argument(
+        "--llm-budget",
+        action="store_true",
+        help="part 3: the experiment has a budget (every call reserved and settled)",
     )
     parser.add_argument(
         "--py-spy", default=None, help="part 3: a py-spy binary to sample the workers with"

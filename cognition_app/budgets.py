@@ -158,10 +158,14 @@ class BudgetLedger:
         max_completion: int | None,
         price: ModelPrice | None,
         price_key: str,
+        call_id: UUID | None = None,
     ) -> Reservation | str:
         """The call's reservation, or why it may not be sent (naming the budget and figures):
         the world's limits first, then the shared budget. A call outside any world (a
-        population's biography) has no world limits, only its shared budget."""
+        population's biography) has no world limits, only its shared budget. The shared
+        reservation's id is its call's (``call_id``, when the call's rows are opened first;
+        else a new one, which the call's rows then take): the settle and the reaper find the
+        call by it."""
         outcome: Reservation | str = Reservation(in_ledger=False)
         if not self.limits.is_empty() and world_id is not None:
             with self._lock:  # check and reserve as one step: concurrent calls cannot both pass
@@ -202,7 +206,7 @@ class BudgetLedger:
                 if price is not None
                 else Decimal(0)
             )
-            reservation_id = uuid4()
+            reservation_id = call_id or uuid4()
             refusal = shared.reserve(
                 tokens=tokens, cost=cost, reservation_id=reservation_id, attempt_id=attempt_id
             )

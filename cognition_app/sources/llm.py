@@ -207,8 +207,8 @@ def invoke_llm(
         what=what,
     )
     # Each try is admitted on its own (cognition_app.sources.admission): it opens its rows,
-    # waits for every limit and reserves its budget (a budget's reservation first, then the
-    # rows it names); between tries it holds nothing.
+    # waits for every limit and reserves its budget (under its call's id); between tries it
+    # holds nothing.
     try:
         return with_retries(
             interface=iface,
@@ -246,9 +246,8 @@ class _Send:
     what: str
 
     def run(self, config_failure: SourceFailure | None) -> Generation:
-        """One try: its rows, admitted (every limit) and its stream; under a budget, admitted
-        (every limit, the budget's reservation last) before the rows the reservation names. A
-        misconfigured source is refused without waiting for anything."""
+        """One try: its rows opened, then admitted (every limit, the budget's reservation last)
+        and its stream. A misconfigured source is refused without waiting for anything."""
         ctx, iface = self.ctx, self.source["interface"]
         # The price in force when the call starts; the cost is computed from it at the end. A
         # budget needs it first (to reserve); otherwise it is read in the round trip that opens
@@ -256,10 +255,25 @@ class _Send:
         price = None
         if config_failure is not None or ctx.budget is not None:
             price = price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now())
-        if config_failure is not None:
-            return self._open_and_stream(
-                config_failure, price, _Release(None, Reservation(), flight=self.flight)
-            )
+        if config_failure is not None:  # its rows written once, failed, nothing sent
+            raise self._new_rows(price, check_schema=False).refused(config_failure)
+        return self._opened_then_admitted(price)
+
+    def _opened_then_admitted(self, price: ModelPrice | None) -> Generation:
+        """The rows are opened first and the limits passed after: the opening's round trip is
+        then not spent holding a slot of the model's, which an experiment's calls wait for
+        (about 4 ms of each call's ~105 with two cores busy). Still opened before any byte is
+        sent; finished, they read as rows opened after the wait (``GenerationRecord.waited``).
+        A budget's reservation, taken last, takes the id of the call's row (the settle and the
+        reaper find the call by it)."""
+        ctx, iface = self.ctx, self.source["interface"]
+        rows = self._new_rows(price)
+        if ctx.budget is None:
+            # one round trip with the attempt's pending events and the price lookup (the price
+            # row is stored when the call finishes)
+            rows.open_reading_price(url_env=iface["base_url_env"], model=iface["model"])
+        else:
+            rows.open()  # the price was read before: the reservation is made at it
         request = CallRequest(
             source_hash=self.source_hash,
             interface=iface,
@@ -268,45 +282,26 @@ class _Send:
             prompt_tokens=prompt_estimate(self.payload["messages"], self.response_format),
             max_completion=completion_cap(self.params),
             price=price,
+            call_id=rows.call.pk,
         )
-        if ctx.budget is None:
-            return self._opened_then_admitted(request)
-        with admitted(request) as admission:
-            release = _Release(
-                ctx.budget, admission.reservation, flight=self.flight, slots=admission.give_back
-            )
-            sent = dataclasses.replace(self, ctx=admission.traced(ctx))
-            try:
-                return sent._open_and_stream(admission.refusal, price, release)
-            finally:
-                if not release.handed_over:
-                    release()
-
-    def _opened_then_admitted(self, request: CallRequest) -> Generation:
-        """Without a budget to reserve (whose reservation names the call's row), the rows are
-        opened first and the limits passed after: the opening's round trip is then not spent
-        holding a slot of the model's, which an experiment's calls wait for (about 4 ms of
-        each call's ~105 with two cores busy). Still opened before any byte is sent; finished,
-        they read as rows opened after the wait (``GenerationRecord.waited``)."""
-        iface = self.source["interface"]
-        rows = self._new_rows(None)
-        # one round trip with the attempt's pending events and the price lookup (the price row
-        # is stored when the call finishes)
-        rows.open_reading_price(url_env=iface["base_url_env"], model=iface["model"])
         with rows.guard():
             try:
                 with admitted(request) as admission:
                     rows.waited(admission.waits.waited_ms, admission.waits.limit)
                     if admission.refusal is not None:
                         raise rows.not_sent(admission.refusal, InvocationStatus.FAILED)
-                    # its attempt interrupted while it waited: not sent (the reaper finished
-                    # the rows); asked of the database only if that could have happened
-                    rows.recorder.still_open()
                     release = _Release(
-                        None, admission.reservation, flight=self.flight, slots=admission.give_back
+                        ctx.budget,
+                        admission.reservation,
+                        flight=self.flight,
+                        slots=admission.give_back,
                     )
                     release.rows = rows
                     try:
+                        # its attempt interrupted while it waited: not sent (the reaper
+                        # finished the rows; the reservation is given back at what they say,
+                        # nothing); asked of the database only if that could have happened
+                        rows.recorder.still_open()
                         return self._stream(rows, release)
                     finally:
                         if not release.handed_over:
@@ -351,21 +346,6 @@ class _Send:
         )
         rows.limited = bool(iface.get("limits"))
         return rows
-
-    def _open_and_stream(
-        self, config_failure: SourceFailure | None, price: ModelPrice | None, release: _Release
-    ) -> Generation:
-        rows = self._new_rows(price, check_schema=config_failure is None)
-        if release.reservation.id is not None:  # the reaper finds the call by its reservation
-            rows.call.id = release.reservation.id
-        release.rows = rows
-        if config_failure is not None:
-            raise rows.refused(config_failure)
-        # Both rows exist before any byte is sent: one round trip with the attempt's pending
-        # events. Their JSON is the payload's, canonicalized (orjson may write it).
-        rows.open()
-        with rows.guard():
-            return self._stream(rows, release)
 
     def _stream(self, rows: GenerationRecord, release: _Release) -> Generation:
         return _stream(

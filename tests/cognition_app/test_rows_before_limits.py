@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from cognition_app.budgets import BudgetLedger
 from cognition_app.failures import SourceFailure
 from cognition_app.models import LlmCall, SourceInvocation
 from cognition_app.sources.admission import cluster as cluster_limits
@@ -31,6 +32,11 @@ from scenarios_app.services import response_source_put
 from tests.cognition_app.test_batches import SOURCE as BATCHED
 from tests.support.fixtures import scripted_llm  # noqa: F401  (fixture import)
 from tests.support.scripted_llm import Reply, ScriptedLLM
+from tests.worlds_app.test_experiment_budget import _design, _scenario
+from worlds_app.models import BudgetReservation, ExperimentLedger
+from worlds_app.services import budget_settler
+from worlds_app.services.experiment_budget import budget_ledger
+from worlds_app.services.experiments import experiment_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,12 +44,13 @@ ONE = {"concurrency": 1}
 
 
 def _one_slot_source(timeout_ms: int | None = None) -> Iterator[str]:
-    """A source with one slot over the cluster (and ``timeout_ms`` if given), its Redis keys
-    the test's own."""
+    """A source with one slot over the cluster and a ``max_tokens`` (and ``timeout_ms`` if
+    given), its Redis keys the test's own."""
     content = copy.deepcopy(BATCHED)
     content["label"] = f"one-slot-{time.time_ns()}"
     del content["interface"]["batch"]
     content["interface"]["limits"] = ONE
+    content["interface"]["params"] = {"max_tokens": 50}
     if timeout_ms is not None:
         content["interface"]["timeout_ms"] = timeout_ms
     source_hash = str(response_source_put(content=content)["hash"])
@@ -65,7 +72,7 @@ def short_deadline_source() -> Iterator[str]:
 
 
 def _call_on_a_thread(
-    source: str, cancel: CancelScope | None = None
+    source: str, cancel: CancelScope | None = None, budget: BudgetLedger | None = None
 ) -> tuple[threading.Thread, list[Any]]:
     """``invoke_llm`` on a thread of its own (a subject's); its generation or its failure."""
     ended: list[Any] = []
@@ -78,6 +85,7 @@ def _call_on_a_thread(
         next_seq=lambda: next(seq),
         lane=EXPERIMENT,
         cancel=cancel,
+        budget=budget,
     )
 
     def call() -> None:
@@ -199,3 +207,43 @@ def test_a_call_s_deadline_starts_when_it_is_sent_not_while_it_waits(
     assert finished.status == "succeeded"
     assert finished.limit_wait_ms is not None and finished.limit_wait_ms > 1500
     assert finished.duration_ms is not None and finished.duration_ms < 1500
+
+
+def test_a_budgeted_call_reserves_after_its_wait_under_its_rows_id(
+    scripted_llm: ScriptedLLM,  # noqa: F811
+    source: str,
+) -> None:
+    """Under an experiment's budget the rows are opened first too; the reservation, taken
+    once the slot is held (none sits idle while the call waits), takes the call row's id, by
+    which the settle and the reaper find it; settled, the ledger counts what the row says."""
+    experiment = experiment_create(
+        data=_design("budgeted", _scenario(), budget={"max_tokens_total": 100_000})
+    )
+    ledger = ExperimentLedger.objects.get(experiment_id=experiment.pk)
+    usage = {"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19}
+    scripted_llm.script(Reply(text="fine", usage=usage, delay_s=1.0))
+    holder = _hold(source)
+    thread, ended = _call_on_a_thread(source, budget=budget_ledger(None, experiment.pk))
+    opened = _open_row(source)
+    call = LlmCall.objects.get(invocation=opened)
+    time.sleep(0.5)
+    assert not BudgetReservation.objects.exists()  # nothing reserved while it waits
+    holder.give_back()
+    deadline = time.monotonic() + 30
+    while not BudgetReservation.objects.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (reservation,) = BudgetReservation.objects.all()  # while the reply is streamed
+    assert reservation.pk == call.pk
+    assert reservation.experiment_id == experiment.pk
+    thread.join(30)
+    assert not thread.is_alive() and ended and ended[0].text == "fine"
+    budget_settler.flush()
+    assert not BudgetReservation.objects.exists()
+    ledger.refresh_from_db()
+    assert (ledger.reserved_tokens, ledger.spent_tokens) == (0, 19)
+    finished = LlmCall.objects.get(pk=call.pk)
+    assert (finished.status, finished.prompt_tokens, finished.completion_tokens) == (
+        "succeeded",
+        12,
+        7,
+    )

@@ -138,15 +138,18 @@ def test_a_probe_that_does_not_fit_the_budget_is_refused_and_not_sent(
     SourceProbe.objects.all().delete()
     conformance._probe_cache.clear()
     world_create(data={"slug": "tight", "scenario_ref": {"hash": scenario}})
-    # room for the generation, not for the generation and the check together
-    world_budget_set(slug="tight", budget={"max_tokens_per_turn": could_generate + could_probe - 1})
+    # The check runs before the generation's rows are opened and its budget reserved (the rows
+    # come before the limits), so it is the first call of the turn: no room for it alone.
+    assert could_generate > could_probe
+    world_budget_set(slug="tight", budget={"max_tokens_per_turn": could_probe - 1})
     probes_before = len(scripted_llm.probes)
+    requests_before = len(scripted_llm.requests)
     attempt = run_turn("tight")
     assert attempt.status == AttemptStatus.FAILED
     assert len(scripted_llm.probes) == probes_before  # the check was not sent
+    assert len(scripted_llm.requests) == requests_before  # nor the generation
     check = SourceInvocation.objects.get(attempt=attempt, kind="conformance_check")
     assert check.failure_class == "budget_exhausted"
-    assert (
-        f"budget max_tokens_per_turn = {could_generate + could_probe - 1}" in check.failure_message
-    )
+    assert f"budget max_tokens_per_turn = {could_probe - 1}" in check.failure_message
     assert LlmCall.objects.get(invocation=check).usage_source == "not_sent"
+    assert not SourceInvocation.objects.filter(attempt=attempt, kind="llm_generation").exists()

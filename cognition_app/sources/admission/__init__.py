@@ -42,7 +42,6 @@ from cognition_app.sources.admission.base import (
     Refused,
     take_waiting,
 )
-from cognition_app.sources.context import CallContext
 
 __all__ = ["LIMITS", "Admission", "CallRequest", "admitted"]
 
@@ -68,14 +67,6 @@ class Admission:
         ends."""
         while self.held:
             self.held.pop().give_back()
-
-    def traced(self, ctx: CallContext) -> CallContext:
-        """The try's context, carrying its waits to the rows it opens (every limit's alike)."""
-        if not self.waits.seconds:
-            return ctx
-        return dataclasses.replace(
-            ctx, limit_wait_ms=self.waits.waited_ms, limit_wait=self.waits.limit
-        )
 
 
 @contextmanager

@@ -4,7 +4,9 @@ reservation — at what it could spend (prompt estimate + max_tokens, and that a
 It never waits: a request that does not fit is refused with ``budget_exhausted``. Taken last,
 once every other limit holds, so that no reservation sits idle while a request waits for
 capacity (a reservation can only refuse others early). The reservation is settled by whoever
-writes the try's finished rows, once its real spend is known, not when the try ends.
+writes the try's finished rows, once its real spend is known, not when the try ends. The
+try's rows are opened before its limits are passed, so the reservation takes the id of its call's
+row (``CallRequest.call_id``), by which the settle and the reaper find the call.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class Budget:
             max_completion=request.max_completion,
             price=request.price,
             price_key=f"({iface['base_url_env']}, {iface['model']})",
+            call_id=request.call_id,
         )
         if isinstance(outcome, str):
             return Refused(SourceFailure("budget_exhausted", outcome))
