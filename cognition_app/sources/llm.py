@@ -248,18 +248,13 @@ class _Send:
     def run(self, config_failure: SourceFailure | None) -> Generation:
         """One try: its rows opened, then admitted (every limit, the budget's reservation last)
         and its stream. A misconfigured source is refused without waiting for anything."""
-        ctx, iface = self.ctx, self.source["interface"]
-        # The price in force when the call starts; the cost is computed from it at the end. A
-        # budget needs it first (to reserve); otherwise it is read in the round trip that opens
-        # the rows.
-        price = None
-        if config_failure is not None or ctx.budget is not None:
-            price = price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now())
         if config_failure is not None:  # its rows written once, failed, nothing sent
+            iface = self.source["interface"]
+            price = price_at(url_env=iface["base_url_env"], model=iface["model"], at=timezone.now())
             raise self._new_rows(price, check_schema=False).refused(config_failure)
-        return self._opened_then_admitted(price)
+        return self._opened_then_admitted()
 
-    def _opened_then_admitted(self, price: ModelPrice | None) -> Generation:
+    def _opened_then_admitted(self) -> Generation:
         """The rows are opened first and the limits passed after: the opening's round trip is
         then not spent holding a slot of the model's, which an experiment's calls wait for
         (about 4 ms of each call's ~105 with two cores busy). Still opened before any byte is
@@ -267,13 +262,10 @@ class _Send:
         A budget's reservation, taken last, takes the id of the call's row (the settle and the
         reaper find the call by it)."""
         ctx, iface = self.ctx, self.source["interface"]
-        rows = self._new_rows(price)
-        if ctx.budget is None:
-            # one round trip with the attempt's pending events and the price lookup (the price
-            # row is stored when the call finishes)
-            rows.open_reading_price(url_env=iface["base_url_env"], model=iface["model"])
-        else:
-            rows.open()  # the price was read before: the reservation is made at it
+        rows = self._new_rows(None)
+        # One round trip with the attempt's pending events and the price in force (a budget's
+        # reservation is made at it; the cost is computed from it at the end).
+        rows.open_reading_price(url_env=iface["base_url_env"], model=iface["model"])
         request = CallRequest(
             source_hash=self.source_hash,
             interface=iface,
@@ -281,7 +273,7 @@ class _Send:
             what=self.what,
             prompt_tokens=prompt_estimate(self.payload["messages"], self.response_format),
             max_completion=completion_cap(self.params),
-            price=price,
+            price=rows.call.price,
             call_id=rows.call.pk,
         )
         with rows.guard():
