@@ -24,9 +24,10 @@ import threading
 from collections.abc import Sequence
 from uuid import UUID
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection
 
 from cognition_app.models import LlmCall
+from scenarios_app.sql_rows import fetch_tuples
 from worlds_app.models import BudgetReservation, ExperimentLedger
 
 logger = logging.getLogger(__name__)
@@ -45,23 +46,23 @@ def settle_now(reservation_ids: Sequence[UUID]) -> int:
     res = connection.ops.quote_name(BudgetReservation._meta.db_table)
     ledger = connection.ops.quote_name(ExperimentLedger._meta.db_table)
     calls = connection.ops.quote_name(LlmCall._meta.db_table)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH d AS (DELETE FROM {res} r WHERE r.id = ANY(%s::uuid[]) "  # noqa: S608
-            "RETURNING r.id, r.experiment_id, r.tokens, r.cost), "
-            "s AS (SELECT d.experiment_id, SUM(d.tokens) AS rt, SUM(d.cost) AS rc, "
-            "SUM(COALESCE(c.prompt_tokens, 0) + COALESCE(c.completion_tokens, 0)) AS st, "
-            "SUM(COALESCE(c.cost, 0)) AS sc, COUNT(*) AS n "
-            f"FROM d LEFT JOIN {calls} c ON c.id = d.id GROUP BY d.experiment_id), "
-            f"u AS (UPDATE {ledger} l SET reserved_tokens = l.reserved_tokens - s.rt, "
-            "reserved_cost = l.reserved_cost - s.rc, spent_tokens = l.spent_tokens + s.st, "
-            "spent_cost = l.spent_cost + s.sc FROM s WHERE l.experiment_id = s.experiment_id "
-            "RETURNING s.n) "
-            "SELECT COALESCE(SUM(n), 0) FROM u",
-            [[str(i) for i in reservation_ids]],
-        )
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
+    # one statement (its own transaction), bound server-side: prepared once on the settler's
+    # connection
+    rows = fetch_tuples(
+        f"WITH d AS (DELETE FROM {res} r WHERE r.id = ANY(%s::uuid[]) "  # noqa: S608
+        "RETURNING r.id, r.experiment_id, r.tokens, r.cost), "
+        "s AS (SELECT d.experiment_id, SUM(d.tokens) AS rt, SUM(d.cost) AS rc, "
+        "SUM(COALESCE(c.prompt_tokens, 0) + COALESCE(c.completion_tokens, 0)) AS st, "
+        "SUM(COALESCE(c.cost, 0)) AS sc, COUNT(*) AS n "
+        f"FROM d LEFT JOIN {calls} c ON c.id = d.id GROUP BY d.experiment_id), "
+        f"u AS (UPDATE {ledger} l SET reserved_tokens = l.reserved_tokens - s.rt, "
+        "reserved_cost = l.reserved_cost - s.rc, spent_tokens = l.spent_tokens + s.st, "
+        "spent_cost = l.spent_cost + s.sc FROM s WHERE l.experiment_id = s.experiment_id "
+        "RETURNING s.n) "
+        "SELECT COALESCE(SUM(n), 0) FROM u",
+        [list(reservation_ids)],
+    )
+    return int(rows[0][0]) if rows else 0
 
 
 class _Settler:

@@ -29,6 +29,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from cognition_app.budgets import BudgetLedger, BudgetLimits, Reservation
+from scenarios_app.sql_rows import fetch_tuples
 from worlds_app.models import BudgetReservation, Experiment, ExperimentLedger
 from worlds_app.services.budget_settler import settle_later, settle_now
 from worlds_app.services.cancelling import cancel_queued
@@ -55,37 +56,39 @@ class ExperimentBudget:
         ledger = connection.ops.quote_name(ExperimentLedger._meta.db_table)
         res = connection.ops.quote_name(BudgetReservation._meta.db_table)
         experiments = connection.ops.quote_name(Experiment._meta.db_table)
-        with connection.cursor() as cursor:
-            # one statement: checked and reserved under the ledger row's lock, committed at once
-            cursor.execute(
-                f"WITH l AS (UPDATE {ledger} SET reserved_tokens = reserved_tokens + %s, "  # noqa: S608
-                "reserved_cost = reserved_cost + %s "
-                "WHERE experiment_id = %s "
-                "AND (%s::bigint IS NULL OR spent_tokens + reserved_tokens + %s <= %s) "
-                "AND (%s::numeric IS NULL OR spent_cost + reserved_cost + %s <= %s) "
-                f"AND NOT EXISTS (SELECT 1 FROM {experiments} e WHERE e.id = %s "
-                "AND e.budget_exhausted_at IS NOT NULL) RETURNING experiment_id) "
-                f"INSERT INTO {res} (id, experiment_id, attempt_id, tokens, cost, created_at) "
-                "SELECT %s, experiment_id, %s, %s, %s, now() FROM l RETURNING id",
-                [
-                    tokens,
-                    cost,
-                    self.experiment_id,
-                    self.max_tokens_total,
-                    tokens,
-                    self.max_tokens_total,
-                    self.max_cost_total,
-                    cost,
-                    self.max_cost_total,
-                    self.experiment_id,
-                    reservation_id,
-                    attempt_id,
-                    tokens,
-                    cost,
-                ],
-            )
-            if cursor.fetchone() is not None:
-                return None
+        # One statement: checked and reserved under the ledger row's lock, committed at once.
+        # Bound server-side (its types spelled out), so a worker prepares it once and plans it
+        # once: it runs before every call of a budgeted experiment, holding the call's slot.
+        reserved = fetch_tuples(
+            f"WITH l AS (UPDATE {ledger} SET reserved_tokens = reserved_tokens + %s::bigint, "  # noqa: S608
+            "reserved_cost = reserved_cost + %s::numeric "
+            "WHERE experiment_id = %s::bigint "
+            "AND (%s::bigint IS NULL OR spent_tokens + reserved_tokens + %s::bigint <= %s::bigint) "
+            "AND (%s::numeric IS NULL OR spent_cost + reserved_cost + %s::numeric <= %s::numeric) "
+            f"AND NOT EXISTS (SELECT 1 FROM {experiments} e WHERE e.id = %s::bigint "
+            "AND e.budget_exhausted_at IS NOT NULL) RETURNING experiment_id) "
+            f"INSERT INTO {res} (id, experiment_id, attempt_id, tokens, cost, created_at) "
+            "SELECT %s::uuid, experiment_id, %s::uuid, %s::bigint, %s::numeric, now() FROM l "
+            "RETURNING id",
+            [
+                tokens,
+                cost,
+                self.experiment_id,
+                self.max_tokens_total,
+                tokens,
+                self.max_tokens_total,
+                self.max_cost_total,
+                cost,
+                self.max_cost_total,
+                self.experiment_id,
+                reservation_id,
+                attempt_id,
+                tokens,
+                cost,
+            ],
+        )
+        if reserved:
+            return None
         return self._refused(tokens, cost)
 
     def _refused(self, tokens: int, cost: Decimal) -> str:
