@@ -385,3 +385,21 @@ def test_a_design_reserves_the_estimate_path_and_rejects_per_turn_limits(
     assert (budget["max_cost_total"], budget["max_tokens_total"]) == ("2.5000000000", 20000)
     assert (budget["spent_tokens"], budget["reserved_tokens"]) == (0, 0)
     assert made.json()["design"]["budget"] == {"max_cost_total": "2.5", "max_tokens_total": 20000}
+
+
+def test_settles_coming_in_together_are_written_in_one_statement_and_a_flush_does_not_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The settler waits ``LINGER_SECONDS`` for more settles to write with the first (one
+    update of the ledger row for a burst of calls); ``flush`` has it write them at once."""
+    batches: list[list[UUID]] = []
+    monkeypatch.setattr(budget_settler, "settle_now", lambda ids: batches.append(list(ids)))
+    monkeypatch.setattr(budget_settler, "LINGER_SECONDS", 30.0)
+    budget_settler.flush()  # nothing of an earlier test's left
+    ids = [uuid4() for _ in range(3)]
+    for reservation_id in ids:
+        budget_settler.settle_later(reservation_id)
+    started = time.monotonic()
+    budget_settler.flush()
+    assert time.monotonic() - started < 20  # not the linger's 30 s
+    assert batches == [ids]

@@ -4,9 +4,10 @@ A call's reservation is settled once its finished rows are written (its real spe
 That used to run on the process's trace-writer thread, as an ``UPDATE`` of the experiment's
 row that every worker's calls also write, so unrelated worlds' finishing rows waited behind
 its lock. Now the writer only hands the settle here: this thread (one per process, started at
-the first settle, its own connection) settles what queued up together in **one** statement
-(each reservation row deleted, its experiment's ledger row given back what it reserved and
-counted what the call's own row says it spent), so a burst of calls writes the ledger once.
+the first settle, its own connection) settles what queued up together, having waited
+``LINGER_SECONDS`` for more unless somebody waits for them, in **one** statement (each
+reservation row deleted, its experiment's ledger row given back what it reserved and counted
+what the call's own row says it spent), so a burst of calls writes the ledger once.
 
 A settle is counted exactly once: the statement only counts the reservations it deleted. It
 counts what the call's row says, not what the worker saw, so a finishing write that was lost
@@ -21,6 +22,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Sequence
 from uuid import UUID
 
@@ -65,9 +67,22 @@ def settle_now(reservation_ids: Sequence[UUID]) -> int:
     return int(rows[0][0]) if rows else 0
 
 
+# A settle waits this long for others to come in and be written with it (a busy experiment's
+# calls end every few milliseconds: one statement, one update of its ledger row, for several),
+# unless somebody waits for it (``flush``).
+LINGER_SECONDS = 0.05
+
+
+class _Hurry:
+    """Put by ``flush``: write what has come in now."""
+
+
+HURRY = _Hurry()
+
+
 class _Settler:
     def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue[UUID | None] = queue.SimpleQueue()
+        self.jobs: queue.SimpleQueue[UUID | _Hurry | None] = queue.SimpleQueue()
         self.pending = 0
         self.cond = threading.Condition()
         self.thread = threading.Thread(target=self._run, name="chukwa-budget-settler", daemon=True)
@@ -81,18 +96,20 @@ class _Settler:
     def _run(self) -> None:
         stopping = False
         while not stopping:
-            first = self.jobs.get()
+            job = self.jobs.get()
             batch: list[UUID] = []
-            while first is not None:
-                batch.append(first)
+            lingering_until = time.monotonic() + LINGER_SECONDS
+            while isinstance(job, UUID):
+                batch.append(job)
                 if len(batch) == MAX_PER_BATCH:
                     break
                 try:
-                    first = self.jobs.get_nowait()
+                    job = self.jobs.get(timeout=max(lingering_until - time.monotonic(), 0))
                 except queue.Empty:
                     break
-            stopping = first is None
-            self._settle(batch)
+            stopping = job is None
+            if batch:
+                self._settle(batch)
         connection.close()
 
     def _settle(self, batch: list[UUID]) -> None:
@@ -113,6 +130,8 @@ class _Settler:
 
     def flush(self) -> None:
         with self.cond:
+            if self.pending:
+                self.jobs.put(HURRY)  # not to wait out the linger
             while self.pending and self.thread.is_alive():
                 self.cond.wait(timeout=1.0)
 
