@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from django.db.models import DecimalField, F, IntegerField, Q, Sum, Value
 from django.db.models.functions import Coalesce
@@ -158,13 +158,12 @@ class BudgetLedger:
         max_completion: int | None,
         price: ModelPrice | None,
         price_key: str,
-        call_id: UUID | None = None,
+        call_id: UUID,
     ) -> Reservation | str:
         """The call's reservation, or why it may not be sent (naming the budget and figures):
         the world's limits first, then the shared budget. A call outside any world (a
         population's biography) has no world limits, only its shared budget. The shared
-        reservation's id is its call's (``call_id``, when the call's rows are opened first;
-        else a new one, which the call's rows then take): the settle and the reaper find the
+        reservation's id is its call's row's (``call_id``): the settle and the reaper find the
         call by it."""
         outcome: Reservation | str = Reservation(in_ledger=False)
         if not self.limits.is_empty() and world_id is not None:
@@ -206,13 +205,12 @@ class BudgetLedger:
                 if price is not None
                 else Decimal(0)
             )
-            reservation_id = call_id or uuid4()
             refusal = shared.reserve(
-                tokens=tokens, cost=cost, reservation_id=reservation_id, attempt_id=attempt_id
+                tokens=tokens, cost=cost, reservation_id=call_id, attempt_id=attempt_id
             )
             if refusal is None:
                 return Reservation(
-                    tokens, cost, in_ledger=outcome.in_ledger, shared=True, id=reservation_id
+                    tokens, cost, in_ledger=outcome.in_ledger, shared=True, id=call_id
                 )
             refusal += f" (prompt estimate {prompt_tokens} + max_tokens {max_completion})"
         self.release(outcome)

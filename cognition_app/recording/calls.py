@@ -41,8 +41,6 @@ class CallOwner(Protocol):
     tool_loop_round: int | None
     retry_of: UUID | None
     recorder: Recorder
-    limit_wait_ms: int | None
-    limit_wait: str
 
     def next_seq(self) -> int:
         """The next invocation number of the attempt (in the order rows are opened)."""
@@ -106,8 +104,6 @@ class CallRecord:
                 replayed_from=replayed_from,
                 reuse_key=reuse_key,
                 reused_from=reused_from,
-                limit_wait_ms=owner.limit_wait_ms,
-                limit_wait=owner.limit_wait,
             ),
             owner.recorder,
         )

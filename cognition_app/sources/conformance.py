@@ -139,13 +139,12 @@ def _reserve(ctx: CallContext, check: CheckRecord, model: str) -> Reservation:
         max_completion=PROBE_MAX_TOKENS,
         price=call.price,
         price_key=f"({call.base_url_env}, {model})",
+        call_id=call.pk,  # the settle and the reaper find the call by its reservation
     )
     if isinstance(outcome, str):
         raise check.refused(
             SourceFailure("budget_exhausted", f"conformance check refused: {outcome}")
         )
-    if outcome.id is not None:  # the settle and the reaper find the call by its reservation
-        call.id = outcome.id
     return outcome
 
 

@@ -64,9 +64,6 @@ class CallContext:
     # how the call's rows are written (``cognition_app.recording``): the attempt's recorder,
     # which writes its pending events with each opening and finishes on its writer thread
     recorder: Recorder = DIRECT
-    # the wait for capacity under the source's cluster-wide ``limits`` (its rows record it)
-    limit_wait_ms: int | None = None
-    limit_wait: str = ""
     # the call's lane at every limit (cognition_app.sources.admission.priority): an
     # ``interactive`` turn's call is served before queued ``experiment`` and ``judge`` calls
     lane: str = INTERACTIVE

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import pytest
 from django.db import connection
@@ -33,6 +34,7 @@ def _request(what: str, cancel: CancelScope | None = None) -> CallRequest:
         prompt_tokens=0,
         max_completion=None,
         price=None,
+        call_id=uuid.uuid4(),
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,7 @@ def _request(told: list[str], limits: dict[str, int] = LIMITS) -> CallRequest:
         prompt_tokens=10,
         max_completion=None,
         price=None,
+        call_id=uuid.uuid4(),
     )
 
 

@@ -10,6 +10,7 @@ import copy
 import itertools
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -134,6 +135,7 @@ def _request(told: list[str]) -> CallRequest:
         prompt_tokens=10,
         max_completion=None,
         price=None,
+        call_id=uuid.uuid4(),
     )
 
 

@@ -39,9 +39,9 @@ class CallRequest:
     what: str  # how a cancel names the call
     prompt_tokens: int  # the prompt estimate
     max_completion: int | None  # the source's max_tokens, if any
-    price: ModelPrice | None  # the price in force (read only under a budget)
+    price: ModelPrice | None  # the price in force, read with the rows' opening
     # the id of the call's rows, opened before its limits: the budget's reservation takes it
-    call_id: uuid.UUID | None = None
+    call_id: uuid.UUID
     # names this request while it waits (a lane's registration, a slot's holder)
     token: str = field(default_factory=lambda: uuid.uuid4().hex)
 
