@@ -35,7 +35,11 @@ def test_a_real_ant_turn_on_the_embedded_model_commits_a_valid_patch(
     monkeypatch.setenv("CHUKWA_LLM_BASE_URL", embedded_endpoint)
     monkeypatch.setenv("CHUKWA_LLM_API_KEY", "embedded-model-needs-no-key")
     scenario = scenario_assemble(data=load_fixture("ant_on_plate"))["scenario_hash"]
-    world_create(data={"slug": "real-ant", "scenario_ref": {"hash": scenario}})
+    # A fixed world seed: the fixture samples at temperature 0.7, and with a seed drawn at
+    # random the 135M model now and then fails all three generations (CI saw it once); with
+    # one, llama.cpp gives the same reply every run (the test below), so this turn is the same
+    # turn every run.
+    world_create(data={"slug": "real-ant", "scenario_ref": {"hash": scenario}, "seed": 5})
     attempt_id = turn_attempt_enqueue(slug="real-ant")["attempt_ids"][0]
 
     status = turn_attempt_run(attempt_id=attempt_id, owner="test")
